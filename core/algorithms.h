@@ -1,0 +1,65 @@
+// The five rate-limit algorithms as pure functions over a fixed-size state and a `now`.
+// No I/O, no clock, no allocation. docs/ALGORITHMS.md describes each one with an example.
+//
+// Shared semantics:
+//  - A request costs `cost` >= 1 units. One that costs more than what remains is refused and
+//    consumes nothing. One that uses up exactly what remains is allowed.
+//  - `peek` answers as if the request were made, and changes nothing.
+//  - `remaining` rounds down. `retry_after_ns` is 0 when allowed, else the wait after which the
+//    same request would be allowed, or kNever when its cost exceeds the capacity (or limit is 0).
+//  - A zeroed state is a fresh key (full capacity), whatever `now` is. Reset = zero the state.
+//  - Windows are aligned to the clock: window = floor(now / period).
+//  - Integer arithmetic only, 128-bit intermediates: no overflow for limits up to 2^32-1,
+//    periods up to kMaxPeriodMs and any now_ns.
+// Callers validate the rule first (validate() in rule.h); behaviour on an invalid rule is
+// unspecified but memory-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/decision.h"
+#include "core/rule.h"
+
+namespace sluice {
+
+struct Request {
+  std::uint64_t now_ns = 0;
+  std::uint32_t cost = 1;
+  bool peek = false;
+};
+
+// 16 bytes of algorithm state. Layout per algorithm is private to its .cpp and documented in
+// docs/ALGORITHMS.md. All zero means "fresh".
+struct CounterState {
+  std::uint64_t a = 0;
+  std::uint64_t b = 0;
+  friend constexpr bool operator==(const CounterState&, const CounterState&) = default;
+};
+static_assert(sizeof(CounterState) == 16);
+
+Decision fixed_window(const Rule& rule, CounterState& state, const Request& request);
+Decision sliding_window(const Rule& rule, CounterState& state, const Request& request);
+Decision token_bucket(const Rule& rule, CounterState& state, const Request& request);
+Decision gcra(const Rule& rule, CounterState& state, const Request& request);
+
+// Dispatch on rule.algorithm for the four algorithms above. Must not be called with
+// Algorithm::kSlidingLog (that one needs a SlidingLog).
+Decision decide(const Rule& rule, CounterState& state, const Request& request);
+
+// The time from which `state` is equivalent to a fresh state and may be dropped. 0 when the
+// state is already fresh.
+std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state);
+
+// Sliding log: the timestamps (ns) of admitted units, one entry per unit of cost, in a ring.
+// `ring.size()` must be >= rule.limit; entries older than one period are dropped lazily.
+struct SlidingLog {
+  std::span<std::uint64_t> ring;
+  std::uint32_t head = 0;   // index of the oldest entry
+  std::uint32_t count = 0;  // number of live entries
+};
+
+Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request);
+std::uint64_t sliding_log_idle_at_ns(const Rule& rule, const SlidingLog& log);
+
+}  // namespace sluice

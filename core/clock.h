@@ -1,0 +1,36 @@
+// Time source. Algorithms take `now_ns` as an argument; whoever calls them owns a Clock.
+// Time is wall-clock nanoseconds since the Unix epoch so that every node computes the same
+// window (window = floor(now / period)).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace sluice {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual std::uint64_t now_ns() const = 0;
+};
+
+class SystemClock final : public Clock {
+ public:
+  std::uint64_t now_ns() const override;
+  static const SystemClock& instance();
+};
+
+// A clock that moves only when told to: tests use it to be exact and fast.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(std::uint64_t start_ns = 0) : now_(start_ns) {}
+  std::uint64_t now_ns() const override { return now_.load(std::memory_order_relaxed); }
+  void set_ns(std::uint64_t t) { now_.store(t, std::memory_order_relaxed); }
+  void advance_ns(std::uint64_t d) { now_.fetch_add(d, std::memory_order_relaxed); }
+  void advance_ms(std::uint64_t d) { advance_ns(d * 1'000'000ull); }
+
+ private:
+  std::atomic<std::uint64_t> now_;
+};
+
+}  // namespace sluice

@@ -1,0 +1,94 @@
+// Sluice wire format: a fixed 16-byte little-endian header followed by a body.
+// docs/PROTOCOL.md documents every byte; this header is the single source of the constants.
+//
+//   offset size field
+//   0      2    magic        0x4C53 (bytes 'S' 'L')
+//   2      1    version      1
+//   3      1    opcode       Opcode
+//   4      2    flags        bit 0: reply; other bits must be 0
+//   6      2    reserved     must be 0
+//   8      4    request_id   chosen by the client, echoed in the reply
+//   12     4    body_length  bytes of body after the header (<= the configured max frame)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace sluice::protocol {
+
+inline constexpr std::uint16_t kMagic = 0x4C53;
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kHeaderSize = 16;
+
+inline constexpr std::uint32_t kDefaultMaxFrame = 1u << 20;  // max body bytes (1 MiB)
+inline constexpr std::uint16_t kDefaultMaxKey = 256;         // max key bytes
+inline constexpr std::uint16_t kDefaultMaxBatch = 4096;      // max items per ACQUIRE / RESET
+
+enum class Opcode : std::uint8_t {
+  kHello = 0x01,
+  kPing = 0x02,
+  kAcquire = 0x03,
+  kReset = 0x04,
+  kStats = 0x05,
+  kError = 0x7F,  // reply only
+};
+
+inline constexpr std::uint16_t kFlagReply = 0x0001;
+
+// Why a connection is refused or closed. Sent in an ERROR reply; the server closes the
+// connection after sending one.
+enum class ErrorCode : std::uint16_t {
+  kMalformedFrame = 1,      // bad magic, reserved bits set, or a body that does not parse
+  kUnsupportedVersion = 2,  // header version or HELLO version the server does not speak
+  kUnknownOpcode = 3,
+  kFrameTooLarge = 4,  // body_length above the max frame
+  kBatchTooLarge = 5,  // more items than the max batch
+  kTooManyConnections = 6,
+  kShuttingDown = 7,
+  kIdleTimeout = 8,
+  kInternal = 9,
+};
+
+std::string_view error_code_name(ErrorCode code);
+
+struct FrameHeader {
+  Opcode opcode = Opcode::kPing;
+  std::uint16_t flags = 0;
+  std::uint32_t request_id = 0;
+  std::uint32_t body_length = 0;
+  constexpr bool is_reply() const { return (flags & kFlagReply) != 0; }
+};
+
+struct Frame {
+  FrameHeader header;
+  std::span<const std::uint8_t> body;  // points into the decoder's input
+};
+
+enum class DecodeStatus : std::uint8_t { kOk, kNeedMore, kMalformed };
+
+struct DecodeResult {
+  DecodeStatus status = DecodeStatus::kNeedMore;
+  std::size_t frame_size = 0;  // header + body bytes, when kOk
+  Frame frame;                 // when kOk
+  ErrorCode error = ErrorCode::kMalformedFrame;  // when kMalformed
+  std::string_view reason;                       // static text, when kMalformed
+  std::uint32_t request_id = 0;  // when kMalformed and the header was readable, else 0
+};
+
+// Splits a byte stream into frames. Stateless: call decode() on the unconsumed input; it
+// returns the first frame, kNeedMore, or kMalformed. Never throws, never reads past `input`,
+// and rejects a body_length above `max_frame` as soon as the header is complete, before any
+// of the body is buffered.
+class FrameDecoder {
+ public:
+  explicit FrameDecoder(std::uint32_t max_frame = kDefaultMaxFrame) : max_frame_(max_frame) {}
+  DecodeResult decode(std::span<const std::uint8_t> input) const noexcept;
+  std::uint32_t max_frame() const { return max_frame_; }
+
+ private:
+  std::uint32_t max_frame_;
+};
+
+}  // namespace sluice::protocol

@@ -1,0 +1,152 @@
+// Message bodies: encoding into a byte vector and parsing from a frame body.
+// Encoders append to `out` (a reused buffer: no allocation once it has grown). Parsers never
+// throw and never read past the body; views they return point into the body.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/decision.h"
+#include "core/rule.h"
+#include "protocol/frame.h"
+
+namespace sluice::protocol {
+
+using Bytes = std::vector<std::uint8_t>;
+
+// ---- framing -------------------------------------------------------------------------------
+
+// Appends a header with body_length 0 and returns its offset in `out`; finish_frame() patches
+// the length once the body has been appended.
+std::size_t begin_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id);
+void finish_frame(Bytes& out, std::size_t frame_start);
+
+struct ParseResult {
+  bool ok = true;
+  ErrorCode error = ErrorCode::kMalformedFrame;
+  std::string_view reason;  // static text when !ok
+  explicit operator bool() const { return ok; }
+  static ParseResult failure(std::string_view why, ErrorCode code = ErrorCode::kMalformedFrame) {
+    return {false, code, why};
+  }
+};
+
+// ---- HELLO ---------------------------------------------------------------------------------
+
+struct HelloRequest {
+  std::uint8_t version = kVersion;  // highest version the client speaks
+  std::string_view client_name;     // for logs; at most 255 bytes
+};
+
+inline constexpr std::uint16_t kPublicPort = 0xFFFF;  // HelloReply::this_shard on the public port
+
+struct HelloReply {
+  std::uint8_t version = kVersion;  // the version this connection will use
+  std::uint16_t this_shard = kPublicPort;
+  std::uint32_t max_frame = kDefaultMaxFrame;
+  std::uint16_t max_key = kDefaultMaxKey;
+  std::uint16_t max_batch = kDefaultMaxBatch;
+  std::vector<std::uint16_t> shard_ports;  // index = shard; size = shard count
+  std::string node_id;
+  friend bool operator==(const HelloReply&, const HelloReply&) = default;
+};
+
+void encode_hello_request(Bytes& out, std::uint32_t request_id, const HelloRequest& hello);
+ParseResult parse_hello_request(std::span<const std::uint8_t> body, HelloRequest& out);
+void encode_hello_reply(Bytes& out, std::uint32_t request_id, const HelloReply& hello);
+ParseResult parse_hello_reply(std::span<const std::uint8_t> body, HelloReply& out);
+
+// ---- PING: the body is an opaque payload, echoed in the reply ------------------------------
+
+void encode_ping(Bytes& out, std::uint32_t request_id, std::span<const std::uint8_t> payload,
+                 bool reply);
+
+// ---- ACQUIRE -------------------------------------------------------------------------------
+
+inline constexpr std::uint8_t kItemFlagPeek = 0x01;
+
+struct AcquireItem {
+  std::string_view key;
+  Rule rule;
+  std::uint32_t cost = 1;
+  bool peek = false;
+};
+
+enum class ItemStatus : std::uint8_t {
+  kDenied = 0,
+  kAllowed = 1,
+  kInvalidRule = 2,  // unknown algorithm, bad period, zero cost, sliding log over its cap
+  kInvalidKey = 3,   // empty or longer than the max key
+  kNoMemory = 4,     // the shard could not store the key (memory cap, nothing evictable)
+};
+
+std::string_view item_status_name(ItemStatus status);
+
+struct AcquireResult {
+  ItemStatus status = ItemStatus::kDenied;
+  std::uint32_t limit = 0;
+  std::uint32_t remaining = 0;
+  std::uint64_t reset_after_ms = 0;
+  std::uint64_t retry_after_ms = 0;  // kNever (UINT64_MAX) = never
+  friend constexpr bool operator==(const AcquireResult&, const AcquireResult&) = default;
+};
+
+// A Decision in protocol units (milliseconds, rounded up).
+AcquireResult to_result(const Decision& decision);
+
+// Incremental encoding (natural batching): begin, add items, finish.
+std::size_t begin_acquire_request(Bytes& out, std::uint32_t request_id);
+void add_acquire_item(Bytes& out, std::size_t frame_start, const AcquireItem& item);
+void finish_acquire_request(Bytes& out, std::size_t frame_start);
+void encode_acquire_request(Bytes& out, std::uint32_t request_id,
+                            std::span<const AcquireItem> items);
+
+// Items reuse `out`'s capacity; key views point into `body`. Keys are not checked against the
+// max key here (the server answers kInvalidKey per item); item count is checked against
+// max_batch (ErrorCode::kBatchTooLarge).
+ParseResult parse_acquire_request(std::span<const std::uint8_t> body, std::uint16_t max_batch,
+                                  std::vector<AcquireItem>& out);
+
+void encode_acquire_reply(Bytes& out, std::uint32_t request_id,
+                          std::span<const AcquireResult> results);
+ParseResult parse_acquire_reply(std::span<const std::uint8_t> body,
+                                std::vector<AcquireResult>& out);
+
+// ---- RESET ---------------------------------------------------------------------------------
+
+enum class ResetStatus : std::uint8_t { kAbsent = 0, kRemoved = 1, kInvalidKey = 3 };
+
+void encode_reset_request(Bytes& out, std::uint32_t request_id,
+                          std::span<const std::string_view> keys);
+ParseResult parse_reset_request(std::span<const std::uint8_t> body, std::uint16_t max_batch,
+                                std::vector<std::string_view>& out);
+void encode_reset_reply(Bytes& out, std::uint32_t request_id,
+                        std::span<const ResetStatus> statuses);
+ParseResult parse_reset_reply(std::span<const std::uint8_t> body, std::vector<ResetStatus>& out);
+
+// ---- STATS: request has an empty body; reply is a list of named counters ------------------
+
+struct StatEntry {
+  std::string name;  // at most 255 bytes, e.g. "total.keys", "shard.0.allowed"
+  std::uint64_t value = 0;
+  friend bool operator==(const StatEntry&, const StatEntry&) = default;
+};
+
+void encode_stats_request(Bytes& out, std::uint32_t request_id);
+void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const StatEntry> stats);
+ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<StatEntry>& out);
+
+// ---- ERROR ---------------------------------------------------------------------------------
+
+struct ErrorReply {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string_view message;  // at most 65535 bytes
+};
+
+void encode_error(Bytes& out, std::uint32_t request_id, ErrorCode code, std::string_view message);
+ParseResult parse_error(std::span<const std::uint8_t> body, ErrorReply& out);
+
+}  // namespace sluice::protocol

@@ -1,0 +1,64 @@
+// sluiced as a library: a Server owns N shard threads, each with its own event loop, counter
+// table, shard port and a listener on the shared public port. main.cpp only parses flags.
+// docs/ARCHITECTURE.md explains which thread owns what.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/rule.h"
+#include "protocol/frame.h"
+
+namespace sluice::server {
+
+struct ServerConfig {
+  std::string bind = "127.0.0.1";
+  std::uint16_t port = 7420;            // public port; 0 = ephemeral
+  std::uint16_t shard_base_port = 0;    // shard i listens on base + i; 0 = port + 1 (ephemeral if port is 0)
+  unsigned shards = 0;                  // 0 = number of cores
+  std::size_t max_memory = 1ull << 30;  // counters across all shards, split evenly
+  std::uint32_t max_frame = protocol::kDefaultMaxFrame;
+  std::uint16_t max_key = protocol::kDefaultMaxKey;
+  std::uint16_t max_batch = protocol::kDefaultMaxBatch;
+  std::uint32_t max_connections = 10'000;  // across all ports
+  std::chrono::milliseconds idle_timeout{5 * 60 * 1000};  // 0 = never
+  std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;
+  std::string node_id;                    // empty = "HOST:PORT"
+  const Clock* clock = nullptr;           // nullptr = SystemClock; tests pass a ManualClock
+};
+
+class Server {
+ public:
+  explicit Server(ServerConfig config);
+  ~Server();  // stop() + join
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds every port and starts the shard threads. Throws std::system_error when a port cannot
+  // be bound. Returns once every listener accepts connections.
+  void start();
+  // Asks every shard to stop: listeners close, connections close, threads exit. Idempotent and
+  // safe from any thread or a signal-handling strand.
+  void stop();
+  // Blocks until every shard thread has exited.
+  void wait();
+
+  std::uint16_t port() const;
+  std::vector<std::uint16_t> shard_ports() const;
+  unsigned shard_count() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "64MiB", "1GiB", "512KiB", "1048576", also "64MB"/"1G" as powers of 1024. Throws
+// std::invalid_argument with a clear message on anything else.
+std::size_t parse_size(const std::string& text);
+
+}  // namespace sluice::server

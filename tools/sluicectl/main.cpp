@@ -1,0 +1,1 @@
+int main() { return 2; }  // placeholder, replaced by the real tool
