@@ -57,8 +57,4 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// "64MiB", "1GiB", "512KiB", "1048576", also "64MB"/"1G" as powers of 1024. Throws
-// std::invalid_argument with a clear message on anything else.
-std::size_t parse_size(const std::string& text);
-
 }  // namespace sluice::server

@@ -1,0 +1,17 @@
+// Parsing of the sizes and durations that flags and tools accept.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace sluice {
+
+// "1048576", "512KiB", "64MiB", "1GiB"; "K"/"KB", "M"/"MB", "G"/"GB" are read as powers of
+// 1024 too. nullopt on anything else (empty, negative, unknown suffix, overflow).
+std::optional<std::uint64_t> parse_size(std::string_view text);
+
+// "250ms", "60s", "5m", "1h", "1d"; a bare number is milliseconds. nullopt on anything else.
+std::optional<std::uint64_t> parse_duration_ms(std::string_view text);
+
+}  // namespace sluice
