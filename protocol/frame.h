@@ -70,11 +70,13 @@ enum class DecodeStatus : std::uint8_t { kOk, kNeedMore, kMalformed };
 
 struct DecodeResult {
   DecodeStatus status = DecodeStatus::kNeedMore;
-  std::size_t frame_size = 0;  // header + body bytes, when kOk
-  Frame frame;                 // when kOk
+  std::size_t frame_size = 0;                    // header + body bytes, when kOk
+  Frame frame;                                   // when kOk
   ErrorCode error = ErrorCode::kMalformedFrame;  // when kMalformed
   std::string_view reason;                       // static text, when kMalformed
-  std::uint32_t request_id = 0;  // when kMalformed and the header was readable, else 0
+  // When kOk, or kMalformed with the magic matched and bytes 8..11 present; else 0. An
+  // ERROR reply echoes it so the client can tell which request was refused.
+  std::uint32_t request_id = 0;
 };
 
 // Splits a byte stream into frames. Stateless: call decode() on the unconsumed input; it

@@ -1,6 +1,12 @@
 // Message bodies: encoding into a byte vector and parsing from a frame body.
 // Encoders append to `out` (a reused buffer: no allocation once it has grown). Parsers never
-// throw and never read past the body; views they return point into the body.
+// throw and never read past the body; views they return point into the body. A parser accepts
+// exactly one encoding: reserved bytes must be zero and no bytes may follow the last field. On
+// failure the out-param holds unspecified (but valid) contents.
+//
+// Text that does not fit its length field (client name, stat name, node id, ERROR message) is
+// cut to fit. A key longer than 65535 bytes is sent as an empty key, which the server answers
+// with kInvalidKey, as it would any key above its max key. Item counts must fit in a u16.
 #pragma once
 
 #include <cstdint>
@@ -97,7 +103,8 @@ struct AcquireResult {
 // A Decision in protocol units (milliseconds, rounded up).
 AcquireResult to_result(const Decision& decision);
 
-// Incremental encoding (natural batching): begin, add items, finish.
+// Incremental encoding (natural batching): begin, add items, finish. REQUIRES: between begin
+// and finish only add_acquire_item() for that frame appends to `out`; at most 65535 items.
 std::size_t begin_acquire_request(Bytes& out, std::uint32_t request_id);
 void add_acquire_item(Bytes& out, std::size_t frame_start, const AcquireItem& item);
 void finish_acquire_request(Bytes& out, std::size_t frame_start);
@@ -136,6 +143,7 @@ struct StatEntry {
 };
 
 void encode_stats_request(Bytes& out, std::uint32_t request_id);
+ParseResult parse_stats_request(std::span<const std::uint8_t> body);  // the body must be empty
 void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const StatEntry> stats);
 ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<StatEntry>& out);
 

@@ -1,0 +1,62 @@
+// The worked examples in docs/PROTOCOL.md, asserted byte for byte so the document stays exact.
+#include <xxhash.h>
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "core/key_hash.h"
+#include "protocol/messages.h"
+
+namespace sluice::protocol {
+
+TEST_CASE("docs example: one ACQUIRE item for user:42 encodes to the documented bytes") {
+  AcquireItem item;
+  item.key = "user:42";
+  item.rule = Rule{Algorithm::kTokenBucket, 10, 1000, 20};  // 10 per second, bursts of 20
+  item.cost = 1;
+  Bytes out;
+  encode_acquire_request(out, 7, std::span(&item, 1));
+
+  const Bytes expected = {
+      0x53, 0x4c, 0x01, 0x03, 0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00,  // header
+      0x23, 0x00, 0x00, 0x00,                                                  // body_length 35
+      0x01, 0x00, 0x00, 0x00,                                                  // 1 item
+      0x04, 0x00, 0x07, 0x00,                          // token bucket, no flags, key 7
+      0x0a, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00,  // limit 10, burst 20
+      0x01, 0x00, 0x00, 0x00,                          // cost 1
+      0xe8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // period_ms 1000
+      0x75, 0x73, 0x65, 0x72, 0x3a, 0x34, 0x32,        // "user:42"
+  };
+  CHECK(out == expected);
+}
+
+TEST_CASE("docs example: the allowed reply to that ACQUIRE encodes to the documented bytes") {
+  const AcquireResult result{ItemStatus::kAllowed, 20, 19, 100, 0};
+  Bytes out;
+  encode_acquire_reply(out, 7, std::span(&result, 1));
+
+  const Bytes expected = {
+      0x53, 0x4c, 0x01, 0x03, 0x01, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00,  // header, reply
+      0x20, 0x00, 0x00, 0x00,                                                  // body_length 32
+      0x01, 0x00, 0x00, 0x00,                                                  // 1 item
+      0x01, 0x00, 0x00, 0x00,                                                  // allowed, reserved
+      0x14, 0x00, 0x00, 0x00, 0x13, 0x00, 0x00, 0x00,  // limit 20, remaining 19
+      0x64, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // reset_after_ms 100
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // retry_after_ms 0
+  };
+  CHECK(out == expected);
+}
+
+TEST_CASE("docs example: user:42 routes to shard 2 of 4 and shard 5 of 8") {
+  const std::string_view key = "user:42";
+  const XXH128_hash_t hash = XXH3_128bits(key.data(), key.size());
+  CHECK(hash.low64 == 0x54c6a0eba0ce373full);
+  const KeyHash key_hash{hash.low64, hash.high64};
+  CHECK(shard_for(key_hash, 4) == 2);
+  CHECK(shard_for(key_hash, 8) == 5);
+  CHECK(shard_for(key_hash, 1) == 0);
+}
+
+}  // namespace sluice::protocol
