@@ -37,14 +37,6 @@ std::string_view clip(std::string_view text, std::size_t max) {
 // with kInvalidKey, which is what it would answer for any key above its max key anyway.
 std::string_view wire_key(std::string_view key) { return key.size() <= kU16Max ? key : ""; }
 
-// Writes the `u16 count, u16 reserved` list header. REQUIRES: count fits in a u16.
-void append_list_header(Bytes& out, std::size_t count) {
-  assert(count <= kU16Max);
-  std::uint8_t* p = append(out, kListHeaderSize);
-  encode_fixed16(p, static_cast<std::uint16_t>(count));
-  encode_fixed16(p + 2, 0);
-}
-
 // Reads the `u16 count, u16 reserved` list header and checks the count against max_batch.
 ParseResult read_list_header(ByteReader& in, std::uint16_t max_batch, std::uint16_t& count) {
   std::uint16_t reserved = 0;
@@ -74,20 +66,54 @@ constexpr bool is_known_reset_status(std::uint8_t value) {
   return false;
 }
 
-}  // namespace
-
-// ---- framing -------------------------------------------------------------------------------
-
-std::size_t begin_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id) {
-  const std::size_t start = out.size();
-  std::uint8_t* p = append(out, kHeaderSize);
+void write_header(std::uint8_t* p, Opcode opcode, std::uint16_t flags, std::uint32_t request_id,
+                  std::uint32_t body_length) {
   encode_fixed16(p, kMagic);
   p[2] = kVersion;
   p[3] = static_cast<std::uint8_t>(opcode);
   encode_fixed16(p + 4, flags);
   encode_fixed16(p + 6, 0);
   encode_fixed32(p + 8, request_id);
-  encode_fixed32(p + 12, 0);
+  encode_fixed32(p + 12, body_length);
+}
+
+// Appends a whole frame whose body size is known up front (one resize instead of one per
+// field) and returns where the body starts. REQUIRES: body_length fits in a u32.
+std::uint8_t* append_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id,
+                           std::size_t body_length) {
+  assert(body_length <= std::numeric_limits<std::uint32_t>::max());
+  std::uint8_t* p = append(out, kHeaderSize + body_length);
+  write_header(p, opcode, flags, request_id, static_cast<std::uint32_t>(body_length));
+  return p + kHeaderSize;
+}
+
+// Writes the `u16 count, u16 reserved` list header. REQUIRES: count fits in a u16.
+void write_list_header(std::uint8_t* p, std::size_t count) {
+  assert(count <= kU16Max);
+  encode_fixed16(p, static_cast<std::uint16_t>(count));
+  encode_fixed16(p + 2, 0);
+}
+
+// Writes one ACQUIRE item; `key` is already wire_key()'d. Returns the byte after it.
+std::uint8_t* write_acquire_item(std::uint8_t* p, const AcquireItem& item, std::string_view key) {
+  p[0] = static_cast<std::uint8_t>(item.rule.algorithm);
+  p[1] = item.peek ? kItemFlagPeek : 0;
+  encode_fixed16(p + 2, static_cast<std::uint16_t>(key.size()));
+  encode_fixed32(p + 4, item.rule.limit);
+  encode_fixed32(p + 8, item.rule.burst);
+  encode_fixed32(p + 12, item.cost);
+  encode_fixed64(p + 16, item.rule.period_ms);
+  append_bytes(p + kAcquireItemFixedSize, key);
+  return p + kAcquireItemFixedSize + key.size();
+}
+
+}  // namespace
+
+// ---- framing -------------------------------------------------------------------------------
+
+std::size_t begin_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id) {
+  const std::size_t start = out.size();
+  write_header(append(out, kHeaderSize), opcode, flags, request_id, 0);
   return start;
 }
 
@@ -101,13 +127,11 @@ void finish_frame(Bytes& out, std::size_t frame_start) {
 // ---- HELLO ---------------------------------------------------------------------------------
 
 void encode_hello_request(Bytes& out, std::uint32_t request_id, const HelloRequest& hello) {
-  const std::size_t start = begin_frame(out, Opcode::kHello, 0, request_id);
   const std::string_view name = clip(hello.client_name, kU8Max);
-  std::uint8_t* p = append(out, 2 + name.size());
+  std::uint8_t* p = append_frame(out, Opcode::kHello, 0, request_id, 2 + name.size());
   p[0] = hello.version;
   p[1] = static_cast<std::uint8_t>(name.size());
   append_bytes(p + 2, name);
-  finish_frame(out, start);
 }
 
 ParseResult parse_hello_request(std::span<const std::uint8_t> body, HelloRequest& out) {
@@ -125,10 +149,10 @@ ParseResult parse_hello_request(std::span<const std::uint8_t> body, HelloRequest
 
 void encode_hello_reply(Bytes& out, std::uint32_t request_id, const HelloReply& hello) {
   assert(hello.shard_ports.size() <= kU16Max);
-  const std::size_t start = begin_frame(out, Opcode::kHello, kFlagReply, request_id);
   const std::string_view node_id = clip(hello.node_id, kU16Max);
   const std::size_t ports = hello.shard_ports.size();
-  std::uint8_t* p = append(out, 14 + 2 * ports + 2 + node_id.size());
+  std::uint8_t* p = append_frame(out, Opcode::kHello, kFlagReply, request_id,
+                                 14 + 2 * ports + 2 + node_id.size());
   p[0] = hello.version;
   p[1] = 0;
   encode_fixed16(p + 2, hello.this_shard);
@@ -143,7 +167,6 @@ void encode_hello_reply(Bytes& out, std::uint32_t request_id, const HelloReply& 
   }
   encode_fixed16(p, static_cast<std::uint16_t>(node_id.size()));
   append_bytes(p + 2, node_id);
-  finish_frame(out, start);
 }
 
 ParseResult parse_hello_reply(std::span<const std::uint8_t> body, HelloReply& out) {
@@ -179,9 +202,9 @@ ParseResult parse_hello_reply(std::span<const std::uint8_t> body, HelloReply& ou
 
 void encode_ping(Bytes& out, std::uint32_t request_id, std::span<const std::uint8_t> payload,
                  bool reply) {
-  const std::size_t start = begin_frame(out, Opcode::kPing, reply ? kFlagReply : 0, request_id);
-  out.insert(out.end(), payload.begin(), payload.end());
-  finish_frame(out, start);
+  std::uint8_t* p =
+      append_frame(out, Opcode::kPing, reply ? kFlagReply : 0, request_id, payload.size());
+  if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
 }
 
 // ---- ACQUIRE -------------------------------------------------------------------------------
@@ -214,7 +237,7 @@ AcquireResult to_result(const Decision& decision) {
 
 std::size_t begin_acquire_request(Bytes& out, std::uint32_t request_id) {
   const std::size_t start = begin_frame(out, Opcode::kAcquire, 0, request_id);
-  append_list_header(out, 0);
+  write_list_header(append(out, kListHeaderSize), 0);
   return start;
 }
 
@@ -225,24 +248,21 @@ void add_acquire_item(Bytes& out, std::size_t frame_start, const AcquireItem& it
   encode_fixed16(count_field, static_cast<std::uint16_t>(count + 1));
 
   const std::string_view key = wire_key(item.key);
-  std::uint8_t* p = append(out, kAcquireItemFixedSize + key.size());
-  p[0] = static_cast<std::uint8_t>(item.rule.algorithm);
-  p[1] = item.peek ? kItemFlagPeek : 0;
-  encode_fixed16(p + 2, static_cast<std::uint16_t>(key.size()));
-  encode_fixed32(p + 4, item.rule.limit);
-  encode_fixed32(p + 8, item.rule.burst);
-  encode_fixed32(p + 12, item.cost);
-  encode_fixed64(p + 16, item.rule.period_ms);
-  append_bytes(p + kAcquireItemFixedSize, key);
+  write_acquire_item(append(out, kAcquireItemFixedSize + key.size()), item, key);
 }
 
 void finish_acquire_request(Bytes& out, std::size_t frame_start) { finish_frame(out, frame_start); }
 
 void encode_acquire_request(Bytes& out, std::uint32_t request_id,
                             std::span<const AcquireItem> items) {
-  const std::size_t start = begin_acquire_request(out, request_id);
-  for (const AcquireItem& item : items) add_acquire_item(out, start, item);
-  finish_acquire_request(out, start);
+  std::size_t body_length = kListHeaderSize;
+  for (const AcquireItem& item : items) {
+    body_length += kAcquireItemFixedSize + wire_key(item.key).size();
+  }
+  std::uint8_t* p = append_frame(out, Opcode::kAcquire, 0, request_id, body_length);
+  write_list_header(p, items.size());
+  p += kListHeaderSize;
+  for (const AcquireItem& item : items) p = write_acquire_item(p, item, wire_key(item.key));
 }
 
 ParseResult parse_acquire_request(std::span<const std::uint8_t> body, std::uint16_t max_batch,
@@ -283,9 +303,10 @@ ParseResult parse_acquire_request(std::span<const std::uint8_t> body, std::uint1
 
 void encode_acquire_reply(Bytes& out, std::uint32_t request_id,
                           std::span<const AcquireResult> results) {
-  const std::size_t start = begin_frame(out, Opcode::kAcquire, kFlagReply, request_id);
-  append_list_header(out, results.size());
-  std::uint8_t* p = append(out, results.size() * kAcquireResultSize);
+  std::uint8_t* p = append_frame(out, Opcode::kAcquire, kFlagReply, request_id,
+                                 kListHeaderSize + results.size() * kAcquireResultSize);
+  write_list_header(p, results.size());
+  p += kListHeaderSize;
   for (const AcquireResult& result : results) {
     p[0] = static_cast<std::uint8_t>(result.status);
     p[1] = 0;
@@ -297,7 +318,6 @@ void encode_acquire_reply(Bytes& out, std::uint32_t request_id,
     encode_fixed64(p + 20, result.retry_after_ms);
     p += kAcquireResultSize;
   }
-  finish_frame(out, start);
 }
 
 ParseResult parse_acquire_reply(std::span<const std::uint8_t> body,
@@ -335,15 +355,17 @@ ParseResult parse_acquire_reply(std::span<const std::uint8_t> body,
 
 void encode_reset_request(Bytes& out, std::uint32_t request_id,
                           std::span<const std::string_view> keys) {
-  const std::size_t start = begin_frame(out, Opcode::kReset, 0, request_id);
-  append_list_header(out, keys.size());
+  std::size_t body_length = kListHeaderSize;
+  for (const std::string_view key : keys) body_length += 2 + wire_key(key).size();
+  std::uint8_t* p = append_frame(out, Opcode::kReset, 0, request_id, body_length);
+  write_list_header(p, keys.size());
+  p += kListHeaderSize;
   for (const std::string_view raw_key : keys) {
     const std::string_view key = wire_key(raw_key);
-    std::uint8_t* p = append(out, 2 + key.size());
     encode_fixed16(p, static_cast<std::uint16_t>(key.size()));
     append_bytes(p + 2, key);
+    p += 2 + key.size();
   }
-  finish_frame(out, start);
 }
 
 ParseResult parse_reset_request(std::span<const std::uint8_t> body, std::uint16_t max_batch,
@@ -370,11 +392,11 @@ ParseResult parse_reset_request(std::span<const std::uint8_t> body, std::uint16_
 
 void encode_reset_reply(Bytes& out, std::uint32_t request_id,
                         std::span<const ResetStatus> statuses) {
-  const std::size_t start = begin_frame(out, Opcode::kReset, kFlagReply, request_id);
-  append_list_header(out, statuses.size());
-  std::uint8_t* p = append(out, statuses.size());
+  std::uint8_t* p =
+      append_frame(out, Opcode::kReset, kFlagReply, request_id, kListHeaderSize + statuses.size());
+  write_list_header(p, statuses.size());
+  p += kListHeaderSize;
   for (const ResetStatus status : statuses) *p++ = static_cast<std::uint8_t>(status);
-  finish_frame(out, start);
 }
 
 ParseResult parse_reset_reply(std::span<const std::uint8_t> body, std::vector<ResetStatus>& out) {
@@ -397,7 +419,7 @@ ParseResult parse_reset_reply(std::span<const std::uint8_t> body, std::vector<Re
 // ---- STATS ---------------------------------------------------------------------------------
 
 void encode_stats_request(Bytes& out, std::uint32_t request_id) {
-  finish_frame(out, begin_frame(out, Opcode::kStats, 0, request_id));
+  append_frame(out, Opcode::kStats, 0, request_id, 0);
 }
 
 ParseResult parse_stats_request(std::span<const std::uint8_t> body) {
@@ -452,13 +474,11 @@ ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<St
 // ---- ERROR ---------------------------------------------------------------------------------
 
 void encode_error(Bytes& out, std::uint32_t request_id, ErrorCode code, std::string_view message) {
-  const std::size_t start = begin_frame(out, Opcode::kError, kFlagReply, request_id);
   const std::string_view text = clip(message, kU16Max);
-  std::uint8_t* p = append(out, 4 + text.size());
+  std::uint8_t* p = append_frame(out, Opcode::kError, kFlagReply, request_id, 4 + text.size());
   encode_fixed16(p, static_cast<std::uint16_t>(code));
   encode_fixed16(p + 2, static_cast<std::uint16_t>(text.size()));
   append_bytes(p + 4, text);
-  finish_frame(out, start);
 }
 
 ParseResult parse_error(std::span<const std::uint8_t> body, ErrorReply& out) {
