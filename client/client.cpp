@@ -1,0 +1,579 @@
+#include "client/client.h"
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <charconv>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "client/connection.h"
+#include "client/router.h"
+#include "core/key_hash.h"
+#include "protocol/messages.h"
+
+namespace sluice::client {
+
+namespace asio = boost::asio;
+using detail::Completion;
+using detail::Connection;
+using detail::ReplySink;
+using protocol::Frame;
+using protocol::Opcode;
+
+std::string_view error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid_argument";
+    case ErrorCode::kInvalidRule:
+      return "invalid_rule";
+    case ErrorCode::kInvalidKey:
+      return "invalid_key";
+    case ErrorCode::kNoMemory:
+      return "no_memory";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kConnectionFailed:
+      return "connection_failed";
+    case ErrorCode::kServerError:
+      return "server_error";
+    case ErrorCode::kProtocolError:
+      return "protocol_error";
+    case ErrorCode::kClosed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+std::string Status::to_string() const {
+  std::string out(error_code_name(code_));
+  if (!message_.empty()) {
+    out += ": ";
+    out += message_;
+  }
+  return out;
+}
+
+bool split_host_port(std::string_view text, std::string& host, std::uint16_t& port) {
+  std::string_view host_part;
+  std::string_view port_part;
+  if (!text.empty() && text.front() == '[') {
+    const std::size_t close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return false;
+    }
+    host_part = text.substr(1, close - 1);
+    port_part = text.substr(close + 2);
+  } else {
+    const std::size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return false;
+    host_part = text.substr(0, colon);
+    port_part = text.substr(colon + 1);
+    if (host_part.find(':') != std::string_view::npos) return false;  // IPv6 needs brackets
+  }
+  if (host_part.empty() || port_part.empty()) return false;
+  unsigned value = 0;
+  const auto [end, ec] =
+      std::from_chars(port_part.data(), port_part.data() + port_part.size(), value);
+  if (ec != std::errc() || end != port_part.data() + port_part.size() || value == 0 ||
+      value > 65535) {
+    return false;
+  }
+  host.assign(host_part);
+  port = static_cast<std::uint16_t>(value);
+  return true;
+}
+
+namespace {
+
+// A sync call's sink: the caller blocks in wait() until the I/O thread finishes it. The
+// notify happens under the mutex, so the caller cannot return (destroying the sink) before
+// the I/O thread is done touching it.
+template <typename T>
+class SyncCall : public ReplySink {
+ public:
+  Result<T> wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return result_.has_value(); });
+    return std::move(*result_);
+  }
+  void finish(Result<T> result) {
+    std::lock_guard lock(mu_);
+    result_.emplace(std::move(result));
+    cv_.notify_one();
+  }
+  void on_failure(std::uint32_t, const Status& status) override { finish(Result<T>(status)); }
+
+ protected:
+  ~SyncCall() = default;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Result<T>> result_;
+};
+
+Status unexpected_reply(std::string_view what) {
+  return Status(ErrorCode::kProtocolError, "unexpected reply to " + std::string(what));
+}
+
+class PingCall final : public SyncCall<std::chrono::nanoseconds> {
+ public:
+  PingCall() : start_ns_(detail::steady_now_ns()) {}
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    if (reply.header.opcode != Opcode::kPing) return finish(unexpected_reply("PING"));
+    finish(std::chrono::nanoseconds(detail::steady_now_ns() - start_ns_));
+  }
+
+ private:
+  std::uint64_t start_ns_;
+};
+
+class ResetCall final : public SyncCall<bool> {
+ public:
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    std::vector<protocol::ResetStatus> statuses;
+    if (reply.header.opcode != Opcode::kReset ||
+        !protocol::parse_reset_reply(reply.body, statuses) || statuses.size() != 1) {
+      return finish(unexpected_reply("RESET"));
+    }
+    switch (statuses[0]) {
+      case protocol::ResetStatus::kRemoved:
+        return finish(true);
+      case protocol::ResetStatus::kAbsent:
+        return finish(false);
+      case protocol::ResetStatus::kInvalidKey:
+        return finish(Result<bool>(ErrorCode::kInvalidKey, "key is empty or too long"));
+    }
+    finish(unexpected_reply("RESET"));
+  }
+};
+
+class StatsCall final : public SyncCall<std::vector<Stat>> {
+ public:
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    std::vector<protocol::StatEntry> entries;
+    if (reply.header.opcode != Opcode::kStats ||
+        !protocol::parse_stats_reply(reply.body, entries)) {
+      return finish(unexpected_reply("STATS"));
+    }
+    std::vector<Stat> stats;
+    stats.reserve(entries.size());
+    for (protocol::StatEntry& e : entries) stats.push_back(Stat{std::move(e.name), e.value});
+    finish(std::move(stats));
+  }
+};
+
+// Blocks a sync acquire until its callback runs. Same notify-under-mutex rule as SyncCall.
+class DecisionWaiter {
+ public:
+  void set(Result<Decision> result) {
+    std::lock_guard lock(mu_);
+    result_.emplace(std::move(result));
+    cv_.notify_one();
+  }
+  Result<Decision> wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return result_.has_value(); });
+    return std::move(*result_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Result<Decision>> result_;
+};
+
+// Bytes an ACQUIRE item takes on the wire beyond its key, rounded up (docs/PROTOCOL.md).
+constexpr std::size_t kItemOverhead = 32;
+constexpr std::size_t kFrameOverhead = 64;
+
+// A batch split into parts: one ACQUIRE frame each, at most max_batch items and max_frame
+// bytes, all items of a part owned by one connection. Results go back by item index.
+class BatchCall final : public ReplySink {
+ public:
+  struct Part {
+    std::size_t connection = 0;
+    std::uint32_t begin = 0;  // into order
+    std::uint32_t end = 0;
+  };
+
+  BatchCall(std::span<const AcquireRequest> items, std::vector<Result<Decision>>& results)
+      : items_(items), results_(results) {}
+
+  std::vector<std::uint32_t> order;  // item indices, grouped by part
+  std::vector<Part> parts;
+
+  void start(std::size_t outstanding) { outstanding_ = outstanding; }
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return outstanding_ == 0; });
+  }
+
+  void on_reply(std::uint32_t part, const Frame& reply) override {
+    const Part& p = parts[part];
+    const std::size_t count = p.end - p.begin;
+    if (reply.header.opcode != Opcode::kAcquire ||
+        !protocol::parse_acquire_reply(reply.body, scratch_) || scratch_.size() != count) {
+      return on_failure(part, unexpected_reply("ACQUIRE"));
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint32_t item = order[p.begin + i];
+      const Rule& rule = items_[item].rule;
+      results_[item] = detail::to_decision(scratch_[i], rule.limit, rule.period_ms);
+    }
+    done_one();
+  }
+  void on_failure(std::uint32_t part, const Status& status) override {
+    const Part& p = parts[part];
+    for (std::uint32_t i = p.begin; i < p.end; ++i) results_[order[i]] = Result<Decision>(status);
+    done_one();
+  }
+
+ private:
+  void done_one() {
+    std::lock_guard lock(mu_);
+    --outstanding_;
+    if (outstanding_ == 0) cv_.notify_one();
+  }
+
+  std::span<const AcquireRequest> items_;
+  std::vector<Result<Decision>>& results_;
+  std::vector<protocol::AcquireResult> scratch_;  // I/O thread
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t outstanding_ = 0;
+};
+
+}  // namespace
+
+struct Client::Impl {
+  explicit Impl(ClientOptions opts) : options(std::move(opts)), timer(io), work(io.get_executor()) {
+    const auto shortest = std::min(options.timeout, options.connect_timeout);
+    tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
+                                                 std::chrono::milliseconds(10));
+    thread = std::thread([this] { io.run(); });
+  }
+
+  ~Impl() {
+    asio::post(io, [this] {
+      for (Connection* c : snapshot()) c->shut_down();
+      timer.cancel();
+      io.stop();
+    });
+    thread.join();
+  }
+
+  Connection& add_connection(std::string name, asio::ip::tcp::endpoint endpoint,
+                             std::uint16_t expected_shard) {
+    detail::ConnectionConfig config;
+    config.name = std::move(name);
+    config.endpoint = endpoint;
+    config.expected_shard = expected_shard;
+    config.client_name = options.client_name;
+    config.timeout_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
+    config.connect_timeout_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options.connect_timeout).count());
+    auto connection = std::make_unique<Connection>(io, std::move(config), [this] { arm_timer(); });
+    std::lock_guard lock(connections_mu);
+    connections.push_back(std::move(connection));
+    return *connections.back();
+  }
+
+  std::vector<Connection*> snapshot() {
+    std::lock_guard lock(connections_mu);
+    std::vector<Connection*> out;
+    out.reserve(connections.size());
+    for (auto& c : connections) out.push_back(c.get());
+    return out;
+  }
+
+  // I/O thread. One timer for the whole client: while anything is in flight it ticks every
+  // `tick` and each connection fails what is past its deadline. No timer per call.
+  void arm_timer() {
+    if (timer_armed) return;
+    timer_armed = true;
+    timer.expires_after(tick);
+    timer.async_wait([this](const boost::system::error_code& ec) {
+      timer_armed = false;
+      if (ec == asio::error::operation_aborted) return;
+      const std::uint64_t now = detail::steady_now_ns();
+      bool busy = false;
+      for (Connection* c : snapshot()) busy = c->expire(now) || busy;
+      if (busy) arm_timer();
+    });
+  }
+
+  Status check_key(std::string_view key) const {
+    if (key.empty()) return Status(ErrorCode::kInvalidKey, "key is empty");
+    if (key.size() > info.max_key) {
+      return Status(ErrorCode::kInvalidKey, "key is " + std::to_string(key.size()) +
+                                                " bytes, the server's max key is " +
+                                                std::to_string(info.max_key));
+    }
+    return Status();
+  }
+
+  // On failure `done` was not moved from and nothing was queued.
+  Status submit_acquire(const AcquireRequest& request, AcquireCallback& done) {
+    if (Status key_ok = check_key(request.key); !key_ok.ok()) return key_ok;
+    Connection& connection = router->connection(router->route(hash_key(request.key)));
+    Completion completion;
+    completion.callback = &done;
+    completion.policy_quota = request.rule.limit;
+    completion.policy_window_ms = request.rule.period_ms;
+    return connection.submit(
+        [&request](protocol::Bytes& out, std::uint32_t id) {
+          const std::size_t start = protocol::begin_acquire_request(out, id);
+          protocol::add_acquire_item(
+              out, start,
+              protocol::AcquireItem{request.key, request.rule, request.cost, request.peek});
+          protocol::finish_acquire_request(out, start);
+        },
+        completion);
+  }
+
+  Result<Decision> acquire_sync(const AcquireRequest& request) {
+    DecisionWaiter waiter;
+    AcquireCallback done = [&waiter](Result<Decision> r) { waiter.set(std::move(r)); };
+    if (Status queued = submit_acquire(request, done); !queued.ok()) return queued;
+    return waiter.wait();
+  }
+
+  ClientOptions options;
+  asio::io_context io{1};
+  asio::steady_timer timer;
+  bool timer_armed = false;  // I/O thread
+  std::chrono::milliseconds tick{10};
+  std::mutex connections_mu;  // guards the list; connections live until ~Impl
+  std::vector<std::unique_ptr<Connection>> connections;
+  std::unique_ptr<detail::Router> router;
+  ServerInfo info;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::thread thread;
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
+  if (options.servers.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "no servers given");
+  }
+  if (options.timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return Status(ErrorCode::kInvalidArgument, "timeouts must be positive");
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  const ClientOptions& opts = impl->options;
+
+  Status last(ErrorCode::kConnectionFailed, "no server answered");
+  Connection* public_port = nullptr;
+  asio::ip::address address;
+  for (const std::string& server : opts.servers) {
+    std::string host;
+    std::uint16_t port = 0;
+    if (!split_host_port(server, host, port)) {
+      return Status(ErrorCode::kInvalidArgument, "expected HOST:PORT, got \"" + server + "\"");
+    }
+    boost::system::error_code ec;
+    asio::ip::tcp::resolver resolver(impl->io);
+    const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || endpoints.empty()) {
+      last = Status(ErrorCode::kConnectionFailed, "cannot resolve " + host + ": " + ec.message());
+      continue;
+    }
+    const asio::ip::tcp::endpoint endpoint = endpoints.begin()->endpoint();
+    Connection& candidate = impl->add_connection(server, endpoint, protocol::kPublicPort);
+    if (Status ready = candidate.wait_ready(opts.connect_timeout); !ready.ok()) {
+      last = ready;
+      continue;  // the failed connection stays owned by impl, idle
+    }
+    public_port = &candidate;
+    address = endpoint.address();
+    impl->info.endpoint = server;
+    break;
+  }
+  if (public_port == nullptr) return last;
+
+  const protocol::HelloReply hello = public_port->hello();
+  impl->info.node_id = hello.node_id;
+  impl->info.shard_ports = hello.shard_ports;
+  impl->info.max_frame = hello.max_frame;
+  impl->info.max_key = hello.max_key;
+  impl->info.max_batch = hello.max_batch;
+
+  std::vector<Connection*> shards;
+  if (opts.shard_aware && !hello.shard_ports.empty()) {
+    for (std::size_t i = 0; i < hello.shard_ports.size(); ++i) {
+      const asio::ip::tcp::endpoint endpoint(address, hello.shard_ports[i]);
+      std::string name = (address.is_v6() ? "[" + address.to_string() + "]" : address.to_string()) +
+                         ":" + std::to_string(hello.shard_ports[i]);
+      shards.push_back(
+          &impl->add_connection(std::move(name), endpoint, static_cast<std::uint16_t>(i)));
+      shards.back()->begin_connect();  // all handshakes overlap
+    }
+    for (Connection* shard : shards) {
+      if (Status ready = shard->wait_ready(opts.connect_timeout); !ready.ok()) return ready;
+    }
+  }
+  impl->router = std::make_unique<detail::SingleNodeRouter>(*public_port, std::move(shards));
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Result<Decision> Client::acquire(std::string_view key, const Rule& rule, std::uint32_t cost) {
+  return impl_->acquire_sync(AcquireRequest{key, rule, cost, false});
+}
+
+Result<Decision> Client::peek(std::string_view key, const Rule& rule, std::uint32_t cost) {
+  return impl_->acquire_sync(AcquireRequest{key, rule, cost, true});
+}
+
+void Client::acquire_async(const AcquireRequest& request, AcquireCallback done) {
+  Status queued = impl_->submit_acquire(request, done);
+  if (queued.ok()) return;
+  // Refused before sending: still answer on the I/O thread, as promised.
+  asio::post(impl_->io, [done = std::move(done), queued = std::move(queued)]() mutable {
+    done(Result<Decision>(std::move(queued)));
+  });
+}
+
+void Client::acquire_async(std::string_view key, const Rule& rule, std::uint32_t cost,
+                           AcquireCallback done) {
+  acquire_async(AcquireRequest{key, rule, cost, false}, std::move(done));
+}
+
+void Client::acquire_batch(std::span<const AcquireRequest> items,
+                           std::vector<Result<Decision>>& results) {
+  results.assign(items.size(), Result<Decision>(ErrorCode::kClosed, "not sent"));
+  if (items.empty()) return;
+  detail::Router& router = *impl_->router;
+  const ServerInfo& info = impl_->info;
+
+  // Group item indices by owning connection (a counting sort, keeping item order).
+  std::vector<std::uint32_t> owner(items.size());
+  std::vector<std::uint32_t> per_connection(router.size() + 1, 0);
+  const auto kRejected = static_cast<std::uint32_t>(router.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (Status key_ok = impl_->check_key(items[i].key); !key_ok.ok()) {
+      results[i] = Result<Decision>(std::move(key_ok));
+      owner[i] = kRejected;
+    } else {
+      owner[i] = static_cast<std::uint32_t>(router.route(hash_key(items[i].key)));
+    }
+    ++per_connection[owner[i]];
+  }
+  BatchCall call(items, results);
+  std::vector<std::uint32_t> start(router.size() + 1, 0);
+  for (std::size_t c = 1; c < start.size(); ++c) start[c] = start[c - 1] + per_connection[c - 1];
+  call.order.resize(items.size());
+  {
+    std::vector<std::uint32_t> next = start;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      call.order[next[owner[i]]++] = static_cast<std::uint32_t>(i);
+    }
+  }
+  // Cut each connection's run into frames within the server's limits.
+  const std::size_t max_items = std::max<std::size_t>(1, info.max_batch);
+  const std::size_t max_bytes =
+      info.max_frame > kFrameOverhead * 2 ? info.max_frame - kFrameOverhead : info.max_frame;
+  for (std::size_t c = 0; c < router.size(); ++c) {
+    std::uint32_t i = start[c];
+    const std::uint32_t end = start[c] + per_connection[c];
+    while (i < end) {
+      BatchCall::Part part{c, i, i};
+      std::size_t bytes = 0;
+      while (part.end < end && part.end - part.begin < max_items) {
+        const std::size_t item_bytes = items[call.order[part.end]].key.size() + kItemOverhead;
+        if (part.end > part.begin && bytes + item_bytes > max_bytes) break;
+        bytes += item_bytes;
+        ++part.end;
+      }
+      call.parts.push_back(part);
+      i = part.end;
+    }
+  }
+
+  call.start(call.parts.size());
+  for (std::uint32_t p = 0; p < call.parts.size(); ++p) {
+    const BatchCall::Part part = call.parts[p];
+    Completion completion;
+    completion.sink = &call;
+    completion.part = p;
+    Status queued =
+        router.connection(part.connection)
+            .submit(
+                [&](protocol::Bytes& out, std::uint32_t id) {
+                  const std::size_t frame = protocol::begin_acquire_request(out, id);
+                  for (std::uint32_t k = part.begin; k < part.end; ++k) {
+                    const AcquireRequest& r = items[call.order[k]];
+                    protocol::add_acquire_item(
+                        out, frame, protocol::AcquireItem{r.key, r.rule, r.cost, r.peek});
+                  }
+                  protocol::finish_acquire_request(out, frame);
+                },
+                completion);
+    if (!queued.ok()) call.on_failure(p, queued);
+  }
+  call.wait();
+}
+
+std::vector<Result<Decision>> Client::acquire_batch(std::span<const AcquireRequest> items) {
+  std::vector<Result<Decision>> results;
+  acquire_batch(items, results);
+  return results;
+}
+
+Result<bool> Client::reset(std::string_view key) {
+  if (Status key_ok = impl_->check_key(key); !key_ok.ok()) return key_ok;
+  ResetCall call;
+  Completion completion;
+  completion.sink = &call;
+  Connection& connection = impl_->router->connection(impl_->router->route(hash_key(key)));
+  Status queued = connection.submit(
+      [key](protocol::Bytes& out, std::uint32_t id) {
+        const std::string_view keys[1] = {key};
+        protocol::encode_reset_request(out, id, keys);
+      },
+      completion);
+  if (!queued.ok()) return queued;
+  return call.wait();
+}
+
+Result<std::chrono::nanoseconds> Client::ping() {
+  PingCall call;
+  Completion completion;
+  completion.sink = &call;
+  Status queued = impl_->router->control().submit(
+      [](protocol::Bytes& out, std::uint32_t id) {
+        protocol::encode_ping(out, id, std::span<const std::uint8_t>(), false);
+      },
+      completion);
+  if (!queued.ok()) return queued;
+  return call.wait();
+}
+
+Result<std::vector<Stat>> Client::stats() {
+  StatsCall call;
+  Completion completion;
+  completion.sink = &call;
+  Status queued = impl_->router->control().submit(
+      [](protocol::Bytes& out, std::uint32_t id) { protocol::encode_stats_request(out, id); },
+      completion);
+  if (!queued.ok()) return queued;
+  return call.wait();
+}
+
+const ServerInfo& Client::server_info() const { return impl_->info; }
+const ClientOptions& Client::options() const { return impl_->options; }
+
+}  // namespace sluice::client

@@ -1,0 +1,481 @@
+#include "client/connection.h"
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+
+namespace sluice::client::detail {
+namespace {
+
+namespace asio = boost::asio;
+using protocol::Frame;
+using protocol::Opcode;
+
+constexpr std::uint64_t kNsPerMs = 1'000'000;
+constexpr std::uint64_t kFirstBackoffNs = 50 * kNsPerMs;
+constexpr std::uint64_t kMaxBackoffNs = 1000 * kNsPerMs;
+constexpr std::size_t kInitialTable = 256;
+constexpr std::size_t kReadChunk = 64 * 1024;
+// Replies can outgrow the server's request limit (a full batch's results, many stats).
+constexpr std::uint32_t kMaxReplyFrame = 16u << 20;
+
+}  // namespace
+
+Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_t policy_quota,
+                             std::uint64_t policy_window_ms) {
+  using protocol::ItemStatus;
+  switch (result.status) {
+    case ItemStatus::kAllowed:
+    case ItemStatus::kDenied: {
+      Decision d;
+      d.allowed = result.status == ItemStatus::kAllowed;
+      d.limit = result.limit;
+      d.remaining = result.remaining;
+      d.reset_after_ms = result.reset_after_ms;
+      d.retry_after_ms = result.retry_after_ms;
+      d.policy_quota = policy_quota;
+      d.policy_window_ms = policy_window_ms;
+      return d;
+    }
+    case ItemStatus::kInvalidRule:
+      return Result<Decision>(ErrorCode::kInvalidRule,
+                              "the server refused the rule (unknown algorithm, period 0 or too "
+                              "long, cost 0, or a sliding log above its cap)");
+    case ItemStatus::kInvalidKey:
+      return Result<Decision>(ErrorCode::kInvalidKey, "key is empty or longer than the max key");
+    case ItemStatus::kNoMemory:
+      return Result<Decision>(ErrorCode::kNoMemory, "the owning shard has no memory for the key");
+  }
+  return Result<Decision>(ErrorCode::kProtocolError, "unknown item status in ACQUIRE reply");
+}
+
+Status server_error_status(std::span<const std::uint8_t> body) {
+  protocol::ErrorReply error;
+  if (!protocol::parse_error(body, error)) {
+    return Status(ErrorCode::kProtocolError, "unparsable ERROR reply");
+  }
+  std::string message(protocol::error_code_name(error.code));
+  if (!error.message.empty()) {
+    message += ": ";
+    message += error.message;
+  }
+  return Status(ErrorCode::kServerError, std::move(message));
+}
+
+Connection::Connection(asio::io_context& io, ConnectionConfig config,
+                       std::function<void()> arm_timer)
+    : io_(io),
+      config_(std::move(config)),
+      arm_timer_(std::move(arm_timer)),
+      table_(kInitialTable),
+      mask_(kInitialTable - 1),
+      socket_(io),
+      decoder_(kMaxReplyFrame) {}
+
+// ---- any thread ----------------------------------------------------------------------------
+
+Status Connection::admit_locked() {
+  switch (state_) {
+    case State::kClosed:
+      return Status(ErrorCode::kClosed, "client is shutting down");
+    case State::kDisconnected: {
+      const std::uint64_t now = steady_now_ns();
+      if (now < next_attempt_ns_) {
+        return Status(
+            ErrorCode::kConnectionFailed,
+            "not connected to " + config_.name + " (" + last_error_.message() + "); retrying in " +
+                std::to_string((next_attempt_ns_ - now + kNsPerMs - 1) / kNsPerMs) + " ms");
+      }
+      state_ = State::kConnecting;
+      asio::post(io_, [this] { start_connect(); });
+      return Status();
+    }
+    case State::kConnecting:
+    case State::kHandshaking:
+    case State::kReady:
+      return Status();
+  }
+  return Status();
+}
+
+std::uint32_t Connection::next_request_id_locked() {
+  std::uint32_t id = next_id_++;
+  if (id == kHandshakeId) id = next_id_++;
+  return id;
+}
+
+void Connection::insert_locked(std::uint32_t id, const Completion& completion) {
+  if (in_flight_ == 0) oldest_id_ = id;
+  while (table_[id & mask_].active) grow_table_locked();
+  Pending& p = table_[id & mask_];
+  p.id = id;
+  p.active = true;
+  p.part = completion.part;
+  p.deadline_ns = steady_now_ns() + config_.timeout_ns;
+  p.sink = completion.sink;
+  if (completion.callback != nullptr) p.callback = std::move(*completion.callback);
+  p.policy_quota = completion.policy_quota;
+  p.policy_window_ms = completion.policy_window_ms;
+  ++in_flight_;
+}
+
+void Connection::grow_table_locked() {
+  std::vector<Pending> bigger(table_.size() * 2);
+  const auto mask = static_cast<std::uint32_t>(bigger.size() - 1);
+  for (Pending& p : table_) {
+    if (p.active) bigger[p.id & mask] = std::move(p);
+  }
+  table_ = std::move(bigger);
+  mask_ = mask;
+}
+
+void Connection::wake_locked() {
+  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
+  if (writable && !write_in_flight_ && !wake_posted_) {
+    wake_posted_ = true;
+    asio::post(io_, [this] { on_wake(); });
+  }
+}
+
+void Connection::begin_connect() {
+  std::lock_guard lock(mu_);
+  if (state_ != State::kDisconnected) return;
+  next_attempt_ns_ = 0;
+  (void)admit_locked();
+}
+
+Status Connection::wait_ready(std::chrono::milliseconds limit) {
+  std::unique_lock lock(mu_);
+  if (state_ == State::kReady) return Status();
+  const std::uint64_t before = attempts_finished_;
+  if (state_ == State::kDisconnected) {
+    next_attempt_ns_ = 0;
+    if (Status admitted = admit_locked(); !admitted.ok()) return admitted;
+  }
+  if (state_ == State::kClosed) return Status(ErrorCode::kClosed, "client is shutting down");
+  // The I/O thread ends the attempt at the connect deadline; the extra second only guards
+  // against waiting forever if that thread is stuck.
+  const bool finished = handshake_cv_.wait_for(lock, limit + std::chrono::seconds(1), [&] {
+    return attempts_finished_ != before || state_ == State::kClosed;
+  });
+  if (state_ == State::kReady) return Status();
+  if (!finished) return Status(ErrorCode::kTimeout, "no HELLO reply from " + config_.name);
+  if (state_ == State::kClosed) return Status(ErrorCode::kClosed, "client is shutting down");
+  return last_error_;
+}
+
+protocol::HelloReply Connection::hello() const {
+  std::lock_guard lock(mu_);
+  return hello_;
+}
+
+// ---- I/O thread ----------------------------------------------------------------------------
+
+void Connection::start_connect() {
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::kConnecting) return;  // shut down since the post
+  }
+  ++epoch_;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  read_begin_ = read_end_ = 0;
+  server_error_.clear();
+  connect_deadline_ns_ = steady_now_ns() + config_.connect_timeout_ns;
+  const std::uint64_t epoch = epoch_;
+  socket_.async_connect(config_.endpoint, [this, epoch](const boost::system::error_code& ec) {
+    on_connected(epoch, ec);
+  });
+  arm_timer_();
+}
+
+void Connection::on_connected(std::uint64_t epoch, const boost::system::error_code& ec) {
+  if (epoch != epoch_) return;
+  if (ec) {
+    fail_connection(Status(ErrorCode::kConnectionFailed,
+                           "connect to " + config_.name + " failed: " + ec.message()));
+    return;
+  }
+  boost::system::error_code ignored;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+
+  std::unique_lock lock(mu_);
+  if (state_ != State::kConnecting) return;  // shut down meanwhile
+  state_ = State::kHandshaking;
+  // HELLO goes first; whatever callers queued meanwhile is pipelined right behind it.
+  sending_.clear();
+  protocol::encode_hello_request(sending_, kHandshakeId,
+                                 protocol::HelloRequest{protocol::kVersion, config_.client_name});
+  sending_.insert(sending_.end(), out_.begin(), out_.end());
+  out_.clear();
+  write_in_flight_ = true;
+  lock.unlock();
+  asio::async_write(
+      socket_, asio::buffer(sending_),
+      [this, epoch](const boost::system::error_code& e, std::size_t) { on_written(epoch, e); });
+  start_read();
+}
+
+void Connection::on_wake() {
+  std::unique_lock lock(mu_);
+  wake_posted_ = false;
+  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
+  if (!writable || write_in_flight_ || out_.empty()) return;
+  start_write_locked(lock);
+}
+
+void Connection::start_write_locked(std::unique_lock<std::mutex>& lock) {
+  // Swap rather than copy: callers keep appending to the other buffer while this one is sent,
+  // and both keep their capacity.
+  sending_.clear();
+  sending_.swap(out_);
+  write_in_flight_ = true;
+  lock.unlock();
+  arm_timer_();
+  const std::uint64_t epoch = epoch_;
+  asio::async_write(
+      socket_, asio::buffer(sending_),
+      [this, epoch](const boost::system::error_code& ec, std::size_t) { on_written(epoch, ec); });
+}
+
+void Connection::on_written(std::uint64_t epoch, const boost::system::error_code& ec) {
+  if (epoch != epoch_) return;
+  if (ec) {
+    fail_connection(Status(ErrorCode::kConnectionFailed,
+                           "write to " + config_.name + " failed: " + ec.message()));
+    return;
+  }
+  std::unique_lock lock(mu_);
+  write_in_flight_ = false;
+  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
+  if (writable && !out_.empty()) start_write_locked(lock);
+}
+
+void Connection::start_read() {
+  if (read_begin_ == read_end_) {
+    read_begin_ = read_end_ = 0;
+  } else if (read_begin_ > 0) {
+    std::memmove(read_buf_.data(), read_buf_.data() + read_begin_, read_end_ - read_begin_);
+    read_end_ -= read_begin_;
+    read_begin_ = 0;
+  }
+  if (read_buf_.size() < kReadChunk) read_buf_.resize(kReadChunk);
+  // A partial frame that fills the buffer: make room (the decoder bounds the frame size).
+  if (read_end_ == read_buf_.size()) read_buf_.resize(read_buf_.size() * 2);
+  const std::uint64_t epoch = epoch_;
+  socket_.async_read_some(
+      asio::buffer(read_buf_.data() + read_end_, read_buf_.size() - read_end_),
+      [this, epoch](const boost::system::error_code& ec, std::size_t n) { on_read(epoch, ec, n); });
+}
+
+void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& ec, std::size_t n) {
+  if (epoch != epoch_) return;
+  if (ec) {
+    std::string why = ec == asio::error::eof
+                          ? "connection closed by " + config_.name
+                          : "read from " + config_.name + " failed: " + ec.message();
+    if (!server_error_.empty()) why += " after ERROR " + server_error_;
+    fail_connection(Status(ErrorCode::kConnectionFailed, std::move(why)));
+    return;
+  }
+  read_end_ += n;
+
+  Status fatal;
+  ready_.clear();
+  {
+    std::unique_lock lock(mu_);
+    while (read_begin_ < read_end_) {
+      const protocol::DecodeResult r = decoder_.decode(
+          std::span<const std::uint8_t>(read_buf_.data() + read_begin_, read_end_ - read_begin_));
+      if (r.status == protocol::DecodeStatus::kNeedMore) break;
+      if (r.status == protocol::DecodeStatus::kMalformed) {
+        fatal = Status(ErrorCode::kProtocolError,
+                       "malformed reply from " + config_.name + ": " + std::string(r.reason));
+        break;
+      }
+      read_begin_ += r.frame_size;
+      const Frame& frame = r.frame;
+      if (!frame.header.is_reply() && frame.header.opcode != Opcode::kError) {
+        fatal = Status(ErrorCode::kProtocolError, "request frame from " + config_.name);
+        break;
+      }
+      if (frame.header.opcode == Opcode::kError) {
+        server_error_ = server_error_status(frame.body).message();
+      }
+      const std::uint32_t id = frame.header.request_id;
+      if (id == kHandshakeId) {
+        if (state_ != State::kHandshaking) continue;  // an ERROR before closing, e.g. idle
+        if (frame.header.opcode == Opcode::kError) {
+          Status refused = server_error_status(frame.body);
+          fatal =
+              Status(refused.code(), "HELLO refused by " + config_.name + ": " + refused.message());
+          break;
+        }
+        protocol::HelloReply hello;
+        if (frame.header.opcode != Opcode::kHello ||
+            !protocol::parse_hello_reply(frame.body, hello)) {
+          fatal = Status(ErrorCode::kProtocolError, "bad HELLO reply from " + config_.name);
+          break;
+        }
+        if (hello.this_shard != config_.expected_shard) {
+          fatal = Status(ErrorCode::kProtocolError,
+                         config_.name + " is shard " + std::to_string(hello.this_shard) +
+                             ", expected " + std::to_string(config_.expected_shard));
+          break;
+        }
+        hello_ = std::move(hello);
+        state_ = State::kReady;
+        ++attempts_finished_;
+        backoff_ns_ = 0;
+        connect_deadline_ns_ = 0;
+        handshake_cv_.notify_all();
+        continue;
+      }
+      Pending& p = table_[id & mask_];
+      if (!p.active || p.id != id) continue;  // late reply to a call that timed out
+      ready_.emplace_back(std::move(p), frame);
+      p.active = false;
+      p.sink = nullptr;
+      --in_flight_;
+    }
+  }
+  for (auto& [pending, frame] : ready_) complete(pending, &frame, Status());
+  ready_.clear();
+  if (!fatal.ok()) {
+    fail_connection(fatal);
+    return;
+  }
+  start_read();
+}
+
+void Connection::complete(Pending& p, const Frame* reply, const Status& failure) {
+  Status error = failure;
+  if (reply != nullptr && reply->header.opcode == Opcode::kError) {
+    error = server_error_status(reply->body);
+    reply = nullptr;
+  }
+  if (p.sink != nullptr) {
+    if (reply != nullptr) {
+      p.sink->on_reply(p.part, *reply);
+    } else {
+      p.sink->on_failure(p.part, error);
+    }
+    return;
+  }
+  if (!p.callback) return;
+  if (reply == nullptr) {
+    p.callback(Result<Decision>(error));
+  } else if (reply->header.opcode != Opcode::kAcquire ||
+             !protocol::parse_acquire_reply(reply->body, results_) || results_.size() != 1) {
+    p.callback(Result<Decision>(ErrorCode::kProtocolError,
+                                "unexpected reply to ACQUIRE from " + config_.name));
+  } else {
+    p.callback(to_decision(results_[0], p.policy_quota, p.policy_window_ms));
+  }
+  p.callback = nullptr;
+}
+
+void Connection::fail_connection(const Status& why) {
+  ++epoch_;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  connect_deadline_ns_ = 0;
+  failed_.clear();
+  std::uint32_t oldest = 0;
+  {
+    std::lock_guard lock(mu_);
+    oldest = oldest_id_;
+    if (state_ != State::kClosed) {
+      if (state_ == State::kReady) {
+        // A connection that worked: the next call reconnects at once.
+        backoff_ns_ = 0;
+        next_attempt_ns_ = 0;
+      } else {
+        backoff_ns_ = backoff_ns_ == 0 ? kFirstBackoffNs : std::min(backoff_ns_ * 2, kMaxBackoffNs);
+        next_attempt_ns_ = steady_now_ns() + backoff_ns_;
+      }
+      state_ = State::kDisconnected;
+    }
+    last_error_ = why;
+    ++attempts_finished_;
+    write_in_flight_ = false;
+    out_.clear();
+    for (Pending& p : table_) {
+      if (!p.active) continue;
+      failed_.push_back(std::move(p));
+      p.active = false;
+      p.sink = nullptr;
+    }
+    in_flight_ = 0;
+  }
+  handshake_cv_.notify_all();
+  // Oldest first, so callers see failures in submission order.
+  std::sort(failed_.begin(), failed_.end(),
+            [oldest](const Pending& a, const Pending& b) { return a.id - oldest < b.id - oldest; });
+  for (Pending& p : failed_) complete(p, nullptr, why);
+  failed_.clear();
+}
+
+bool Connection::expire(std::uint64_t now_ns) {
+  if (connect_deadline_ns_ != 0 && now_ns >= connect_deadline_ns_) {
+    fail_connection(Status(ErrorCode::kTimeout,
+                           "connect to " + config_.name + " timed out after " +
+                               std::to_string(config_.connect_timeout_ns / kNsPerMs) + " ms"));
+    return false;
+  }
+  bool busy = false;
+  failed_.clear();
+  {
+    std::lock_guard lock(mu_);
+    while (in_flight_ > 0) {
+      Pending& p = table_[oldest_id_ & mask_];
+      if (!p.active || p.id != oldest_id_) {
+        ++oldest_id_;
+        continue;
+      }
+      if (p.deadline_ns > now_ns) break;
+      failed_.push_back(std::move(p));
+      p.active = false;
+      p.sink = nullptr;
+      --in_flight_;
+      ++oldest_id_;
+    }
+    busy = in_flight_ > 0 || state_ == State::kConnecting || state_ == State::kHandshaking;
+  }
+  if (!failed_.empty()) {
+    const Status timeout(ErrorCode::kTimeout, "no reply from " + config_.name + " within " +
+                                                  std::to_string(config_.timeout_ns / kNsPerMs) +
+                                                  " ms");
+    for (Pending& p : failed_) complete(p, nullptr, timeout);
+    failed_.clear();
+  }
+  return busy;
+}
+
+void Connection::shut_down() {
+  ++epoch_;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  connect_deadline_ns_ = 0;
+  failed_.clear();
+  {
+    std::lock_guard lock(mu_);
+    state_ = State::kClosed;
+    out_.clear();
+    for (Pending& p : table_) {
+      if (!p.active) continue;
+      failed_.push_back(std::move(p));
+      p.active = false;
+      p.sink = nullptr;
+    }
+    in_flight_ = 0;
+  }
+  handshake_cv_.notify_all();
+  const Status closed(ErrorCode::kClosed, "client is shutting down");
+  for (Pending& p : failed_) complete(p, nullptr, closed);
+  failed_.clear();
+}
+
+}  // namespace sluice::client::detail

@@ -1,0 +1,179 @@
+// Internal: one pipelined TCP connection to one port of a node (the public port or a shard's).
+//
+// Threading: any thread may submit(); everything else runs on the client's I/O thread. The
+// mutex guards the state shared by both sides (state, outgoing bytes, the pending table); the
+// socket, the buffer being written, the read buffer and the epoch belong to the I/O thread.
+// Replies are matched by request id; callbacks and sinks always run on the I/O thread and
+// outside the mutex, so they may submit again.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+
+namespace sluice::client::detail {
+
+inline std::uint64_t steady_now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+// Receives the outcome of a request submitted with a sink: exactly one call per submitted
+// request, on the I/O thread. `reply` is never an ERROR frame (those arrive as failures).
+class ReplySink {
+ public:
+  virtual void on_reply(std::uint32_t part, const protocol::Frame& reply) = 0;
+  virtual void on_failure(std::uint32_t part, const Status& status) = 0;
+
+ protected:
+  ~ReplySink() = default;
+};
+
+// Who is told about a request's outcome: a sink (sync calls, batch parts) or an acquire
+// callback. For the callback, the rule's quota and window go into the Decision.
+struct Completion {
+  ReplySink* sink = nullptr;
+  std::uint32_t part = 0;
+  AcquireCallback* callback = nullptr;  // moved from only when submit() succeeds
+  std::uint32_t policy_quota = 0;
+  std::uint64_t policy_window_ms = 0;
+};
+
+struct ConnectionConfig {
+  std::string name;  // "host:port", for messages
+  boost::asio::ip::tcp::endpoint endpoint;
+  std::uint16_t expected_shard = protocol::kPublicPort;  // what HELLO must report
+  std::string client_name;
+  std::uint64_t timeout_ns = 0;
+  std::uint64_t connect_timeout_ns = 0;
+};
+
+class Connection {
+ public:
+  // `arm_timer` is called on the I/O thread whenever requests may be waiting on a deadline.
+  Connection(boost::asio::io_context& io, ConnectionConfig config, std::function<void()> arm_timer);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  const ConnectionConfig& config() const { return config_; }
+
+  // Queues one request: `encode(out, request_id)` appends exactly one frame to `out`. Connects
+  // first when disconnected (at most once per backoff interval). A failed Status means nothing
+  // was queued and nobody will be called; the caller reports it.
+  template <typename Encode>
+  Status submit(Encode&& encode, const Completion& completion) {
+    std::unique_lock lock(mu_);
+    if (Status admitted = admit_locked(); !admitted.ok()) return admitted;
+    const std::uint32_t id = next_request_id_locked();
+    encode(out_, id);
+    insert_locked(id, completion);
+    wake_locked();
+    return Status();
+  }
+
+  // Starts connecting now if disconnected, ignoring the backoff (used at start-up).
+  void begin_connect();
+  // Starts connecting if disconnected and waits until HELLO is answered or the attempt fails.
+  Status wait_ready(std::chrono::milliseconds limit);
+  protocol::HelloReply hello() const;
+
+  // I/O thread: fails requests whose deadline passed and a connect that took too long. True
+  // while anything is pending or a connect is in progress (the timer must keep running).
+  bool expire(std::uint64_t now_ns);
+  // I/O thread: fails everything with kClosed, closes the socket and refuses new requests.
+  void shut_down();
+
+ private:
+  enum class State : std::uint8_t { kDisconnected, kConnecting, kHandshaking, kReady, kClosed };
+
+  struct Pending {
+    std::uint32_t id = 0;
+    bool active = false;
+    std::uint32_t part = 0;
+    std::uint64_t deadline_ns = 0;
+    ReplySink* sink = nullptr;
+    AcquireCallback callback;
+    std::uint32_t policy_quota = 0;
+    std::uint64_t policy_window_ms = 0;
+  };
+
+  static constexpr std::uint32_t kHandshakeId = 0;  // HELLO only; never in the table
+
+  Status admit_locked();
+  std::uint32_t next_request_id_locked();
+  void insert_locked(std::uint32_t id, const Completion& completion);
+  void grow_table_locked();
+  void wake_locked();
+
+  // I/O thread.
+  void on_wake();
+  void start_connect();
+  void on_connected(std::uint64_t epoch, const boost::system::error_code& ec);
+  void start_write_locked(std::unique_lock<std::mutex>& lock);
+  void on_written(std::uint64_t epoch, const boost::system::error_code& ec);
+  void start_read();
+  void on_read(std::uint64_t epoch, const boost::system::error_code& ec, std::size_t n);
+  void handle_handshake(const protocol::Frame& frame);
+  void fail_connection(const Status& why);
+  void complete(Pending& pending, const protocol::Frame* reply, const Status& failure);
+
+  boost::asio::io_context& io_;
+  const ConnectionConfig config_;
+  const std::function<void()> arm_timer_;
+
+  mutable std::mutex mu_;
+  std::condition_variable handshake_cv_;
+  State state_ = State::kDisconnected;
+  std::uint64_t attempts_finished_ = 0;  // connect attempts that succeeded or failed
+  Status last_error_;                    // why the last connection or attempt ended
+  std::uint64_t next_attempt_ns_ = 0;    // no reconnect before this (backoff)
+  std::uint64_t backoff_ns_ = 0;
+  protocol::Bytes out_;           // frames queued by submit(), not yet handed to the socket
+  bool wake_posted_ = false;      // an on_wake() is queued
+  bool write_in_flight_ = false;  // an async_write is in flight
+  // Pending table: a ring indexed by request id; ids are sequential, so [oldest_id_,
+  // next_id_) covers everything in flight and deadlines grow with the id (one timeout for all).
+  std::vector<Pending> table_;
+  std::uint32_t mask_ = 0;
+  std::uint32_t next_id_ = 1;
+  std::uint32_t oldest_id_ = 1;
+  std::size_t in_flight_ = 0;
+  protocol::HelloReply hello_;
+
+  // I/O thread only.
+  boost::asio::ip::tcp::socket socket_;
+  std::uint64_t epoch_ = 0;  // bumped per connect attempt; stale handlers compare and leave
+  std::uint64_t connect_deadline_ns_ = 0;
+  protocol::Bytes sending_;  // the buffer async_write is sending
+  std::vector<std::uint8_t> read_buf_;
+  std::size_t read_begin_ = 0;
+  std::size_t read_end_ = 0;
+  protocol::FrameDecoder decoder_;
+  std::string server_error_;  // the last ERROR frame's text, for the close message
+  std::vector<std::pair<Pending, protocol::Frame>> ready_;  // replies matched in one read
+  std::vector<Pending> failed_;
+  std::vector<protocol::AcquireResult> results_;
+};
+
+// Maps one acquire reply item to the client's result.
+Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_t policy_quota,
+                             std::uint64_t policy_window_ms);
+
+// A Status for an ERROR frame's body.
+Status server_error_status(std::span<const std::uint8_t> body);
+
+}  // namespace sluice::client::detail
