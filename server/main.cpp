@@ -1,1 +1,174 @@
-int main() { return 2; }  // placeholder, replaced by the real daemon
+// sluiced: parses flags, starts a Server, and stops it on SIGINT or SIGTERM.
+// Exit status: 0 after a clean stop, 1 when the server cannot start, 2 on bad flags.
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <fmt/core.h>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/program_options.hpp>
+#include <charconv>
+#include <csignal>
+#include <cstdint>
+#include <exception>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "core/units.h"
+#include "server/server.h"
+#include "server/version.h"
+
+namespace {
+
+namespace po = boost::program_options;
+using sluice::server::ServerConfig;
+
+struct FlagError {
+  std::string message;
+};
+
+// A whole decimal number in [min, max]; anything else (sign, suffix, overflow) is an error.
+std::uint64_t parse_number(const std::string& flag, const std::string& text, std::uint64_t min,
+                           std::uint64_t max) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value < min ||
+      value > max) {
+    throw FlagError{
+        fmt::format("--{}: expected a whole number from {} to {}, got '{}'", flag, min, max, text)};
+  }
+  return value;
+}
+
+std::uint64_t parse_size_flag(const std::string& flag, const std::string& text, std::uint64_t min,
+                              std::uint64_t max) {
+  const auto value = sluice::parse_size(text);
+  if (!value || *value < min || *value > max) {
+    throw FlagError{
+        fmt::format("--{}: expected a size from {} to {} bytes (e.g. 64MiB, 1GiB), "
+                    "got '{}'",
+                    flag, min, max, text)};
+  }
+  return *value;
+}
+
+// "1GiB" when the size is a whole number of GiB, and so on down to bytes.
+std::string format_size(std::uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (unit < 4 && bytes != 0 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return fmt::format("{}{}", bytes, kUnits[unit]);
+}
+
+std::string join_ports(const std::vector<std::uint16_t>& ports) {
+  std::string out;
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    if (i != 0) out += ',';
+    out += std::to_string(ports[i]);
+  }
+  return out;
+}
+
+// Returns the config, or nullopt after printing help.
+std::optional<ServerConfig> parse_flags(int argc, char** argv) {
+  po::options_description options("sluiced options");
+  // Values are read as strings and parsed here: program_options accepts "-1" for an unsigned.
+  options.add_options()("help,h", "print this help and exit")(
+      "bind", po::value<std::string>()->default_value("127.0.0.1"), "address to listen on")(
+      "port", po::value<std::string>()->default_value("7420"), "public port (0 = ephemeral)")(
+      "shard-base-port", po::value<std::string>()->default_value("0"),
+      "shard i listens on base + i (0 = port + 1 + i)")(
+      "shards", po::value<std::string>()->default_value("0"), "shard threads (0 = one per core)")(
+      "max-memory", po::value<std::string>()->default_value("1GiB"),
+      "memory for counters across all shards (e.g. 64MiB, 1GiB)")(
+      "max-frame", po::value<std::string>()->default_value("1MiB"), "largest frame body")(
+      "max-key", po::value<std::string>()->default_value("256"), "longest key in bytes")(
+      "max-batch", po::value<std::string>()->default_value("4096"), "most items per request")(
+      "max-connections", po::value<std::string>()->default_value("10000"),
+      "open connections across all ports")(
+      "idle-timeout", po::value<std::string>()->default_value("5m"),
+      "close a connection silent this long (e.g. 30s, 5m; 0 = never)")(
+      "sliding-log-cap", po::value<std::string>()->default_value("10000"),
+      "largest limit a sliding_log rule may have")(
+      "node-id", po::value<std::string>()->default_value(""), "node name (default bind:port)");
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw FlagError{e.what()};
+  }
+  if (vm.count("help") != 0) {
+    std::cout << "Usage: sluiced [options]\n" << options << std::flush;
+    return std::nullopt;
+  }
+  auto text = [&](const char* flag) { return vm[flag].as<std::string>(); };
+
+  ServerConfig config;
+  config.bind = text("bind");
+  config.port = static_cast<std::uint16_t>(parse_number("port", text("port"), 0, 65535));
+  config.shard_base_port = static_cast<std::uint16_t>(
+      parse_number("shard-base-port", text("shard-base-port"), 0, 65535));
+  config.shards = static_cast<unsigned>(parse_number("shards", text("shards"), 0, 1024));
+  config.max_memory =
+      parse_size_flag("max-memory", text("max-memory"), 1, std::numeric_limits<std::size_t>::max());
+  config.max_frame = static_cast<std::uint32_t>(parse_size_flag(
+      "max-frame", text("max-frame"), 64, std::numeric_limits<std::uint32_t>::max()));
+  config.max_key = static_cast<std::uint16_t>(parse_number("max-key", text("max-key"), 1, 65535));
+  config.max_batch =
+      static_cast<std::uint16_t>(parse_number("max-batch", text("max-batch"), 1, 65535));
+  config.max_connections = static_cast<std::uint32_t>(parse_number(
+      "max-connections", text("max-connections"), 1, std::numeric_limits<std::uint32_t>::max()));
+  const auto idle = sluice::parse_duration_ms(text("idle-timeout"));
+  if (!idle) {
+    throw FlagError{
+        fmt::format("--idle-timeout: expected a duration (e.g. 30s, 5m, 0 = never), "
+                    "got '{}'",
+                    text("idle-timeout"))};
+  }
+  config.idle_timeout = std::chrono::milliseconds(*idle);
+  config.sliding_log_cap = static_cast<std::uint32_t>(parse_number(
+      "sliding-log-cap", text("sliding-log-cap"), 1, std::numeric_limits<std::uint32_t>::max()));
+  config.node_id = text("node-id");
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::optional<ServerConfig> config;
+  try {
+    config = parse_flags(argc, argv);
+  } catch (const FlagError& e) {
+    fmt::print(stderr, "sluiced: {}\nTry 'sluiced --help'.\n", e.message);
+    return 2;
+  }
+  if (!config) return 0;
+
+  try {
+    sluice::server::Server server(*config);
+    // Installed before start() so that a signal during start-up already means "stop".
+    boost::asio::io_context signals_io(1);
+    boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+    signals.async_wait([&server](const boost::system::error_code& ec, int) {
+      if (!ec) server.stop();
+    });
+    server.start();
+    fmt::print(
+        "sluiced {} listening on {}:{} (public), shard ports {} ({} shards), max memory {}\n",
+        sluice::server::kSluicedVersion, config->bind, server.port(),
+        join_ports(server.shard_ports()), server.shard_count(), format_size(config->max_memory));
+    std::fflush(stdout);
+    signals_io.run();
+    server.wait();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "sluiced: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,357 @@
+#include "server/shard.h"
+
+#include <utility>
+
+#include <fmt/core.h>
+#include <sys/socket.h>
+#include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/socket_base.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <chrono>
+#include <exception>
+#include <system_error>
+
+#include "server/connection.h"
+
+namespace sluice::server {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr auto kSweepInterval = std::chrono::milliseconds(50);
+// Slots examined per sweep tick: a full pass over the table takes about 100 ticks (5 s), and
+// one tick never examines more than kMaxSweepSlots (well under a millisecond).
+constexpr std::size_t kMinSweepSlots = 4096;
+constexpr std::size_t kMaxSweepSlots = 65536;
+// Inbox tasks handled per drain() before yielding to the connections of this shard.
+constexpr int kDrainBudget = 256;
+// Tasks and pending frames kept for reuse per shard, and the largest batch whose vectors are
+// worth keeping (bigger ones are freed so the pool stays small).
+constexpr std::size_t kMaxPooled = 1024;
+constexpr std::size_t kMaxPooledItems = 512;
+// Backoff after an accept error such as EMFILE, so the loop does not spin.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(20);
+
+using ReusePort = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
+
+[[noreturn]] void throw_bind_error(const boost::system::error_code& ec, std::string_view what,
+                                   const asio::ip::address& address, std::uint16_t port) {
+  throw std::system_error(std::error_code(ec.value(), std::system_category()),
+                          fmt::format("cannot {} {}:{}", what, address.to_string(), port));
+}
+
+// Opens, binds and listens; throws std::system_error naming the address on failure.
+std::uint16_t open_acceptor(tcp::acceptor& acceptor, const asio::ip::address& address,
+                            std::uint16_t port, bool reuse_port) {
+  const tcp::endpoint endpoint(address, port);
+  boost::system::error_code ec;
+  acceptor.open(endpoint.protocol(), ec);
+  if (ec) throw_bind_error(ec, "open a socket for", address, port);
+  acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec && reuse_port) acceptor.set_option(ReusePort(true), ec);
+  if (ec) throw_bind_error(ec, "set socket options on", address, port);
+  acceptor.bind(endpoint, ec);
+  if (ec) throw_bind_error(ec, "bind", address, port);
+  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw_bind_error(ec, "listen on", address, port);
+  const std::uint16_t bound = acceptor.local_endpoint(ec).port();
+  if (ec) throw_bind_error(ec, "read the port of", address, port);
+  return bound;
+}
+
+void log_exception(unsigned shard, std::string_view where, std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    fmt::print(stderr, "sluiced: shard {}: {}: {}\n", shard, where, ex.what());
+  } catch (...) {
+    fmt::print(stderr, "sluiced: shard {}: {}: unknown exception\n", shard, where);
+  }
+}
+
+}  // namespace
+
+void ServerContext::maybe_release() {
+  if (shards_closed.load() != shard_count || tasks_in_flight.load() != 0) return;
+  if (released.exchange(true)) return;
+  for (auto& shard : shards) {
+    Shard* s = shard.get();
+    asio::post(s->io(), [s] { s->release_work(); });
+  }
+}
+
+Shard::Shard(ServerContext& context, unsigned index)
+    : context_(context),
+      index_(index),
+      io_(1),
+      work_(asio::make_work_guard(io_)),
+      table_(TableConfig{.max_bytes = context.config.max_memory / context.shard_count,
+                         .sliding_log_cap = context.config.sliding_log_cap}),
+      sweep_timer_(io_),
+      staging_(context.shard_count) {}
+
+Shard::~Shard() {
+  // Normally empty: shutdown waits for every task to come home. Free stragglers anyway (the
+  // threads have exited, so this thread is the only one left).
+  while (HandoverTask* task = inbox_.pop()) delete task;
+}
+
+std::uint16_t Shard::listen_public(const asio::ip::address& address, std::uint16_t port) {
+  public_acceptor_.emplace(io_);
+  return open_acceptor(*public_acceptor_, address, port, /*reuse_port=*/true);
+}
+
+std::uint16_t Shard::listen_shard(const asio::ip::address& address, std::uint16_t port) {
+  shard_acceptor_.emplace(io_);
+  return open_acceptor(*shard_acceptor_, address, port, /*reuse_port=*/false);
+}
+
+void Shard::spawn() {
+  auto on_exit = [this](const char* what) {
+    return [this, what](std::exception_ptr e) {
+      if (e) log_exception(index_, what, e);
+    };
+  };
+  if (public_acceptor_) {
+    asio::co_spawn(io_, accept_loop(*public_acceptor_, true), on_exit("public accept loop"));
+  }
+  if (shard_acceptor_) {
+    asio::co_spawn(io_, accept_loop(*shard_acceptor_, false), on_exit("shard accept loop"));
+  }
+  asio::co_spawn(io_, sweep_loop(), on_exit("sweep loop"));
+}
+
+void Shard::run() {
+  for (;;) {
+    try {
+      io_.run();
+      return;
+    } catch (...) {
+      // Handlers do not throw by design; if one does, log it and keep the shard serving.
+      log_exception(index_, "event loop", std::current_exception());
+    }
+  }
+}
+
+void Shard::request_stop() {
+  asio::post(io_, [this] { close_all(); });
+}
+
+void Shard::release_work() { work_.reset(); }
+
+void Shard::close_all() {
+  if (stopping_) return;
+  stopping_ = true;
+  boost::system::error_code ec;
+  if (public_acceptor_) public_acceptor_->close(ec);
+  if (shard_acceptor_) shard_acceptor_->close(ec);
+  sweep_timer_.cancel();
+  // close() removes the connection from the set, so work on a copy.
+  const std::vector<Connection*> open(connections_.begin(), connections_.end());
+  for (Connection* connection : open) connection->close();
+  context_.shards_closed.fetch_add(1);
+  context_.maybe_release();
+}
+
+asio::awaitable<void> Shard::accept_loop(tcp::acceptor& acceptor, bool public_port) {
+  asio::steady_timer backoff(io_);
+  while (!stopping_) {
+    boost::system::error_code ec;
+    tcp::socket socket =
+        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (stopping_ || ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+    if (ec) {
+      // Out of descriptors or a connection reset before it was accepted: try again shortly.
+      fmt::print(stderr, "sluiced: shard {}: accept: {}\n", index_, ec.message());
+      backoff.expires_after(kAcceptBackoff);
+      co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
+    accept(std::move(socket), public_port);
+  }
+}
+
+void Shard::accept(tcp::socket socket, bool public_port) {
+  boost::system::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);  // replies are small and latency matters
+  const std::uint16_t this_shard =
+      public_port ? protocol::kPublicPort : static_cast<std::uint16_t>(index_);
+
+  const std::uint32_t before = context_.connections.fetch_add(1, std::memory_order_relaxed);
+  if (before >= context_.config.max_connections) {
+    context_.connections.fetch_sub(1, std::memory_order_relaxed);
+    counters_[Stat::kRejectedConnections].add();
+    auto refused = std::make_shared<Connection>(*this, std::move(socket), this_shard, false);
+    refused->start_refused(
+        protocol::ErrorCode::kTooManyConnections,
+        fmt::format("too many connections (max {})", context_.config.max_connections));
+    return;
+  }
+  counters_[Stat::kConnections].add();
+  counters_[Stat::kConnectionsTotal].add();
+  auto connection = std::make_shared<Connection>(*this, std::move(socket), this_shard, true);
+  connections_.insert(connection.get());
+  connection->start();
+}
+
+void Shard::on_connection_closed(Connection* connection, bool counted) {
+  connections_.erase(connection);
+  if (counted) {
+    counters_[Stat::kConnections].sub();
+    context_.connections.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+asio::awaitable<void> Shard::sweep_loop() {
+  while (!stopping_) {
+    boost::system::error_code ec;
+    sweep_timer_.expires_after(kSweepInterval);
+    co_await sweep_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (stopping_) break;
+    const std::size_t budget =
+        std::clamp<std::size_t>(table_.stats().slots / 100, kMinSweepSlots, kMaxSweepSlots);
+    table_.sweep(context_.clock->now_ns(), budget);
+    publish_table_stats();
+  }
+}
+
+protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& rule,
+                                             std::uint32_t cost, bool peek, std::uint64_t now_ns) {
+  const TableAnswer answer = table_.acquire(hash, rule, Request{now_ns, cost, peek});
+  if (answer.outcome == TableOutcome::kNoMemory) {
+    protocol::AcquireResult result;
+    result.status = protocol::ItemStatus::kNoMemory;
+    result.limit = rule.capacity();
+    result.retry_after_ms = 0;
+    return result;
+  }
+  protocol::AcquireResult result = protocol::to_result(answer.decision);
+  result.status =
+      answer.decision.allowed ? protocol::ItemStatus::kAllowed : protocol::ItemStatus::kDenied;
+  if (!peek) counters_[answer.decision.allowed ? Stat::kAllowed : Stat::kDenied].add();
+  return result;
+}
+
+protocol::ResetStatus Shard::reset_local(const KeyHash& hash, std::uint64_t now_ns) {
+  return table_.reset(hash, now_ns) ? protocol::ResetStatus::kRemoved
+                                    : protocol::ResetStatus::kAbsent;
+}
+
+void Shard::publish_table_stats() {
+  const TableStats stats = table_.stats();
+  counters_[Stat::kKeys].set(stats.keys);
+  counters_[Stat::kMemoryBytes].set(stats.memory_bytes);
+  counters_[Stat::kSlots].set(stats.slots);
+  counters_[Stat::kExpired].set(stats.expired);
+  counters_[Stat::kEvictedLru].set(stats.evicted_lru);
+  counters_[Stat::kFailedInserts].set(stats.failed_inserts);
+}
+
+PendingFrame* Shard::new_pending_frame() {
+  if (free_frames_.empty()) return new PendingFrame();
+  PendingFrame* frame = free_frames_.back().release();
+  free_frames_.pop_back();
+  return frame;
+}
+
+void Shard::recycle_pending_frame(PendingFrame* frame) {
+  std::unique_ptr<PendingFrame> owned(frame);
+  if (free_frames_.size() < kMaxPooled && owned->acquire_results.capacity() <= kMaxPooledItems &&
+      owned->reset_results.capacity() <= kMaxPooledItems) {
+    owned->tasks_pending = 0;
+    free_frames_.push_back(std::move(owned));
+  }
+}
+
+HandoverTask* Shard::new_task() {
+  context_.tasks_in_flight.fetch_add(1);
+  if (free_tasks_.empty()) return new HandoverTask();
+  HandoverTask* task = free_tasks_.back().release();
+  free_tasks_.pop_back();
+  return task;
+}
+
+void Shard::recycle_task(HandoverTask* task) {
+  std::unique_ptr<HandoverTask> owned(task);
+  owned->connection.reset();
+  owned->frame = nullptr;
+  owned->items.clear();
+  if (free_tasks_.size() < kMaxPooled && owned->items.capacity() <= kMaxPooledItems) {
+    free_tasks_.push_back(std::move(owned));
+  }
+}
+
+void Shard::send(unsigned to, HandoverTask* task) {
+  Shard& target = *context_.shards[to];
+  target.inbox_.push(task);
+  // Pairs with drain(): whoever flips the flag from false posts the one drain().
+  if (!target.drain_scheduled_.exchange(true)) {
+    Shard* t = &target;
+    asio::post(target.io_, [t] { t->drain(); });
+  }
+}
+
+void Shard::drain() {
+  int handled = 0;
+  while (handled < kDrainBudget) {
+    HandoverTask* task = inbox_.pop();
+    if (task == nullptr) break;
+    ++handled;
+    if (task->phase == HandoverTask::Phase::kRun) {
+      run_task(task);
+    } else {
+      finish_task(task);
+    }
+  }
+  if (handled == kDrainBudget) {
+    // More may be waiting: stay scheduled, but let this shard's connections run first.
+    asio::post(io_, [this] { drain(); });
+    return;
+  }
+  // Dekker-style hand-off with send(): store false, then look at the queue (both seq_cst).
+  // A producer that pushed before our look is seen here; one that pushes after it finds the
+  // flag false and posts a new drain().
+  drain_scheduled_.store(false);
+  if (inbox_.empty()) return;
+  if (!drain_scheduled_.exchange(true)) asio::post(io_, [this] { drain(); });
+}
+
+void Shard::run_task(HandoverTask* task) {
+  const std::uint64_t now_ns = context_.clock->now_ns();
+  PendingFrame& frame = *task->frame;
+  if (task->opcode == protocol::Opcode::kAcquire) {
+    for (const HandoverItem& item : task->items) {
+      frame.acquire_results[item.index] =
+          acquire_local(item.hash, item.rule, item.cost, item.peek, now_ns);
+    }
+  } else {
+    for (const HandoverItem& item : task->items) {
+      frame.reset_results[item.index] = reset_local(item.hash, now_ns);
+    }
+  }
+  // Publish before the answer leaves: a client that sees the reply and then asks for STATS
+  // sees this shard's table as of this task.
+  publish_table_stats();
+  task->phase = HandoverTask::Phase::kDone;
+  send(task->origin, task);  // the task belongs to its origin again: do not touch it after this
+}
+
+void Shard::finish_task(HandoverTask* task) {
+  PendingFrame* frame = task->frame;
+  std::shared_ptr<Connection> connection = std::move(task->connection);
+  recycle_task(task);
+  if (--frame->tasks_pending == 0) {
+    connection->finish_frame(*frame);
+    recycle_pending_frame(frame);
+  }
+  connection.reset();
+  context_.tasks_in_flight.fetch_sub(1);
+  if (stopping_) context_.maybe_release();
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,172 @@
+// A shard: one thread, one io_context, one CounterTable, a listener on its own port and one on
+// the shared public port, and an inbox for work handed over by other shards. Everything here
+// except the inbox, the counters and the wake-up flag is touched by the shard's thread only.
+// docs/ARCHITECTURE.md describes the threads, the request flow and shutdown.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <atomic>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "core/algorithms.h"
+#include "core/clock.h"
+#include "core/key_hash.h"
+#include "core/rule.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+#include "server/mpsc_queue.h"
+#include "server/server.h"
+#include "server/shard_counters.h"
+#include "server/table/counter_table.h"
+
+namespace sluice::server {
+
+class Connection;
+class Shard;
+
+// A frame whose items are partly answered by other shards. Owned by the connection's shard;
+// owners write only the result slots named by their items, and only until they hand the task
+// back, so the slots need no synchronisation beyond the queue's release/acquire.
+struct PendingFrame {
+  protocol::Opcode opcode = protocol::Opcode::kAcquire;
+  std::uint32_t request_id = 0;
+  std::uint32_t tasks_pending = 0;  // tasks not yet back; the reply is sent when it reaches 0
+  std::vector<protocol::AcquireResult> acquire_results;
+  std::vector<protocol::ResetStatus> reset_results;
+};
+
+// One item for the owning shard: the key is already hashed, so the task does not point into
+// the connection's input buffer.
+struct HandoverItem {
+  KeyHash hash;
+  Rule rule;
+  std::uint32_t cost = 1;
+  bool peek = false;
+  std::uint32_t index = 0;  // slot in the PendingFrame's results
+};
+
+// The unit of cross-shard work: all the items of one frame that one other shard owns. It goes
+// to the owner (kRun) and comes back to its origin (kDone) through the shards' inboxes.
+struct HandoverTask : MpscNode {
+  enum class Phase : std::uint8_t { kRun, kDone };
+  Phase phase = Phase::kRun;
+  protocol::Opcode opcode = protocol::Opcode::kAcquire;
+  unsigned origin = 0;
+  std::shared_ptr<Connection> connection;  // kept alive until the task is back, even if closed
+  PendingFrame* frame = nullptr;
+  std::vector<HandoverItem> items;
+};
+
+// State shared by all shards. Set up before the threads start; afterwards only the atomics
+// change.
+struct ServerContext {
+  ServerConfig config;
+  const Clock* clock = nullptr;
+  unsigned shard_count = 1;
+  std::vector<std::unique_ptr<Shard>> shards;
+  std::uint16_t public_port = 0;
+  std::vector<std::uint16_t> shard_ports;
+  std::string node_id;
+
+  std::atomic<std::uint32_t> connections{0};  // open connections on all shards (max_connections)
+
+  // Shutdown: the shards keep running until every shard has closed its listeners and
+  // connections and every hand-over task is back home; then their work guards are released.
+  std::atomic<unsigned> shards_closed{0};
+  std::atomic<std::uint64_t> tasks_in_flight{0};
+  std::atomic<bool> released{false};
+  void maybe_release();
+};
+
+class Shard {
+ public:
+  Shard(ServerContext& context, unsigned index);
+  ~Shard();
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  // Calling thread, before run(). Throw std::system_error on failure. `port` 0 = ephemeral;
+  // both return the bound port.
+  std::uint16_t listen_public(const boost::asio::ip::address& address, std::uint16_t port);
+  std::uint16_t listen_shard(const boost::asio::ip::address& address, std::uint16_t port);
+
+  // Calling thread, once, before run(): queues the accept loops and the sweep timer.
+  void spawn();
+  // The shard thread's body: returns once the shard has stopped and all work is done.
+  void run();
+  // Any thread: closes listeners and connections; the thread exits when in-flight work is done.
+  void request_stop();
+  // Shard thread: lets run() return once no handler is left (the last step of shutdown).
+  void release_work();
+
+  unsigned index() const { return index_; }
+  boost::asio::io_context& io() { return io_; }
+  ServerContext& context() { return context_; }
+  ShardCounters& counters() { return counters_; }
+  const ShardCounters& counters() const { return counters_; }
+
+  // ---- shard thread only -------------------------------------------------------------------
+
+  // One decision on this shard's table; counts allowed/denied.
+  protocol::AcquireResult acquire_local(const KeyHash& hash, const Rule& rule, std::uint32_t cost,
+                                        bool peek, std::uint64_t now_ns);
+  protocol::ResetStatus reset_local(const KeyHash& hash, std::uint64_t now_ns);
+  // Copies the table's statistics into the counters other threads read.
+  void publish_table_stats();
+
+  // Scratch per destination shard for the item being grouped by a connection handler.
+  std::vector<std::vector<HandoverItem>>& staging() { return staging_; }
+  PendingFrame* new_pending_frame();
+  void recycle_pending_frame(PendingFrame* frame);
+  HandoverTask* new_task();
+  // Sends a task to shard `to` (owner or origin) and wakes it if it is not already draining.
+  void send(unsigned to, HandoverTask* task);
+
+  void on_connection_closed(Connection* connection, bool counted);
+
+ private:
+  boost::asio::awaitable<void> accept_loop(boost::asio::ip::tcp::acceptor& acceptor,
+                                           bool public_port);
+  boost::asio::awaitable<void> sweep_loop();
+  void accept(boost::asio::ip::tcp::socket socket, bool public_port);
+  void close_all();
+  void drain();
+  void run_task(HandoverTask* task);
+  void finish_task(HandoverTask* task);
+  void recycle_task(HandoverTask* task);
+
+  ServerContext& context_;
+  const unsigned index_;
+  boost::asio::io_context io_;  // declared early: destroyed after everything bound to it
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  CounterTable table_;
+  ShardCounters counters_;
+
+  // Inbox: any thread pushes; this thread pops. drain_scheduled_ is true from the moment a
+  // drain() is posted until it has found the inbox empty.
+  MpscQueue<HandoverTask> inbox_;
+  alignas(64) std::atomic<bool> drain_scheduled_{false};
+
+  std::optional<boost::asio::ip::tcp::acceptor> public_acceptor_;
+  std::optional<boost::asio::ip::tcp::acceptor> shard_acceptor_;
+  boost::asio::steady_timer sweep_timer_;
+  bool stopping_ = false;
+  std::unordered_set<Connection*> connections_;  // open connections, for close_all()
+
+  std::vector<std::vector<HandoverItem>> staging_;
+  std::vector<std::unique_ptr<PendingFrame>> free_frames_;
+  std::vector<std::unique_ptr<HandoverTask>> free_tasks_;
+};
+
+}  // namespace sluice::server

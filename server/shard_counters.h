@@ -1,0 +1,80 @@
+// Per-shard statistics. Each counter has exactly one writer, the shard's own thread, so it is a
+// relaxed load plus a relaxed store (no locked read-modify-write); any thread may read it to
+// answer STATS. Values read from different counters are not a consistent snapshot.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace sluice::server {
+
+class SingleWriterCounter {
+ public:
+  // Owner thread only.
+  void add(std::uint64_t n = 1) {
+    value_.store(value_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  void sub(std::uint64_t n = 1) {
+    value_.store(value_.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
+  }
+  void set(std::uint64_t v) { value_.store(v, std::memory_order_relaxed); }
+  // Any thread.
+  std::uint64_t get() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> value_{0};
+};
+
+// The names are part of STATS ("shard.<i>.<name>", "total.<name>"), documented in
+// docs/PROTOCOL.md; the order here is the order of the reply.
+enum class Stat : std::size_t {
+  kKeys,
+  kMemoryBytes,
+  kSlots,
+  kAllowed,
+  kDenied,
+  kInvalidItems,
+  kExpired,
+  kEvictedLru,
+  kFailedInserts,
+  kHandedOver,
+  kConnections,
+  kConnectionsTotal,
+  kProtocolErrors,
+  kIdleClosed,
+  kRejectedConnections,
+  kCount,
+};
+
+inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCount)> kStatNames = {
+    "keys",
+    "memory_bytes",
+    "slots",
+    "allowed",
+    "denied",
+    "invalid_items",
+    "expired",
+    "evicted_lru",
+    "failed_inserts",
+    "handed_over",
+    "connections",
+    "connections_total",
+    "protocol_errors",
+    "idle_closed",
+    "rejected_connections",
+};
+
+// Padded so that two shards' counters never share a cache line.
+struct alignas(64) ShardCounters {
+  std::array<SingleWriterCounter, static_cast<std::size_t>(Stat::kCount)> values;
+
+  SingleWriterCounter& operator[](Stat s) { return values[static_cast<std::size_t>(s)]; }
+  const SingleWriterCounter& operator[](Stat s) const {
+    return values[static_cast<std::size_t>(s)];
+  }
+};
+
+}  // namespace sluice::server
