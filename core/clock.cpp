@@ -1,0 +1,18 @@
+#include "core/clock.h"
+
+#include <chrono>
+
+namespace sluice {
+
+std::uint64_t SystemClock::now_ns() const {
+  const auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch).count());
+}
+
+const SystemClock& SystemClock::instance() {
+  static const SystemClock clock;
+  return clock;
+}
+
+}  // namespace sluice

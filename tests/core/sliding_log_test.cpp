@@ -1,0 +1,99 @@
+#include <catch2/catch.hpp>
+
+#include "tests/core/algorithm_checks.h"
+
+namespace sluice {
+namespace {
+
+using test::kMs;
+using test::kSec;
+using test::OwnedLog;
+using test::run_table;
+using test::Step;
+using test::Subject;
+
+const Rule kThreePerSecond{.algorithm = Algorithm::kSlidingLog, .limit = 3, .period_ms = 1000};
+
+TEST_CASE("sliding log counts exactly the units admitted in the trailing period", "[sliding_log]") {
+  run_table(Subject::sliding(3), kThreePerSecond,
+            {
+                {0, 1, true, 2, 1000 * kMs, 0},
+                {200 * kMs, 1, true, 1, 1000 * kMs, 0},
+                // Two asked, one left: the entry stamped 0 must leave first, at 1 s.
+                {500 * kMs, 2, false, 1, 700 * kMs, 500 * kMs},
+                {500 * kMs, 1, true, 0, 1000 * kMs, 0},
+                {1 * kSec - 1, 1, false, 0, 500 * kMs + 1, 1},
+                // An entry stamped t has expired at exactly t + period.
+                {1000 * kMs, 1, true, 0, 1000 * kMs, 0},
+                {1200 * kMs, 1, true, 0, 1000 * kMs, 0},  // the ring wraps around
+                {1300 * kMs, 4, false, 0, 900 * kMs, kNever},
+                // Three asked: all of 0.5 s, 1.0 s and 1.2 s must leave, the last at 2.2 s.
+                {1300 * kMs, 3, false, 0, 900 * kMs, 900 * kMs},
+                {2200 * kMs, 3, true, 0, 1000 * kMs, 0},
+            });
+}
+
+TEST_CASE("sliding log never admits more than N in any period-long span", "[sliding_log]") {
+  const Rule rule{.algorithm = Algorithm::kSlidingLog, .limit = 50, .period_ms = 100};
+  OwnedLog log(50);
+  std::vector<std::uint64_t> admitted;
+  for (std::uint64_t t = 0; t < 2 * kSec; t += 777'777) {
+    if (log.step(rule, Request{.now_ns = t}).allowed) admitted.push_back(t);
+  }
+  REQUIRE(admitted.size() > 50);
+  for (std::size_t i = 50; i < admitted.size(); ++i) {
+    CHECK(admitted[i] - admitted[i - 50] >= rule.period_ns());
+  }
+}
+
+TEST_CASE("sliding log peek answers without touching the log", "[sliding_log]") {
+  OwnedLog log(3);
+  log.step(kThreePerSecond, Request{.now_ns = 0, .cost = 2});
+  const OwnedLog before = log;
+  // At 1.5 s both entries have expired: a peek sees them gone but does not drop them.
+  const Decision d =
+      log.step(kThreePerSecond, Request{.now_ns = 1500 * kMs, .cost = 3, .peek = true});
+  CHECK(d.allowed);
+  CHECK(log == before);
+}
+
+TEST_CASE("sliding log: an empty log is a fresh key", "[sliding_log]") {
+  OwnedLog log(3);
+  log.step(kThreePerSecond, Request{.now_ns = 10 * kSec, .cost = 3});
+  CHECK_FALSE(log.step(kThreePerSecond, Request{.now_ns = 10 * kSec}).allowed);
+  log.head = 0;
+  log.count = 0;
+  CHECK(log.step(kThreePerSecond, Request{.now_ns = 10 * kSec, .cost = 3}).allowed);
+}
+
+TEST_CASE("sliding log is idle once its newest entry has expired", "[sliding_log]") {
+  Subject s = Subject::sliding(3);
+  CHECK(s.idle_at(kThreePerSecond) == 0);
+  s.step(kThreePerSecond, Request{.now_ns = 4 * kSec, .cost = 1});
+  s.step(kThreePerSecond, Request{.now_ns = 4'600 * kMs, .cost = 2});
+  CHECK(s.idle_at(kThreePerSecond) == 5'600 * kMs);
+  test::check_idle_at_is_tight(s, kThreePerSecond);
+}
+
+TEST_CASE("sliding log stamps a request behind the newest entry at that entry's time",
+          "[sliding_log]") {
+  OwnedLog log(3);
+  log.step(kThreePerSecond, Request{.now_ns = 5 * kSec, .cost = 2});
+  // The clock steps back 1 s; the unit is stamped 5 s, so it lapses at 6 s.
+  const Decision d = log.step(kThreePerSecond, Request{.now_ns = 4 * kSec});
+  CHECK(d.allowed);
+  CHECK(d.reset_after_ns == 2 * kSec);
+  CHECK(log.step(kThreePerSecond, Request{.now_ns = 6 * kSec, .cost = 3}).allowed);
+}
+
+TEST_CASE("sliding log with a ring smaller than its limit never writes past the ring",
+          "[sliding_log]") {
+  OwnedLog log(2);
+  CHECK(log.step(kThreePerSecond, Request{.now_ns = 0, .cost = 2}).allowed);
+  const Decision d = log.step(kThreePerSecond, Request{.now_ns = 0, .cost = 1});
+  CHECK_FALSE(d.allowed);
+  CHECK(log.count == 2);
+}
+
+}  // namespace
+}  // namespace sluice
