@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/decision.h"
 #include "core/key_hash.h"
 #include "protocol/messages.h"
 
@@ -47,6 +48,19 @@ TEST_CASE("docs example: the allowed reply to that ACQUIRE encodes to the docume
       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // retry_after_ms 0
   };
   CHECK(out == expected);
+}
+
+TEST_CASE("docs example: a request that can never be allowed encodes retry_after as all ones") {
+  const AcquireResult result{ItemStatus::kDenied, 20, 20, 0, kNever};
+  Bytes out;
+  encode_acquire_reply(out, 7, std::span(&result, 1));
+  const Bytes expected_result = {
+      0x00, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x00,  // denied, 20, 20
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,                          // reset 0
+      0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,                          // never
+  };
+  REQUIRE(out.size() == kHeaderSize + 4 + 28);
+  CHECK(Bytes(out.begin() + kHeaderSize + 4, out.end()) == expected_result);
 }
 
 TEST_CASE("docs example: user:42 routes to shard 2 of 4 and shard 5 of 8") {
