@@ -7,10 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "core/algorithms.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "server/table/log_arena.h"
 
 namespace sluice::server {
 
@@ -24,9 +26,9 @@ struct TableStats {
   std::uint64_t keys = 0;          // live records
   std::uint64_t memory_bytes = 0;  // slot array + sliding-log storage, as allocated
   std::uint64_t slots = 0;
-  std::uint64_t expired = 0;        // records dropped because they had expired (lazily or by sweep)
-  std::uint64_t evicted_lru = 0;    // live records evicted to make room under the cap
-  std::uint64_t failed_inserts = 0; // requests answered kNoMemory
+  std::uint64_t expired = 0;      // records dropped because they had expired (lazily or by sweep)
+  std::uint64_t evicted_lru = 0;  // live records evicted to make room under the cap
+  std::uint64_t failed_inserts = 0;  // requests answered kNoMemory
 };
 
 enum class TableOutcome : std::uint8_t { kOk, kNoMemory };
@@ -58,11 +60,78 @@ class CounterTable {
   std::size_t sweep(std::uint64_t now_ns, std::size_t max_slots);
 
   TableStats stats() const;
+  // Records stored, including expired ones not yet dropped.
   std::size_t size() const;
   std::size_t memory_bytes() const;
 
+  ~CounterTable();
+
+  // Hint: start loading the key's home slot into cache (call it a few requests ahead).
+  void prefetch(const KeyHash& key) const;
+
+  // Test seam: checks the slot array's ordering, displacement bound and gap invariants and the
+  // record count. O(slots).
+  bool TEST_check_invariants() const;
+
+  // A key lives within kMaxDisplacement slots after its home slot; the array has that many
+  // slots (plus one) past the last home, so probes never wrap.
+  static constexpr std::size_t kMaxDisplacement = 63;
+  // Records examined to pick a victim when the table is full (see docs/TABLE.md).
+  static constexpr std::size_t kEvictionCandidates = 16;
+  // Smaller caps are raised to this: the smallest table plus one arena chunk.
+  static constexpr std::size_t kMinMaxBytes = 8 << 10;
+
  private:
-  // (record layout, slot array, sliding-log arena: see counter_table.cpp)
+  // One slot, 40 bytes. `meta` packs, low to high: the algorithm (3 bits, 0 = empty slot), a
+  // last-used stamp (16 bits of now_ns >> 26, ~67 ms, for approximate LRU) and the expiry
+  // (the top 45 bits: idle_at_ns rounded up to a multiple of 2^19 ns, ~0.5 ms).
+  struct Record {
+    std::uint64_t fp_lo = 0;
+    std::uint64_t fp_hi = 0;
+    CounterState state;
+    std::uint64_t meta = 0;
+  };
+  static_assert(sizeof(Record) == 40);
+  struct FreeRecords {
+    void operator()(Record* records) const;
+  };
+  struct Probe {
+    std::size_t pos;  // the record's slot, or where it would be inserted
+    bool found;
+  };
+
+  std::size_t total_slots() const { return home_slots_ + kMaxDisplacement + 1; }
+  std::size_t home_of(std::uint64_t fp_lo) const;
+  Probe find(const KeyHash& key) const;
+  // The most home slots the cap allows next to the arena's current size.
+  std::size_t max_home_slots() const;
+  bool grow(std::uint64_t now_ns);
+  // Stores `record` (known absent, insertion point `pos`), making room if needed.
+  bool insert(const Record& record, std::size_t pos, std::uint64_t now_ns);
+  // Puts `record` (insertion point `pos`) using slot `sink`, which is empty or
+  // holds a record already released, by shifting the records between them by one.
+  void place(const Record& record, std::size_t pos, std::size_t sink);
+  // Removes the record at `pos` (releasing its ring) and closes the gap.
+  void erase(std::size_t pos);
+  void release_ring(Record& record);
+  // The answer for a key with no state; stores nothing.
+  TableAnswer answer_fresh(const Rule& rule, const Request& request);
+  TableAnswer update_existing(std::size_t pos, const Rule& rule, const Request& request);
+  TableAnswer insert_new(const KeyHash& key, std::size_t pos, const Rule& rule,
+                         const Request& request);
+  std::uint64_t* allocate_ring(std::uint32_t ring_class);
+
+  std::size_t max_bytes_;
+  std::uint32_t sliding_log_cap_;
+  LogArena arena_;
+  std::unique_ptr<Record[], FreeRecords> slots_;
+  std::size_t home_slots_ = 0;  // homes are [0, home_slots_)
+  std::size_t max_size_ = 0;    // records allowed before the table grows (load ~0.9)
+  std::size_t size_ = 0;
+  std::size_t sweep_cursor_ = 0;
+  std::uint64_t expired_ = 0;
+  std::uint64_t evicted_lru_ = 0;
+  std::uint64_t failed_inserts_ = 0;
 };
 
 }  // namespace sluice::server

@@ -1,0 +1,466 @@
+#include "server/table/counter_table.h"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/key_hash.h"
+
+using namespace sluice;
+using sluice::server::CounterTable;
+using sluice::server::TableAnswer;
+using sluice::server::TableConfig;
+using sluice::server::TableOutcome;
+
+namespace {
+
+constexpr std::uint64_t kMs = 1'000'000;
+constexpr std::uint64_t kSec = 1'000 * kMs;
+constexpr std::uint64_t kT0 = 1'700'000'000 * kSec;  // an arbitrary wall-clock instant
+
+KeyHash key(int i) { return hash_key("key:" + std::to_string(i)); }
+
+Request at(std::uint64_t now_ns, std::uint32_t cost = 1, bool peek = false) {
+  return Request{now_ns, cost, peek};
+}
+
+const Rule kFixed10{Algorithm::kFixedWindow, 10, 1000, 0};
+const Rule kBucket10{Algorithm::kTokenBucket, 10, 1000, 0};
+const Rule kHourly{Algorithm::kGcra, 100, 3600 * 1000, 0};
+
+TableConfig config(std::size_t max_bytes, std::size_t initial_slots = 1024) {
+  TableConfig c;
+  c.max_bytes = max_bytes;
+  c.initial_slots = initial_slots;
+  return c;
+}
+
+Decision allowed(CounterTable& table, const KeyHash& k, const Rule& rule, const Request& r) {
+  const TableAnswer a = table.acquire(k, rule, r);
+  REQUIRE(a.outcome == TableOutcome::kOk);
+  return a.decision;
+}
+
+}  // namespace
+
+TEST_CASE("a key's first request is stored and found again") {
+  CounterTable table(config(1 << 20));
+  const Decision d = allowed(table, key(1), kFixed10, at(kT0));
+  CHECK(d.allowed);
+  CHECK(d.remaining == 9);
+  CHECK(table.size() == 1);
+  CHECK(table.contains(key(1), kT0));
+  CHECK_FALSE(table.contains(key(2), kT0));
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("the same key continues from its stored state across calls") {
+  CounterTable table(config(1 << 20));
+  for (std::uint32_t i = 1; i <= 10; ++i) {
+    const Decision d = allowed(table, key(1), kFixed10, at(kT0 + i * kMs));
+    CHECK(d.allowed);
+    CHECK(d.remaining == 10 - i);
+  }
+  const Decision denied = allowed(table, key(1), kFixed10, at(kT0 + 11 * kMs));
+  CHECK_FALSE(denied.allowed);
+  CHECK(denied.retry_after_ns > 0);
+  CHECK(table.size() == 1);
+}
+
+TEST_CASE("different keys keep independent counters") {
+  CounterTable table(config(1 << 20));
+  for (int i = 0; i < 10; ++i) allowed(table, key(1), kFixed10, at(kT0));
+  CHECK_FALSE(allowed(table, key(1), kFixed10, at(kT0)).allowed);
+  const Decision other = allowed(table, key(2), kFixed10, at(kT0));
+  CHECK(other.allowed);
+  CHECK(other.remaining == 9);
+}
+
+TEST_CASE("keys that share a home slot or most of their fingerprint are all kept apart") {
+  CounterTable table(config(1 << 20));
+  const KeyHash base = key(7);
+  // Same slot_for() bits; then same `lo` entirely; then same `hi` with other slot bits.
+  const std::vector<KeyHash> keys = {base,
+                                     {base.lo ^ 1, base.hi},
+                                     {base.lo, base.hi ^ 1},
+                                     {base.lo ^ 0xffff'ffffull, base.hi ^ 2},
+                                     {base.lo ^ (1ull << 40), base.hi}};
+  for (const KeyHash& k : keys) REQUIRE(slot_for(k, 1024) == slot_for(keys[0], 1024));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    for (std::size_t n = 0; n <= i; ++n) allowed(table, keys[i], kFixed10, at(kT0));
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    // Key i has used i + 1 units; this request uses one more.
+    CHECK(allowed(table, keys[i], kFixed10, at(kT0)).remaining == 10 - (i + 2));
+  }
+  CHECK(table.size() == keys.size());
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("as many keys as the probe window holds can share one home slot") {
+  CounterTable table(config(1 << 20));
+  const KeyHash base = key(3);
+  const int n = static_cast<int>(CounterTable::kMaxDisplacement) + 1;
+  for (int i = 0; i < n; ++i) allowed(table, {base.lo, base.hi + i}, kHourly, at(kT0));
+  for (int i = 0; i < n; ++i) CHECK(table.contains({base.lo, base.hi + i}, kT0));
+  CHECK(table.TEST_check_invariants());
+  // One more evicts one of them rather than growing the table.
+  const std::size_t slots = table.stats().slots;
+  allowed(table, {base.lo, base.hi + n}, kHourly, at(kT0));
+  CHECK(table.stats().slots == slots);
+  CHECK(table.stats().evicted_lru == 1);
+  CHECK(table.size() == static_cast<std::size_t>(n));
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("an expired record is treated as absent and its slot reused") {
+  CounterTable table(config(1 << 20));
+  for (int i = 0; i < 10; ++i) allowed(table, key(1), kFixed10, at(kT0));
+  CHECK(table.contains(key(1), kT0 + 100 * kMs));
+  // The fixed window of 1 s that held the requests is over by kT0 + 1 s.
+  const std::uint64_t later = kT0 + 2 * kSec;
+  CHECK_FALSE(table.contains(key(1), later));
+  const Decision d = allowed(table, key(1), kFixed10, at(later));
+  CHECK(d.allowed);
+  CHECK(d.remaining == 9);
+  CHECK(table.size() == 1);
+  CHECK(table.stats().expired == 1);
+}
+
+TEST_CASE("sweep drops expired records and keeps live ones") {
+  CounterTable table(config(1 << 20));
+  for (int i = 0; i < 500; ++i) allowed(table, key(i), kFixed10, at(kT0));
+  for (int i = 500; i < 600; ++i) allowed(table, key(i), kHourly, at(kT0));
+  const std::uint64_t later = kT0 + 10 * kSec;
+  // Every drop re-examines its slot, so one pass may take more than `slots` steps.
+  CHECK(table.sweep(later, 2 * table.stats().slots) == 500);
+  CHECK(table.size() == 100);
+  CHECK(table.stats().expired == 500);
+  for (int i = 500; i < 600; ++i) CHECK(table.contains(key(i), later));
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("sweep with a small budget resumes where it stopped and covers the table") {
+  CounterTable table(config(1 << 20));
+  for (int i = 0; i < 3000; ++i) allowed(table, key(i), kFixed10, at(kT0));
+  const std::uint64_t later = kT0 + 10 * kSec;
+  const std::size_t slots = table.stats().slots;
+  std::size_t dropped = 0;
+  std::size_t calls = 0;
+  while (table.size() > 0) {
+    const std::size_t d = table.sweep(later, 7);
+    CHECK(d <= 7);
+    dropped += d;
+    ++calls;
+    REQUIRE(calls <= (slots + 3000) / 7 + 2);  // one pass: each slot, plus each drop again
+  }
+  CHECK(dropped == 3000);
+  CHECK(table.TEST_check_invariants());
+  // It wraps: later records are found on the next pass.
+  allowed(table, key(1), kFixed10, at(later));
+  std::size_t more = 0;
+  for (std::size_t i = 0; i < slots / 7 + 2; ++i) more += table.sweep(later + 10 * kSec, 7);
+  CHECK(more == 1);
+}
+
+TEST_CASE("reset forgets a key") {
+  CounterTable table(config(1 << 20));
+  for (int i = 0; i < 10; ++i) allowed(table, key(1), kFixed10, at(kT0));
+  allowed(table, key(2), kFixed10, at(kT0));
+  CHECK(table.reset(key(1), kT0));
+  CHECK_FALSE(table.contains(key(1), kT0));
+  CHECK(table.contains(key(2), kT0));
+  CHECK_FALSE(table.reset(key(1), kT0));
+  CHECK(allowed(table, key(1), kFixed10, at(kT0)).remaining == 9);
+  // An expired record is not "stored": reset drops it and says so.
+  CHECK_FALSE(table.reset(key(2), kT0 + 10 * kSec));
+  CHECK(table.size() == 1);
+}
+
+TEST_CASE("a key used under another algorithm starts fresh") {
+  CounterTable table(config(1 << 20));
+  for (int i = 0; i < 10; ++i) allowed(table, key(1), kFixed10, at(kT0));
+  CHECK_FALSE(allowed(table, key(1), kFixed10, at(kT0)).allowed);
+  const Decision bucket = allowed(table, key(1), kBucket10, at(kT0));
+  CHECK(bucket.allowed);
+  CHECK(bucket.remaining == 9);
+  const Decision back = allowed(table, key(1), kFixed10, at(kT0));
+  CHECK(back.allowed);
+  CHECK(back.remaining == 9);
+  CHECK(table.size() == 1);
+}
+
+TEST_CASE("a peek answers without storing or consuming") {
+  CounterTable table(config(1 << 20));
+  const Decision fresh = allowed(table, key(1), kFixed10, at(kT0, 3, true));
+  CHECK(fresh.allowed);
+  CHECK(fresh.remaining == 7);
+  CHECK(table.size() == 0);
+  CHECK_FALSE(table.contains(key(1), kT0));
+
+  allowed(table, key(1), kFixed10, at(kT0));
+  CHECK(allowed(table, key(1), kFixed10, at(kT0, 1, true)).remaining == 8);
+  CHECK(allowed(table, key(1), kFixed10, at(kT0)).remaining == 8);
+
+  // A peek under another algorithm leaves the stored state alone.
+  CHECK(allowed(table, key(1), kBucket10, at(kT0, 1, true)).remaining == 9);
+  CHECK(allowed(table, key(1), kFixed10, at(kT0)).remaining == 7);
+
+  const Rule log{Algorithm::kSlidingLog, 5, 1000, 0};
+  CHECK(allowed(table, key(2), log, at(kT0, 1, true)).remaining == 4);
+  CHECK_FALSE(table.contains(key(2), kT0));
+  CHECK(table.size() == 1);
+}
+
+TEST_CASE("a request that leaves the key fresh stores nothing") {
+  CounterTable table(config(1 << 20));
+  const Rule zero{Algorithm::kFixedWindow, 0, 1000, 0};
+  CHECK_FALSE(allowed(table, key(1), zero, at(kT0)).allowed);
+  // Cost above the capacity is refused and consumes nothing.
+  CHECK_FALSE(allowed(table, key(2), kBucket10, at(kT0, 11)).allowed);
+  const Rule zero_log{Algorithm::kSlidingLog, 0, 1000, 0};
+  CHECK_FALSE(allowed(table, key(3), zero_log, at(kT0)).allowed);
+  CHECK(table.size() == 0);
+}
+
+TEST_CASE("growth keeps every key and its state") {
+  CounterTable table(config(256 << 20, 16));
+  const std::uint64_t initial_slots = table.stats().slots;
+  constexpr int kKeys = 100'000;
+  for (int i = 0; i < kKeys; ++i) allowed(table, key(i), kHourly, at(kT0));
+  CHECK(table.size() == kKeys);
+  CHECK(table.stats().slots > initial_slots);
+  CHECK(table.stats().evicted_lru == 0);
+  CHECK(table.TEST_check_invariants());
+  for (int i = 0; i < kKeys; ++i) {
+    REQUIRE(table.contains(key(i), kT0));
+    REQUIRE(allowed(table, key(i), kHourly, at(kT0)).remaining == 98);
+  }
+}
+
+TEST_CASE("at the memory cap recently used keys survive and old ones are evicted") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  // Fill well past the cap; the table holds on the order of 1,300 keys.
+  constexpr int kHot = 100;
+  constexpr int kBatch = 100;
+  constexpr int kBatches = 140;  // 14,000 cold keys
+  std::uint64_t now = kT0;
+  int next = kHot;
+  for (int b = 0; b < kBatches; ++b) {
+    now += 100 * kMs;
+    for (int h = 0; h < kHot; ++h) allowed(table, key(h), kHourly, at(now));
+    for (int i = 0; i < kBatch; ++i) allowed(table, key(next++), kHourly, at(now));
+    REQUIRE(table.memory_bytes() <= kCap);
+  }
+  const auto stats = table.stats();
+  CHECK(stats.memory_bytes <= kCap);
+  CHECK(stats.evicted_lru > 0);
+  CHECK(stats.failed_inserts == 0);
+  CHECK(table.TEST_check_invariants());
+
+  int hot_kept = 0;
+  for (int h = 0; h < kHot; ++h) hot_kept += table.contains(key(h), now);
+  int oldest_kept = 0;  // the first 1,000 cold keys, untouched since
+  for (int i = kHot; i < kHot + 1000; ++i) oldest_kept += table.contains(key(i), now);
+  int newest_kept = 0;  // the last 500 cold keys
+  for (int i = next - 500; i < next; ++i) newest_kept += table.contains(key(i), now);
+  INFO("hot " << hot_kept << "/100, oldest " << oldest_kept << "/1000, newest " << newest_kept
+              << "/500, keys " << stats.keys);
+  CHECK(hot_kept >= 95);
+  CHECK(oldest_kept <= 20);
+  CHECK(newest_kept >= 400);
+}
+
+TEST_CASE("at the memory cap expired records are evicted before live ones") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  const Rule short_lived{Algorithm::kFixedWindow, 10, 1000, 0};
+  // Fill to the cap, alternating records that expire within 1 s and records that live an hour.
+  int n = 0;
+  while (table.stats().evicted_lru == 0 && n < 100'000) {
+    allowed(table, key(n), n % 2 == 0 ? short_lived : kHourly, at(kT0));
+    ++n;
+  }
+  // Back off to before the first eviction, in a fresh table of the same size.
+  CounterTable fresh(config(kCap));
+  const int filled = n - 2;
+  for (int i = 0; i < filled; ++i)
+    allowed(fresh, key(i), i % 2 == 0 ? short_lived : kHourly, at(kT0));
+  REQUIRE(fresh.stats().evicted_lru == 0);
+
+  const std::uint64_t later = kT0 + 5 * kSec;
+  const int incoming = filled / 4;
+  for (int i = 0; i < incoming; ++i) allowed(fresh, key(1'000'000 + i), kHourly, at(later));
+  const auto stats = fresh.stats();
+  int live_kept = 0;
+  for (int i = 1; i < filled; i += 2) live_kept += fresh.contains(key(i), later);
+  INFO("live kept " << live_kept << "/" << filled / 2 << ", evicted " << stats.evicted_lru
+                    << ", expired " << stats.expired);
+  CHECK(stats.expired >= static_cast<std::uint64_t>(incoming) * 95 / 100);
+  CHECK(stats.evicted_lru <= static_cast<std::uint64_t>(incoming) / 20);
+  CHECK(live_kept >= (filled / 2) * 97 / 100);
+  CHECK(stats.memory_bytes <= kCap);
+  CHECK(fresh.TEST_check_invariants());
+}
+
+TEST_CASE("sliding-log rings come from the arena, whose bytes count against the cap") {
+  CounterTable table(config(64 << 20));
+  const Rule log{Algorithm::kSlidingLog, 100, 1000, 0};
+  const std::size_t before = table.memory_bytes();
+  allowed(table, key(1), log, at(kT0));
+  const std::size_t with_one = table.memory_bytes();
+  CHECK(with_one > before);  // the first chunk
+  for (int i = 2; i <= 50; ++i) allowed(table, key(i), log, at(kT0));
+  CHECK(table.memory_bytes() == with_one);  // 50 rings of 1 KiB share the chunk
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("a freed ring is reused by the next sliding-log key") {
+  CounterTable table(config(64 << 20));
+  const Rule log{Algorithm::kSlidingLog, 100, 1000, 0};
+  allowed(table, key(0), log, at(kT0));
+  const std::size_t bytes = table.memory_bytes();
+  std::uint64_t now = kT0;
+  for (int i = 1; i < 5000; ++i) {
+    now += kMs;
+    allowed(table, key(i), log, at(now));
+    // Alternately reset the key and let it expire: both return the ring.
+    if (i % 2 == 0) {
+      CHECK(table.reset(key(i), now));
+    } else {
+      table.sweep(now + 2 * kSec, 2 * table.stats().slots);
+    }
+  }
+  CHECK(table.memory_bytes() == bytes);
+}
+
+TEST_CASE("a sliding-log key whose limit grows moves to a bigger ring and keeps its entries") {
+  CounterTable table(config(64 << 20));
+  const Rule small{Algorithm::kSlidingLog, 5, 1000, 0};
+  const Rule big{Algorithm::kSlidingLog, 1000, 1000, 0};
+  for (int i = 0; i < 5; ++i) CHECK(allowed(table, key(1), small, at(kT0 + i * kMs)).allowed);
+  CHECK_FALSE(allowed(table, key(1), small, at(kT0 + 10 * kMs)).allowed);
+  const Decision d = allowed(table, key(1), big, at(kT0 + 20 * kMs));
+  CHECK(d.allowed);
+  CHECK(d.remaining == 1000 - 6);
+  // The first entries still expire on time: at kT0 + 1 s the first one has gone.
+  CHECK(allowed(table, key(1), big, at(kT0 + kSec, 1, true)).remaining == 1000 - 6);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("a sliding-log ring that cannot fit under the cap answers kNoMemory") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  const Rule huge{Algorithm::kSlidingLog, 10'000, 1000, 0};  // a 128 KiB ring
+  const TableAnswer a = table.acquire(key(1), huge, at(kT0));
+  CHECK(a.outcome == TableOutcome::kNoMemory);
+  CHECK(table.stats().failed_inserts == 1);
+  CHECK(table.size() == 0);
+  CHECK(table.memory_bytes() <= kCap);
+  // Other keys still work.
+  CHECK(allowed(table, key(2), kFixed10, at(kT0)).allowed);
+}
+
+TEST_CASE("a flood of sliding-log keys stays under the cap") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  const Rule log{Algorithm::kSlidingLog, 20, 60'000, 0};
+  int failed = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    const TableAnswer a = table.acquire(key(i), log, at(kT0 + i * kMs));
+    failed += a.outcome == TableOutcome::kNoMemory;
+    REQUIRE(table.memory_bytes() <= kCap);
+  }
+  CHECK(failed > 0);
+  CHECK(table.stats().failed_inserts == static_cast<std::uint64_t>(failed));
+  CHECK(table.TEST_check_invariants());
+}
+
+namespace {
+
+// The reference: every key's state kept forever in a hash map, sliding logs in vectors.
+struct ModelKey {
+  Algorithm algorithm{};
+  CounterState state;
+  std::vector<std::uint64_t> ring;
+  std::uint32_t head = 0;
+  std::uint32_t count = 0;
+};
+
+Decision model_acquire(std::unordered_map<int, ModelKey>& model, int k, const Rule& rule,
+                       const Request& request) {
+  auto it = model.find(k);
+  ModelKey fresh;
+  fresh.algorithm = rule.algorithm;
+  ModelKey m = it != model.end() && it->second.algorithm == rule.algorithm ? it->second : fresh;
+  Decision d;
+  if (rule.algorithm == Algorithm::kSlidingLog) {
+    if (m.ring.size() < rule.limit) {
+      std::vector<std::uint64_t> bigger(rule.limit);
+      for (std::uint32_t i = 0; i < m.count; ++i) bigger[i] = m.ring[(m.head + i) % m.ring.size()];
+      m.ring = std::move(bigger);
+      m.head = 0;
+    }
+    SlidingLog log{std::span<std::uint64_t>(m.ring), m.head, m.count};
+    d = sliding_log(rule, log, request);
+    m.head = log.head;
+    m.count = log.count;
+  } else {
+    d = decide(rule, m.state, request);
+  }
+  if (!request.peek) model[k] = std::move(m);
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("decisions match a simple map of states over random operations") {
+  CounterTable table(config(256 << 20, 16));
+  const std::vector<Rule> rules = {
+      {Algorithm::kFixedWindow, 5, 100, 0},   {Algorithm::kFixedWindow, 20, 1000, 0},
+      {Algorithm::kSlidingWindow, 5, 200, 0}, {Algorithm::kSlidingWindow, 30, 1000, 0},
+      {Algorithm::kSlidingLog, 4, 150, 0},    {Algorithm::kSlidingLog, 40, 1000, 0},
+      {Algorithm::kTokenBucket, 5, 100, 8},   {Algorithm::kTokenBucket, 10, 1000, 0},
+      {Algorithm::kGcra, 5, 100, 0},          {Algorithm::kGcra, 10, 500, 20},
+  };
+  constexpr int kKeys = 2000;
+  constexpr int kOps = 300'000;
+  std::mt19937_64 rng(20240611);
+  std::vector<std::size_t> rule_of(kKeys);
+  for (auto& r : rule_of) r = rng() % rules.size();
+  std::unordered_map<int, ModelKey> model;
+  std::uint64_t now = kT0;
+  for (int op = 0; op < kOps; ++op) {
+    now += rng() % (2 * kMs);
+    // Skewed choice: a few keys are hot, most are cold and expire between uses.
+    const int k = rng() % 4 == 0 ? static_cast<int>(rng() % 20) : static_cast<int>(rng() % kKeys);
+    const std::uint64_t action = rng() % 1000;
+    if (action < 5) {
+      table.reset(key(k), now);
+      model.erase(k);
+      continue;
+    }
+    if (action < 10) {
+      // Switch the key to a rule of another algorithm: both sides start it fresh.
+      std::size_t r;
+      do r = rng() % rules.size();
+      while (rules[r].algorithm == rules[rule_of[k]].algorithm);
+      rule_of[k] = r;
+    }
+    if (action < 20) table.sweep(now, rng() % 64);
+    const Rule& rule = rules[rule_of[k]];
+    const Request request = at(now, 1 + static_cast<std::uint32_t>(rng() % 3), rng() % 10 == 0);
+    const TableAnswer got = table.acquire(key(k), rule, request);
+    const Decision want = model_acquire(model, k, rule, request);
+    REQUIRE(got.outcome == TableOutcome::kOk);
+    INFO("op " << op << " key " << k << " rule " << rule_of[k]);
+    REQUIRE(got.decision == want);
+  }
+  CHECK(table.TEST_check_invariants());
+  CHECK(table.stats().expired > 0);
+  CHECK(table.stats().evicted_lru == 0);
+}
