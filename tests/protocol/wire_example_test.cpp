@@ -68,6 +68,7 @@ TEST_CASE("docs example: user:42 routes to shard 2 of 4 and shard 5 of 8") {
   const XXH128_hash_t hash = XXH3_128bits(key.data(), key.size());
   CHECK(hash.low64 == 0x54c6a0eba0ce373full);
   const KeyHash key_hash{hash.low64, hash.high64};
+  CHECK(hash_key(key) == key_hash);  // the documented recipe is the one the server uses
   CHECK(shard_for(key_hash, 4) == 2);
   CHECK(shard_for(key_hash, 8) == 5);
   CHECK(shard_for(key_hash, 1) == 0);
