@@ -22,15 +22,26 @@ class Entries {
 
   std::size_t size() const { return count_; }
   std::size_t capacity() const { return ring_.size(); }
-  std::uint64_t at(std::size_t i) const { return ring_[(head_ + i) % ring_.size()]; }
+  // REQUIRES: i < size().
+  std::uint64_t at(std::size_t i) const {
+    const std::size_t index = head_ + i;  // < 2 * capacity, as head_ and i are below it
+    return ring_[index < ring_.size() ? index : index - ring_.size()];
+  }
   std::uint64_t newest() const { return at(count_ - 1); }
 
-  // How many of the oldest entries have expired at `now` (entries are sorted).
+  // How many of the oldest entries have expired at `now`. Entries are sorted and the expired
+  // ones are usually few, so search outwards from the oldest, then bisect the last step.
   std::size_t expired_at(std::uint64_t now, std::uint64_t period) const {
-    if (now < period) return 0;
+    if (now < period || count_ == 0) return 0;
     const std::uint64_t cutoff = now - period;  // expired iff stamp <= cutoff
-    std::size_t lo = 0;
-    std::size_t hi = count_;
+    std::size_t lo = 0;                         // every entry before lo has expired
+    std::size_t hi = 1;                         // the next probe is at(hi - 1)
+    while (at(hi - 1) <= cutoff) {
+      lo = hi;
+      if (hi == count_) return count_;
+      hi = std::min(2 * hi, count_);
+    }
+    --hi;  // at(hi) is live
     while (lo < hi) {
       const std::size_t mid = lo + (hi - lo) / 2;
       if (at(mid) <= cutoff) {

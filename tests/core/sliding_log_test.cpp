@@ -46,6 +46,25 @@ TEST_CASE("sliding log never admits more than N in any period-long span", "[slid
   }
 }
 
+TEST_CASE("sliding log finds the first live entry however many have expired", "[sliding_log]") {
+  const Rule rule{.algorithm = Algorithm::kSlidingLog, .limit = 100, .period_ms = 1000};
+  OwnedLog log(100);
+  // Start the log mid-ring so that the entries wrap around its end.
+  log.head = 37;
+  for (std::uint64_t ms = 0; ms < 100; ++ms) {
+    REQUIRE(log.step(rule, Request{.now_ns = ms * kMs}).allowed);
+  }
+  for (std::uint64_t expired = 0; expired <= 100; ++expired) {
+    // At 1 s + (expired - 1) ms, the entries stamped 0 .. expired - 1 ms have expired.
+    const std::uint64_t now = kSec + expired * kMs - kMs;
+    INFO("expired=" << expired);
+    CHECK(log.step(rule, Request{.now_ns = now, .peek = true}).remaining ==
+          (expired == 0 ? 0 : expired - 1));
+    CHECK(log.step(rule, Request{.now_ns = now - 1, .peek = true}).remaining ==
+          (expired <= 1 ? 0 : expired - 2));
+  }
+}
+
 TEST_CASE("sliding log peek answers without touching the log", "[sliding_log]") {
   OwnedLog log(3);
   log.step(kThreePerSecond, Request{.now_ns = 0, .cost = 2});
