@@ -96,7 +96,7 @@ Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) 
 
   if (!request.peek && entries.capacity() != 0) {
     const std::size_t size = entries.capacity();
-    std::size_t head = (log.head % size + expired) % size;
+    const std::size_t head = (log.head % size + expired) % size;
     std::size_t count = live;
     if (allowed) {
       for (std::uint64_t i = 0; i < cost; ++i) log.ring[(head + count + i) % size] = now;

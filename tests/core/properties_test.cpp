@@ -1,8 +1,10 @@
 // Randomised runs (fixed seeds, so every run is the same) that check the shared contract at
 // every step: peek answers like the real request and changes nothing, retry_after is exact,
-// remaining never exceeds the capacity, and idle_at_ns is the exact time the state is fresh.
+// remaining never exceeds the capacity, and reset_after and idle_at_ns name the exact time
+// from which the state is fresh.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -67,6 +69,8 @@ void run_random(Named n, std::uint64_t seed, int rules, int steps) {
       CHECK(last.remaining <= rule.capacity());
       CHECK((last.allowed ? last.retry_after_ns == 0 : last.retry_after_ns > 0));
       CHECK((cost > rule.capacity()) == (last.retry_after_ns == kNever));
+      // The state after the request is fresh from exactly now + reset_after.
+      CHECK(std::max(s.idle_at(rule), now) == now + last.reset_after_ns);
       if (i % 8 == 0 && s.idle_at(rule) != 0) test::check_idle_at_is_tight(s, rule);
     }
   }
