@@ -1,0 +1,177 @@
+// Timeouts, lost connections and reconnects, against fake nodes and a stopped daemon.
+#include <atomic>
+#include <catch2/catch.hpp>
+
+#include "client/client.h"
+#include "tests/client/test_support.h"
+
+namespace sluice::client {
+namespace {
+
+using testing::CallbackLatch;
+using testing::connect_or_fail;
+using testing::FakeServer;
+using testing::options_for;
+using testing::TestServer;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+Rule rule(std::uint32_t limit) {
+  Rule r;
+  r.limit = limit;
+  r.period_ms = 60'000;
+  return r;
+}
+
+ClientOptions fast_options(const std::string& address) {
+  ClientOptions options = options_for(address, /*shard_aware=*/false);
+  options.timeout = 100ms;
+  options.connect_timeout = 200ms;
+  return options;
+}
+
+TEST_CASE("connect to a node that never answers HELLO times out within bounds") {
+  FakeServer silent(FakeServer::Mode::kSilent);
+  const auto start = Clock::now();
+  auto client = Client::connect(fast_options(silent.address()));
+  const auto elapsed = Clock::now() - start;
+  REQUIRE_FALSE(client.ok());
+  CHECK(client.code() == ErrorCode::kTimeout);
+  CHECK(elapsed >= 200ms);
+  CHECK(elapsed < 2s);
+}
+
+TEST_CASE("connect to a closed port fails with a connection error") {
+  std::uint16_t port = 0;
+  {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::acceptor probe(
+        io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
+    port = probe.local_endpoint().port();
+  }
+  auto client = Client::connect(fast_options("127.0.0.1:" + std::to_string(port)));
+  REQUIRE_FALSE(client.ok());
+  CHECK(client.code() == ErrorCode::kConnectionFailed);
+}
+
+TEST_CASE("connect rejects bad options") {
+  ClientOptions no_servers;
+  no_servers.servers.clear();
+  CHECK(Client::connect(no_servers).code() == ErrorCode::kInvalidArgument);
+  CHECK(Client::connect(fast_options("no-port")).code() == ErrorCode::kInvalidArgument);
+  CHECK(Client::connect(fast_options("host:99999")).code() == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("a call the node never answers returns a timeout within bounds") {
+  FakeServer node(FakeServer::Mode::kHold);
+  auto client = connect_or_fail(fast_options(node.address()));
+  const auto start = Clock::now();
+  auto d = client->acquire("timeout:key", rule(10));
+  const auto elapsed = Clock::now() - start;
+  CHECK(d.code() == ErrorCode::kTimeout);
+  CHECK(elapsed >= 100ms);
+  CHECK(elapsed < 2s);
+}
+
+TEST_CASE("async calls the node never answers each time out exactly once") {
+  FakeServer node(FakeServer::Mode::kHold);
+  auto client = connect_or_fail(fast_options(node.address()));
+  constexpr int kCalls = 200;
+  std::atomic<int> timeouts{0};
+  std::atomic<int> calls{0};
+  CallbackLatch latch;
+  for (int i = 0; i < kCalls; ++i) {
+    client->acquire_async("timeout:async", rule(10), 1, [&](Result<Decision> d) {
+      ++calls;
+      if (d.code() == ErrorCode::kTimeout) ++timeouts;
+      latch.count_down();
+    });
+  }
+  REQUIRE(latch.wait_for(kCalls, 5s));
+  CHECK(timeouts == kCalls);
+  CHECK(calls == kCalls);
+}
+
+TEST_CASE("a late reply after a timeout is dropped, and the next call gets its own reply") {
+  FakeServer node(FakeServer::Mode::kHold);
+  auto client = connect_or_fail(fast_options(node.address()));
+  CHECK(client->acquire("late:key", rule(10), 111).code() == ErrorCode::kTimeout);
+  node.release_held();  // the reply to cost 111 arrives now, late
+  node.set_mode(FakeServer::Mode::kAnswer);
+  auto d = client->acquire("late:key", rule(10), 222);
+  REQUIRE(d.ok());
+  CHECK(d->remaining == 222);  // the fake echoes the cost: this is our reply
+}
+
+TEST_CASE("calls in flight when the connection drops fail, and a later call reconnects") {
+  FakeServer node(FakeServer::Mode::kHold);
+  ClientOptions options = fast_options(node.address());
+  options.timeout = 5s;  // the drop, not the timeout, must end these calls
+  auto client = connect_or_fail(options);
+  constexpr int kCalls = 10;
+  std::atomic<int> connection_errors{0};
+  CallbackLatch latch;
+  for (int i = 0; i < kCalls; ++i) {
+    client->acquire_async("drop:key", rule(10), 1, [&](Result<Decision> d) {
+      if (d.code() == ErrorCode::kConnectionFailed) ++connection_errors;
+      latch.count_down();
+    });
+  }
+  // The fake has parsed the frames once it holds their replies; then cut the connection.
+  const auto start = Clock::now();
+  node.drop_connections();
+  REQUIRE(latch.wait_for(kCalls, 3s));
+  CHECK(Clock::now() - start < 3s);
+  CHECK(connection_errors == kCalls);
+
+  node.set_mode(FakeServer::Mode::kAnswer);
+  auto d = client->acquire("drop:key", rule(10), 7);
+  REQUIRE(d.ok());
+  CHECK(d->remaining == 7);
+  CHECK(node.accepted() == 2);
+}
+
+TEST_CASE("after the server stops, calls fail with a connection error instead of hanging") {
+  auto server = std::make_unique<TestServer>();
+  ClientOptions options = options_for(server->address());
+  options.timeout = 2s;
+  auto client = connect_or_fail(options);
+  REQUIRE(client->acquire("stop:key", rule(10))->allowed);
+  server->server().stop();
+  server->server().wait();
+  for (int i = 0; i < 5; ++i) {
+    INFO(i);
+    const auto start = Clock::now();
+    auto d = client->acquire("stop:key", rule(10));
+    CHECK(d.code() == ErrorCode::kConnectionFailed);
+    CHECK(Clock::now() - start < 1s);
+    CHECK(client->ping().code() == ErrorCode::kConnectionFailed);
+  }
+  std::vector<AcquireRequest> items = {{"stop:a", rule(1), 1, false},
+                                       {"stop:b", rule(1), 1, false}};
+  for (const auto& r : client->acquire_batch(items))
+    CHECK(r.code() == ErrorCode::kConnectionFailed);
+}
+
+TEST_CASE("destroying the client fails the calls still in flight with kClosed") {
+  FakeServer node(FakeServer::Mode::kHold);
+  ClientOptions options = fast_options(node.address());
+  options.timeout = 10s;
+  auto client = connect_or_fail(options);
+  std::atomic<int> closed{0};
+  CallbackLatch latch;
+  for (int i = 0; i < 5; ++i) {
+    client->acquire_async("close:key", rule(10), 1, [&](Result<Decision> d) {
+      if (d.code() == ErrorCode::kClosed) ++closed;
+      latch.count_down();
+    });
+  }
+  const auto start = Clock::now();
+  client.reset();
+  CHECK(Clock::now() - start < 2s);
+  CHECK(latch.wait_for(5, 1s));
+  CHECK(closed == 5);
+}
+
+}  // namespace
+}  // namespace sluice::client

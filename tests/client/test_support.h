@@ -1,0 +1,237 @@
+// Servers for the client tests: the real daemon in-process on a manual clock, and a fake
+// node that answers HELLO and then holds, answers or drops replies on command.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "core/clock.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+#include "server/server.h"
+
+namespace sluice::client::testing {
+
+// Unix time of the manual clock: 2023-11-14T22:13:20Z.
+inline constexpr std::uint64_t kStartNs = 1'700'000'000ull * 1'000'000'000ull;
+
+class TestServer {
+ public:
+  TestServer() : server_(config(clock_)) { server_.start(); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server_.port()); }
+  server::Server& server() { return server_; }
+  ManualClock& clock() { return clock_; }
+
+ private:
+  static server::ServerConfig config(const ManualClock& clock) {
+    server::ServerConfig c;
+    c.bind = "127.0.0.1";
+    c.port = 0;
+    c.shards = 2;
+    c.max_memory = 16u << 20;
+    c.clock = &clock;
+    return c;
+  }
+  ManualClock clock_{kStartNs};
+  server::Server server_;
+};
+
+inline ClientOptions options_for(const std::string& address, bool shard_aware = true) {
+  ClientOptions options;
+  options.servers = {address};
+  options.timeout = std::chrono::milliseconds(2000);
+  options.connect_timeout = std::chrono::milliseconds(2000);
+  options.shard_aware = shard_aware;
+  options.client_name = "client_tests";
+  return options;
+}
+
+inline std::unique_ptr<Client> connect_or_fail(const ClientOptions& options) {
+  auto client = Client::connect(options);
+  if (!client.ok()) throw std::runtime_error("connect failed: " + client.status().to_string());
+  return std::move(client).value();
+}
+
+// Counts callbacks and lets a test wait for a number of them, bounded.
+class CallbackLatch {
+ public:
+  void count_down() {
+    std::lock_guard lock(mu_);
+    ++done_;
+    cv_.notify_all();
+  }
+  bool wait_for(std::size_t n, std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return done_ >= n; });
+  }
+  std::size_t done() {
+    std::lock_guard lock(mu_);
+    return done_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t done_ = 0;
+};
+
+// A node on 127.0.0.1 that speaks just enough protocol: in kSilent it never writes a byte;
+// otherwise it answers HELLO (one shard: its own port; connect with shard_aware = false) and, in
+// kAnswer, ACQUIRE with `remaining` set to the item's cost (so a test can tell replies apart) and
+// PING. In kHold it keeps ACQUIRE replies until release_held().
+class FakeServer {
+ public:
+  enum class Mode { kSilent, kHold, kAnswer };
+
+  explicit FakeServer(Mode mode) : mode_(mode), acceptor_(io_) {
+    namespace ip = boost::asio::ip;
+    acceptor_.open(ip::tcp::v4());
+    acceptor_.set_option(ip::tcp::acceptor::reuse_address(true));
+    acceptor_.bind(ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
+    acceptor_.listen();
+    accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~FakeServer() {
+    io_.stop();
+    thread_.join();
+  }
+
+  std::string address() const {
+    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+  int accepted() const { return accepted_.load(); }
+
+  void set_mode(Mode mode) {
+    run([this, mode] { mode_ = mode; });
+  }
+  // Sends every held reply, oldest first.
+  void release_held() {
+    run([this] {
+      for (auto& session : sessions_) {
+        if (session->socket.is_open()) {
+          boost::system::error_code ec;
+          boost::asio::write(session->socket, boost::asio::buffer(session->held), ec);
+        }
+        session->held.clear();
+      }
+    });
+  }
+  // Closes every accepted connection; new connections are still accepted.
+  void drop_connections() {
+    run([this] {
+      for (auto& session : sessions_) {
+        boost::system::error_code ec;
+        session->socket.close(ec);
+      }
+      sessions_.clear();
+    });
+  }
+
+ private:
+  struct Session {
+    explicit Session(boost::asio::io_context& io) : socket(io) {}
+    boost::asio::ip::tcp::socket socket;
+    std::vector<std::uint8_t> in = std::vector<std::uint8_t>(1 << 16);
+    std::size_t used = 0;
+    protocol::Bytes held;
+  };
+
+  // Runs `f` on the server's thread and waits for it.
+  template <typename F>
+  void run(F f) {
+    std::promise<void> done;
+    boost::asio::post(io_, [&] {
+      f();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+
+  void accept() {
+    auto session = std::make_shared<Session>(io_);
+    acceptor_.async_accept(session->socket, [this, session](const boost::system::error_code& ec) {
+      if (ec) return;
+      ++accepted_;
+      sessions_.push_back(session);
+      read(session);
+      accept();
+    });
+  }
+
+  void read(const std::shared_ptr<Session>& s) {
+    s->socket.async_read_some(boost::asio::buffer(s->in.data() + s->used, s->in.size() - s->used),
+                              [this, s](const boost::system::error_code& ec, std::size_t n) {
+                                if (ec) return;
+                                s->used += n;
+                                std::size_t begin = 0;
+                                protocol::FrameDecoder decoder;
+                                for (;;) {
+                                  auto r = decoder.decode(std::span<const std::uint8_t>(
+                                      s->in.data() + begin, s->used - begin));
+                                  if (r.status != protocol::DecodeStatus::kOk) break;
+                                  begin += r.frame_size;
+                                  handle(*s, r.frame);
+                                }
+                                std::copy(s->in.begin() + static_cast<std::ptrdiff_t>(begin),
+                                          s->in.begin() + static_cast<std::ptrdiff_t>(s->used),
+                                          s->in.begin());
+                                s->used -= begin;
+                                read(s);
+                              });
+  }
+
+  void handle(Session& s, const protocol::Frame& frame) {
+    if (mode_ == Mode::kSilent) return;
+    protocol::Bytes out;
+    const std::uint32_t id = frame.header.request_id;
+    switch (frame.header.opcode) {
+      case protocol::Opcode::kHello: {
+        protocol::HelloReply hello;
+        hello.node_id = "fake";
+        hello.shard_ports = {acceptor_.local_endpoint().port()};  // tests connect shard-unaware
+        protocol::encode_hello_reply(out, id, hello);
+        break;
+      }
+      case protocol::Opcode::kPing:
+        if (mode_ != Mode::kAnswer) return;
+        protocol::encode_ping(out, id, frame.body, true);
+        break;
+      case protocol::Opcode::kAcquire: {
+        std::vector<protocol::AcquireItem> items;
+        if (!protocol::parse_acquire_request(frame.body, protocol::kDefaultMaxBatch, items)) return;
+        std::vector<protocol::AcquireResult> results;
+        for (const auto& item : items) {
+          results.push_back({protocol::ItemStatus::kAllowed, item.rule.limit, item.cost, 0, 0});
+        }
+        protocol::encode_acquire_reply(mode_ == Mode::kAnswer ? out : s.held, id, results);
+        break;
+      }
+      default:
+        return;
+    }
+    boost::system::error_code ec;
+    if (!out.empty()) boost::asio::write(s.socket, boost::asio::buffer(out), ec);
+  }
+
+  Mode mode_;  // server thread
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::vector<std::shared_ptr<Session>> sessions_;
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+}  // namespace sluice::client::testing
