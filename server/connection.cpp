@@ -425,8 +425,8 @@ void Connection::finish_frame(PendingFrame& frame) {
 }
 
 void Connection::handle_stats(std::uint32_t request_id, std::span<const std::uint8_t> body) {
-  if (!body.empty()) {
-    return fail(request_id, ErrorCode::kMalformedFrame, "a STATS request has an empty body");
+  if (const auto parsed = protocol::parse_stats_request(body); !parsed) {
+    return fail(request_id, parsed.error, parsed.reason);
   }
   shard_.publish_table_stats();
   const ServerContext& context = shard_.context();

@@ -1,0 +1,241 @@
+// Configured limits at their edges, STATS, and the server's lifecycle.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "tests/integration/raw_client.h"
+#include "tests/integration/test_server.h"
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+using protocol::ErrorCode;
+using protocol::ItemStatus;
+
+Rule any_rule() { return Rule{Algorithm::kFixedWindow, 100, 60'000, 0}; }
+
+protocol::ErrorCode read_error(RawClient& client) {
+  const ReceivedFrame frame = client.read();
+  REQUIRE(frame.header.opcode == protocol::Opcode::kError);
+  protocol::ErrorReply error;
+  REQUIRE(protocol::parse_error(frame.body, error));
+  return error.code;
+}
+
+TEST_CASE("a key of exactly max_key bytes is accepted, one byte more is not", "[limits]") {
+  server::ServerConfig config = test_config();
+  config.max_key = 40;
+  TestServer server(config);
+  RawClient client(server.port());
+  const std::string longest(40, 'k');
+  const std::string too_long(41, 'k');
+  const std::vector<protocol::AcquireItem> items = {{longest, any_rule(), 1, false},
+                                                    {too_long, any_rule(), 1, false},
+                                                    {"", any_rule(), 1, false}};
+  const auto results = client.acquire(items);
+  CHECK(results[0].status == ItemStatus::kAllowed);
+  CHECK(results[1].status == ItemStatus::kInvalidKey);
+  CHECK(results[2].status == ItemStatus::kInvalidKey);
+  CHECK(client.ping());  // an invalid item is not a protocol error
+
+  const std::vector<std::string_view> keys = {longest, too_long};
+  const auto reset = client.reset(keys);
+  CHECK(reset[0] == protocol::ResetStatus::kRemoved);
+  CHECK(reset[1] == protocol::ResetStatus::kInvalidKey);
+}
+
+TEST_CASE("a batch of max_batch items is answered, one more is refused", "[limits]") {
+  server::ServerConfig config = test_config();
+  config.max_batch = 16;
+  TestServer server(config);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 17; ++i) keys.push_back("batch-" + std::to_string(i));
+  std::vector<protocol::AcquireItem> items;
+  for (const auto& key : keys) items.push_back({key, any_rule(), 1, false});
+
+  RawClient client(server.port());
+  const auto results = client.acquire(std::span(items.data(), 16));
+  CHECK(results.size() == 16);
+  for (const auto& r : results) CHECK(r.status == ItemStatus::kAllowed);
+
+  protocol::Bytes request;
+  protocol::encode_acquire_request(request, 99, items);
+  REQUIRE(client.send(request));
+  CHECK(read_error(client) == ErrorCode::kBatchTooLarge);
+  CHECK(client.wait_closed(3s));
+
+  RawClient resets(server.port());
+  const std::vector<std::string_view> too_many(17, "k");
+  protocol::Bytes reset;
+  protocol::encode_reset_request(reset, 100, too_many);
+  REQUIRE(resets.send(reset));
+  CHECK(read_error(resets) == ErrorCode::kBatchTooLarge);
+}
+
+TEST_CASE("max_connections are served, one more is refused with an ERROR", "[limits]") {
+  server::ServerConfig config = test_config(2);
+  config.max_connections = 3;
+  TestServer server(config);
+  std::vector<std::unique_ptr<RawClient>> clients;
+  clients.push_back(std::make_unique<RawClient>(server.port()));
+  clients.push_back(std::make_unique<RawClient>(server.shard_port(0)));
+  clients.push_back(std::make_unique<RawClient>(server.shard_port(1)));
+  for (auto& client : clients) CHECK(client->ping());
+
+  RawClient refused(server.port());
+  CHECK(read_error(refused) == ErrorCode::kTooManyConnections);
+  CHECK(refused.wait_closed(3s));
+  for (auto& client : clients) CHECK(client->ping());  // the others are untouched
+
+  // Once one leaves, a newcomer gets its slot (the close is noticed asynchronously).
+  clients.pop_back();
+  bool admitted = false;
+  for (int attempt = 0; attempt < 50 && !admitted; ++attempt) {
+    RawClient newcomer(server.port());
+    ReceivedFrame frame;
+    const std::uint8_t payload[] = {1, 2, 3};
+    protocol::Bytes ping;
+    protocol::encode_ping(ping, 1, payload, false);
+    REQUIRE(newcomer.send(ping));
+    REQUIRE(newcomer.read(frame, 2s) == RawClient::ReadEnd::kFrame);
+    admitted = frame.header.opcode == protocol::Opcode::kPing;
+    if (admitted) {
+      const auto stats = newcomer.stats();
+      CHECK(stats.at("total.connections") == 3);
+      CHECK(stats.at("total.rejected_connections") >= 1);
+    } else {
+      std::this_thread::sleep_for(10ms);  // refused: the old slot is not free yet
+    }
+  }
+  CHECK(admitted);
+}
+
+TEST_CASE("an idle connection is closed after idle_timeout", "[limits][idle]") {
+  server::ServerConfig config = test_config(1);
+  config.idle_timeout = 200ms;
+  TestServer server(config);
+
+  RawClient idle(server.port());
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(read_error(idle) == ErrorCode::kIdleTimeout);
+  CHECK(idle.wait_closed(3s));
+  CHECK(std::chrono::steady_clock::now() - start >= 150ms);
+
+  // A connection that keeps talking stays open past the timeout.
+  RawClient busy(server.port());
+  const auto busy_start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - busy_start < 400ms) {
+    REQUIRE(busy.ping());
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(busy.stats().at("total.idle_closed") == 1);
+}
+
+TEST_CASE("STATS counts decisions, connections and errors per shard and in total", "[stats]") {
+  TestServer server(test_config(2));
+  RawClient client(server.shard_port(0));
+  const Rule rule{Algorithm::kFixedWindow, 2, 60'000, 0};
+  const std::string local = key_on_shard(0, 2);
+  const std::string foreign = key_on_shard(1, 2);
+  for (int i = 0; i < 3; ++i) client.acquire(local, rule);    // 2 allowed, 1 denied on shard 0
+  for (int i = 0; i < 4; ++i) client.acquire(foreign, rule);  // 2 allowed, 2 denied on shard 1
+  client.acquire("", rule);                                   // invalid, counted on shard 0
+  {
+    RawClient bad(server.shard_port(1));
+    const std::uint8_t junk[] = {0, 0, 0, 0};
+    REQUIRE(bad.send(junk));
+    CHECK(bad.wait_closed(3s));
+  }
+  REQUIRE(eventually([&] { return client.stats().at("total.connections") == 1; }));
+
+  const auto stats = client.stats();
+  CHECK(stats.at("shard.0.allowed") == 2);
+  CHECK(stats.at("shard.0.denied") == 1);
+  CHECK(stats.at("shard.1.allowed") == 2);
+  CHECK(stats.at("shard.1.denied") == 2);
+  CHECK(stats.at("total.allowed") == 4);
+  CHECK(stats.at("total.denied") == 3);
+  CHECK(stats.at("total.invalid_items") == 1);
+  CHECK(stats.at("shard.0.handed_over") == 4);
+  CHECK(stats.at("total.keys") == 2);
+  CHECK(stats.at("shard.0.keys") == 1);
+  CHECK(stats.at("total.memory_bytes") > 0);
+  CHECK(stats.at("total.slots") > 0);
+  CHECK(stats.at("shard.0.connections") == 1);
+  CHECK(stats.at("shard.1.connections") == 0);
+  CHECK(stats.at("shard.1.connections_total") == 1);
+  CHECK(stats.at("shard.1.protocol_errors") == 1);
+  CHECK(stats.at("total.protocol_errors") == 1);
+  CHECK(stats.count("total.expired") == 1);
+  CHECK(stats.count("total.evicted_lru") == 1);
+  CHECK(stats.count("total.failed_inserts") == 1);
+  CHECK(stats.count("total.idle_closed") == 1);
+  CHECK(stats.count("total.rejected_connections") == 1);
+}
+
+TEST_CASE("stop() with connections open returns promptly", "[lifecycle]") {
+  auto server = std::make_unique<TestServer>(test_config(2));
+  std::vector<std::unique_ptr<RawClient>> clients;
+  for (int i = 0; i < 6; ++i) {
+    const std::uint16_t port = i % 3 == 0 ? server->port() : server->shard_port(i % 2);
+    clients.push_back(std::make_unique<RawClient>(port));
+    CHECK(clients.back()->ping());
+  }
+  // One connection has requests in flight, one a half-written frame.
+  protocol::Bytes burst;
+  const Rule rule = any_rule();
+  for (int i = 0; i < 200; ++i) {
+    const std::string key = "stop-" + std::to_string(i);
+    const protocol::AcquireItem item{key, rule, 1, false};
+    protocol::encode_acquire_request(burst, static_cast<std::uint32_t>(i + 1), std::span(&item, 1));
+  }
+  REQUIRE(clients[0]->send(burst));
+  const std::uint8_t half[] = {0x53, 0x4C, 1};
+  REQUIRE(clients[1]->send(half));
+
+  const auto start = std::chrono::steady_clock::now();
+  server->server().stop();
+  server->server().wait();
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  for (auto& client : clients) CHECK(client->wait_closed(2s));
+  server->server().stop();  // idempotent
+  server.reset();
+}
+
+TEST_CASE("start() throws std::system_error when a port is taken", "[lifecycle]") {
+  TestServer first(test_config(1));
+  server::ServerConfig config = test_config(1);
+  config.port = 0;
+  config.shard_base_port = first.shard_port(0);
+  server::Server second(config);
+  CHECK_THROWS_AS(second.start(), std::system_error);
+}
+
+TEST_CASE("shard ports follow shard_base_port", "[lifecycle]") {
+  // Find a free pair by letting the kernel pick, then ask for exactly those numbers.
+  std::uint16_t base = 0;
+  {
+    TestServer probe(test_config(1));
+    base = probe.shard_port(0);
+  }
+  server::ServerConfig config = test_config(1);
+  config.shard_base_port = base;
+  server::Server server(config);
+  try {
+    server.start();
+  } catch (const std::system_error&) {
+    SUCCEED("the port was taken again in between; nothing to check");
+    return;
+  }
+  CHECK(server.shard_ports() == std::vector<std::uint16_t>{base});
+  RawClient client(base);
+  CHECK(client.hello().this_shard == 0);
+}
+
+}  // namespace
+}  // namespace sluice::test
