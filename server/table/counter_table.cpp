@@ -14,6 +14,10 @@
 #include <cstring>
 #include <new>
 
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 namespace sluice::server {
 namespace {
 
@@ -87,6 +91,22 @@ CounterState encode_log(const std::uint64_t* ring, std::uint32_t ring_class,
               std::uint64_t{log.head} << kLogHeadShift | log.count};
 }
 
+// Zeroed memory (zeroed slots are empty; the system hands out zero pages lazily), or nullptr.
+// A large array asks for transparent huge pages: lookups hit random slots, and with 4 KiB
+// pages nearly every one would also miss the TLB.
+void* allocate_zeroed(std::size_t count, std::size_t size) {
+  void* p = std::calloc(count, size);
+#ifdef __linux__
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + count * size) & ~(kHuge - 1);
+  if (p != nullptr && end > begin) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // a hint: may fail
+  }
+#endif
+  return p;
+}
+
 // A power of two between 4 KiB and 1 MiB, about 1/16 of the cap.
 std::size_t arena_chunk_bytes(std::size_t max_bytes) {
   std::size_t chunk = std::size_t{4} << 10;
@@ -104,9 +124,8 @@ CounterTable::CounterTable(const TableConfig& config)
       arena_(arena_chunk_bytes(max_bytes_)) {
   const std::size_t home_slots = std::clamp<std::size_t>(
       config.initial_slots, 16, std::max<std::size_t>(max_home_slots(), 16));
-  // calloc: zeroed slots are empty, and the system can hand out zero pages lazily.
   slots_.reset(
-      static_cast<Record*>(std::calloc(home_slots + kMaxDisplacement + 1, sizeof(Record))));
+      static_cast<Record*>(allocate_zeroed(home_slots + kMaxDisplacement + 1, sizeof(Record))));
   if (!slots_) throw std::bad_alloc();
   home_slots_ = home_slots;
   max_size_ = home_slots_ * 9 / 10;
@@ -145,7 +164,7 @@ bool CounterTable::grow(std::uint64_t now_ns) {
   // A step of less than 1/8 is not worth a rehash: evict instead.
   if (target < home_slots_ + home_slots_ / 8) return false;
   std::unique_ptr<Record[], FreeRecords> fresh(
-      static_cast<Record*>(std::calloc(target + kMaxDisplacement + 1, sizeof(Record))));
+      static_cast<Record*>(allocate_zeroed(target + kMaxDisplacement + 1, sizeof(Record))));
   if (!fresh) return false;
   // The old array is sorted by the bits slot_for() scales, so new homes come in order too:
   // each record goes to its new home or just after the previous one.
@@ -411,6 +430,10 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, std::size_t pos, const 
 }
 
 TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Request& request) {
+  if (rule.algorithm == Algorithm::kSlidingLog && rule.limit > sliding_log_cap_) {
+    ++failed_inserts_;  // validate() rejects this first; refuse rather than size a ring for it
+    return {TableOutcome::kNoMemory, {}};
+  }
   const Probe probe = find(key);
   if (!probe.found) {
     return request.peek ? answer_fresh(rule, request) : insert_new(key, probe.pos, rule, request);

@@ -46,7 +46,9 @@ class CounterTable {
 
   // One atomic check-and-update for the key. REQUIRES: validate(rule, request.cost) == kOk.
   // A key stored under another algorithm starts fresh under the new one. A peek on an absent
-  // key answers for a fresh key and stores nothing.
+  // key answers for a fresh key and stores nothing. kNoMemory when the key cannot be stored
+  // under the cap (counted in failed_inserts), and for a sliding-log limit above
+  // TableConfig::sliding_log_cap.
   TableAnswer acquire(const KeyHash& key, const Rule& rule, const Request& request);
 
   // Forgets the key. Returns whether it was stored (and not yet expired).

@@ -464,3 +464,13 @@ TEST_CASE("decisions match a simple map of states over random operations") {
   CHECK(table.stats().expired > 0);
   CHECK(table.stats().evicted_lru == 0);
 }
+
+TEST_CASE("a sliding-log limit above the configured cap is refused without storing") {
+  TableConfig c = config(64 << 20);
+  c.sliding_log_cap = 100;
+  CounterTable table(c);
+  const TableAnswer a = table.acquire(key(1), {Algorithm::kSlidingLog, 101, 1000, 0}, at(kT0));
+  CHECK(a.outcome == TableOutcome::kNoMemory);
+  CHECK(table.size() == 0);
+  CHECK(allowed(table, key(1), {Algorithm::kSlidingLog, 100, 1000, 0}, at(kT0)).allowed);
+}

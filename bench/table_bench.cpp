@@ -1,0 +1,195 @@
+// CounterTable throughput on one thread: find (acquire on a stored key), insert (acquire on a
+// new key, with and without growth, and at the memory cap where every insert evicts), sliding
+// log, and sweep. Keys are uniformly random 128-bit hashes computed before timing.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "server/table/counter_table.h"
+
+namespace {
+
+using sluice::Algorithm;
+using sluice::KeyHash;
+using sluice::Request;
+using sluice::Rule;
+using sluice::server::CounterTable;
+using sluice::server::TableConfig;
+
+constexpr std::size_t kKeys = 1'000'000;
+constexpr std::uint64_t kT0 = 1'700'000'000ull * 1'000'000'000ull;
+constexpr std::uint64_t kStepNs = 100;  // simulated time between requests
+// 100 units per hour: a key touched a few times during a run never expires or runs dry.
+const Rule kBucket{Algorithm::kTokenBucket, 100, 3'600'000, 0};
+
+std::uint64_t splitmix64(std::uint64_t& x) {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+std::vector<KeyHash> random_keys(std::size_t n, std::uint64_t seed) {
+  std::vector<KeyHash> keys(n);
+  for (KeyHash& k : keys) {
+    k.lo = splitmix64(seed);
+    k.hi = splitmix64(seed);
+  }
+  return keys;
+}
+
+TableConfig roomy(std::size_t initial_slots) {
+  TableConfig c;
+  c.max_bytes = std::size_t{1} << 30;
+  c.initial_slots = initial_slots;
+  return c;
+}
+
+void fill(CounterTable& table, const std::vector<KeyHash>& keys, const Rule& rule,
+          std::uint64_t now) {
+  for (const KeyHash& k : keys) table.acquire(k, rule, Request{now, 1, false});
+}
+
+// Arg: keys stored. 10k fits in cache and shows the CPU cost; 1M pays a memory miss.
+void BM_FindExisting(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const auto keys = random_keys(n, 1);
+  CounterTable table(roomy(16));
+  fill(table, keys, kBucket, kT0);
+  std::uint64_t now = kT0;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    // Visit keys in a different order than they were inserted.
+    const KeyHash& k = keys[(i * 7919) % n];
+    benchmark::DoNotOptimize(table.acquire(k, kBucket, Request{now += kStepNs, 1, false}));
+    ++i;
+  }
+  state.counters["load"] = static_cast<double>(table.size()) / table.stats().slots;
+}
+BENCHMARK(BM_FindExisting)->Arg(10'000)->Arg(kKeys);
+
+// As above, with prefetch() issued 8 requests ahead, as a server draining a batch would.
+void BM_FindExistingPrefetched(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  const auto keys = random_keys(n, 1);
+  CounterTable table(roomy(16));
+  fill(table, keys, kBucket, kT0);
+  std::uint64_t now = kT0;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    table.prefetch(keys[((i + 8) * 7919) % n]);
+    const KeyHash& k = keys[(i * 7919) % n];
+    benchmark::DoNotOptimize(table.acquire(k, kBucket, Request{now += kStepNs, 1, false}));
+    ++i;
+  }
+}
+BENCHMARK(BM_FindExistingPrefetched)->Arg(kKeys);
+
+// Inserts into a table sized for kKeys up front (no growth); refilled every kKeys inserts.
+void BM_InsertPresized(benchmark::State& state) {
+  const auto keys = random_keys(kKeys, 2);
+  auto table = std::make_unique<CounterTable>(roomy(kKeys * 10 / 9 + 1));
+  std::uint64_t now = kT0;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    if (i == kKeys) {
+      state.PauseTiming();
+      table = std::make_unique<CounterTable>(roomy(kKeys * 10 / 9 + 1));
+      i = 0;
+      state.ResumeTiming();
+    }
+    benchmark::DoNotOptimize(table->acquire(keys[i++], kBucket, Request{now += kStepNs, 1, false}));
+  }
+}
+BENCHMARK(BM_InsertPresized);
+
+// Inserts from 1024 slots up to kKeys: every rehash on the way is in the average.
+void BM_InsertGrowing(benchmark::State& state) {
+  const auto keys = random_keys(kKeys, 3);
+  auto table = std::make_unique<CounterTable>(roomy(1024));
+  std::uint64_t now = kT0;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    if (i == kKeys) {
+      state.PauseTiming();
+      table = std::make_unique<CounterTable>(roomy(1024));
+      i = 0;
+      state.ResumeTiming();
+    }
+    benchmark::DoNotOptimize(table->acquire(keys[i++], kBucket, Request{now += kStepNs, 1, false}));
+  }
+}
+BENCHMARK(BM_InsertGrowing);
+
+// A table full at its cap (~1M keys): every new key evicts one.
+void BM_InsertAtCap(benchmark::State& state) {
+  const std::size_t home_slots = kKeys * 10 / 9 + 1;
+  TableConfig c;
+  c.max_bytes = (home_slots + CounterTable::kMaxDisplacement + 1) * 40 + (1 << 20);
+  c.initial_slots = home_slots;
+  CounterTable table(c);
+  std::uint64_t seed = 4;
+  std::uint64_t now = kT0;
+  for (std::size_t i = 0; i < kKeys; ++i) {
+    table.acquire(KeyHash{splitmix64(seed), splitmix64(seed)}, kBucket, Request{now, 1, false});
+  }
+  for (auto _ : state) {
+    // Keys made on the fly (a few ns) so that every one is new however long the run.
+    const KeyHash k{splitmix64(seed), splitmix64(seed)};
+    benchmark::DoNotOptimize(table.acquire(k, kBucket, Request{now += kStepNs, 1, false}));
+  }
+  state.counters["evicted"] = static_cast<double>(table.stats().evicted_lru);
+  state.counters["keys"] = static_cast<double>(table.size());
+}
+BENCHMARK(BM_InsertAtCap);
+
+void BM_SlidingLogExisting(benchmark::State& state) {
+  constexpr std::size_t kLogKeys = 100'000;
+  const auto keys = random_keys(kLogKeys, 5);
+  const Rule log{Algorithm::kSlidingLog, 100, 3'600'000, 0};
+  CounterTable table(roomy(16));
+  fill(table, keys, log, kT0);
+  std::uint64_t now = kT0;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const KeyHash& k = keys[(i * 7919) % kLogKeys];
+    benchmark::DoNotOptimize(table.acquire(k, log, Request{now += kStepNs, 1, false}));
+    ++i;
+  }
+}
+BENCHMARK(BM_SlidingLogExisting);
+
+// Examining slots that hold live records (nothing to drop): time per slot.
+void BM_SweepLive(benchmark::State& state) {
+  const auto keys = random_keys(kKeys, 6);
+  CounterTable table(roomy(16));
+  fill(table, keys, kBucket, kT0);
+  constexpr std::size_t kBudget = 1024;
+  for (auto _ : state) benchmark::DoNotOptimize(table.sweep(kT0, kBudget));
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBudget));
+}
+BENCHMARK(BM_SweepLive);
+
+// Dropping expired records: time per record dropped; refilled (untimed) when empty.
+void BM_SweepExpired(benchmark::State& state) {
+  const auto keys = random_keys(kKeys, 7);
+  const Rule short_lived{Algorithm::kFixedWindow, 10, 1000, 0};
+  CounterTable table(roomy(kKeys * 10 / 9 + 1));
+  const std::uint64_t later = kT0 + 10'000'000'000ull;
+  fill(table, keys, short_lived, kT0);
+  std::int64_t dropped = 0;
+  for (auto _ : state) {
+    if (table.size() == 0) {
+      state.PauseTiming();
+      fill(table, keys, short_lived, kT0);
+      state.ResumeTiming();
+    }
+    dropped += static_cast<std::int64_t>(table.sweep(later, 1024));
+  }
+  state.SetItemsProcessed(dropped);
+}
+BENCHMARK(BM_SweepExpired);
+
+}  // namespace
