@@ -156,7 +156,9 @@ std::size_t CounterTable::max_home_slots() const {
   const std::size_t reserved = arena_.bytes() + arena_.chunk_bytes();
   if (max_bytes_ <= reserved) return 0;
   const std::size_t slots = (max_bytes_ - reserved) / sizeof(Record);
-  return slots > kMaxDisplacement + 1 ? slots - kMaxDisplacement - 1 : 0;
+  // slot_for() scales 32 bits of the hash: more homes than 2^32 would never be used.
+  return std::min<std::size_t>(slots > kMaxDisplacement + 1 ? slots - kMaxDisplacement - 1 : 0,
+                               std::size_t{1} << 32);
 }
 
 bool CounterTable::grow(std::uint64_t now_ns) {
@@ -206,7 +208,7 @@ void CounterTable::release_ring(Record& record) {
 }
 
 std::uint64_t* CounterTable::allocate_ring(std::uint32_t ring_class) {
-  const std::size_t used = home_slots_ == 0 ? 0 : total_slots() * sizeof(Record) + arena_.bytes();
+  const std::size_t used = memory_bytes();
   return arena_.allocate(ring_class, max_bytes_ > used ? max_bytes_ - used : 0);
 }
 
