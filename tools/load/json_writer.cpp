@@ -1,0 +1,115 @@
+#include "tools/load/json_writer.h"
+
+#include <cmath>
+
+namespace sluice::load {
+
+void JsonWriter::separate() {
+  if (after_key_) {
+    after_key_ = false;
+    return;
+  }
+  if (depth_ == 0) return;
+  const std::uint64_t bit = std::uint64_t{1} << (depth_ - 1);
+  if (has_elements_ & bit) out_ += ',';
+  has_elements_ |= bit;
+}
+
+JsonWriter& JsonWriter::raw(std::string_view token) {
+  separate();
+  out_.append(token);
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_object() {
+  raw("{");
+  ++depth_;
+  has_elements_ &= ~(std::uint64_t{1} << (depth_ - 1));
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_object() {
+  --depth_;
+  out_ += '}';
+  return *this;
+}
+
+JsonWriter& JsonWriter::begin_array() {
+  raw("[");
+  ++depth_;
+  has_elements_ &= ~(std::uint64_t{1} << (depth_ - 1));
+  return *this;
+}
+
+JsonWriter& JsonWriter::end_array() {
+  --depth_;
+  out_ += ']';
+  return *this;
+}
+
+JsonWriter& JsonWriter::key(std::string_view name) {
+  separate();
+  append_quoted(out_, name);
+  out_ += ':';
+  after_key_ = true;
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(std::string_view text) {
+  separate();
+  append_quoted(out_, text);
+  return *this;
+}
+
+JsonWriter& JsonWriter::value(bool flag) { return raw(flag ? "true" : "false"); }
+
+JsonWriter& JsonWriter::value(double number) {
+  if (!std::isfinite(number)) return null();
+  char digits[32];
+  const auto result = std::to_chars(digits, digits + sizeof digits, number);
+  return raw(std::string_view(digits, static_cast<std::size_t>(result.ptr - digits)));
+}
+
+JsonWriter& JsonWriter::null() { return raw("null"); }
+
+void JsonWriter::append_quoted(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          const auto byte = static_cast<unsigned char>(c);
+          out += "\\u00";
+          out += kHex[byte >> 4];
+          out += kHex[byte & 0xF];
+        } else {
+          out += c;  // UTF-8 passes through unchanged
+        }
+    }
+  }
+  out += '"';
+}
+
+}  // namespace sluice::load
