@@ -175,7 +175,7 @@ TEST_CASE("sliding window: the previous window weighs by its remaining overlap",
   // No previous window: only the counter counts.
   parse_replies(parser, ":10\r\n:1\r\n$-1\r\n", replies);
   CHECK(read_incr_window(rule, pending, replies).outcome == Outcome::kAllowed);
-  // Remaining rounds down: 8 * 3/4 + 1 = 7 -> 3 left; 7 * 3/4 + 1 = 6.25 -> 3 left.
+  // The weighted count rounds up, as in core: 7 * 3/4 + 1 = 6.25 counts as 7, so 3 are left.
   parse_replies(parser, ":1\r\n:1\r\n$1\r\n7\r\n", replies);
   CHECK(read_incr_window(rule, pending, replies).remaining == 3);
   // A previous counter that is not a number is an error.
