@@ -511,6 +511,7 @@ std::size_t CounterTable::memory_bytes() const {
 
 bool CounterTable::TEST_check_invariants() const {
   std::size_t count = 0;
+  std::size_t ring_bytes = 0;
   std::uint64_t prev_order = 0;
   std::size_t run_start = 0;  // first slot of the current run of occupied slots
   for (std::size_t i = 0; i < total_slots(); ++i) {
@@ -526,8 +527,13 @@ bool CounterTable::TEST_check_invariants() const {
     if (home > i || i - home > kMaxDisplacement) return false;  // 2. bounded displacement
     if (home < run_start) return false;                         // 3. no gap since home
     prev_order = r.fp_lo >> 32;
+    if (tag_of(r.meta) == kSlidingLogTag) {
+      if (r.state == CounterState{}) return false;  // a stored log always has a ring
+      ring_bytes += LogArena::ring_bytes(decode_log(r.state).ring_class);
+    }
   }
-  return count == size_ && memory_bytes() <= max_bytes_;
+  // Every ring handed out belongs to exactly one record: none leaked.
+  return count == size_ && ring_bytes == arena_.used_bytes() && memory_bytes() <= max_bytes_;
 }
 
 }  // namespace sluice::server

@@ -71,8 +71,8 @@ class CounterTable {
   // Hint: start loading the key's home slot into cache (call it a few requests ahead).
   void prefetch(const KeyHash& key) const;
 
-  // Test seam: checks the slot array's ordering, displacement bound and gap invariants and the
-  // record count. O(slots).
+  // Test seam: checks the slot array's ordering, displacement bound and gap invariants, the
+  // record count, that every ring in use belongs to a record, and the cap. O(slots).
   bool TEST_check_invariants() const;
 
   // A key lives within kMaxDisplacement slots after its home slot; the array has that many

@@ -474,3 +474,34 @@ TEST_CASE("a sliding-log limit above the configured cap is refused without stori
   CHECK(table.size() == 0);
   CHECK(allowed(table, key(1), {Algorithm::kSlidingLog, 100, 1000, 0}, at(kT0)).allowed);
 }
+
+TEST_CASE("random operations under a small cap keep the table consistent and leak no ring") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap, 16));
+  const std::vector<Rule> rules = {
+      {Algorithm::kFixedWindow, 5, 100, 0},  {Algorithm::kSlidingWindow, 30, 1000, 0},
+      {Algorithm::kSlidingLog, 4, 150, 0},   {Algorithm::kSlidingLog, 40, 1000, 0},
+      {Algorithm::kSlidingLog, 300, 500, 0}, {Algorithm::kTokenBucket, 10, 1000, 0},
+      {Algorithm::kGcra, 10, 500, 20},       {Algorithm::kGcra, 0, 500, 0},
+  };
+  std::mt19937_64 rng(7);
+  std::uint64_t now = kT0;
+  for (int op = 0; op < 100'000; ++op) {
+    now += rng() % (5 * kMs);
+    const int k = static_cast<int>(rng() % 5000);
+    const std::uint64_t action = rng() % 100;
+    if (action < 3) {
+      table.reset(key(k), now);
+    } else if (action < 6) {
+      table.sweep(now, rng() % 200);
+    } else {
+      const Rule& rule = rules[rng() % rules.size()];
+      const Request request = at(now, 1 + static_cast<std::uint32_t>(rng() % 3), rng() % 8 == 0);
+      table.acquire(key(k), rule, request);
+    }
+    REQUIRE(table.memory_bytes() <= kCap);
+    if (op % 1000 == 0) REQUIRE(table.TEST_check_invariants());
+  }
+  CHECK(table.TEST_check_invariants());
+  CHECK(table.stats().evicted_lru > 0);
+}
