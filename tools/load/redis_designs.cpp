@@ -6,18 +6,16 @@
 namespace sluice::load {
 namespace {
 
-// Lua 5.1 numbers are doubles: tokens and timestamps may be fractional, and now_us (~1.7e15)
-// is still an exact integer. Numbers passed to redis.call are formatted with %.14g, so the TTL
-// is capped to stay a plain integer.
+// Lua 5.1 numbers are doubles; times are whole microseconds (~1.7e15, exact below 2^53).
+// redis.call formats a number argument with %.14g, which would round both the timestamp and
+// the tokens, so they are formatted here: integers with %.0f, tokens with %.17g (round-trips).
 constexpr std::string_view kTokenBucketScript = R"lua(
 local capacity = tonumber(ARGV[1])
 local limit = tonumber(ARGV[2])
-local period_ms = tonumber(ARGV[3])
+local period_us = tonumber(ARGV[3]) * 1000
 local cost = tonumber(ARGV[4])
 local clock = redis.call('TIME')
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local now = now_us / 1000
-local rate = limit / period_ms
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens = tonumber(state[1])
 local ts = tonumber(state[2])
@@ -25,26 +23,27 @@ if tokens == nil or ts == nil then
   tokens = capacity
   ts = now
 elseif now > ts then
-  tokens = math.min(capacity, tokens + (now - ts) * rate)
+  tokens = math.min(capacity, tokens + (now - ts) * limit / period_us)
   ts = now
 end
 local allowed = 0
-local retry = 0
+local retry_ms = 0
 if cost <= tokens then
   tokens = tokens - cost
   allowed = 1
-elseif cost > capacity or rate <= 0 then
-  retry = -1
+elseif cost > capacity or limit <= 0 then
+  retry_ms = -1
 else
-  retry = math.ceil((cost - tokens) / rate)
+  retry_ms = math.ceil((cost - tokens) * period_us / limit / 1000)
 end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', ts)
-local ttl = period_ms
-if rate > 0 then
-  ttl = math.ceil((capacity - tokens) / rate) + 1
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens),
+           'ts', string.format('%.0f', ts))
+local ttl_ms = period_us / 1000
+if limit > 0 then
+  ttl_ms = math.ceil((capacity - tokens) * period_us / limit / 1000) + 1
 end
-redis.call('PEXPIRE', KEYS[1], math.min(ttl, 1e13))
-return {allowed, math.floor(tokens), retry, now_us}
+redis.call('PEXPIRE', KEYS[1], string.format('%.0f', math.min(ttl_ms, 1e13)))
+return {allowed, math.floor(tokens), retry_ms, now}
 )lua";
 
 RedisDecision error_decision(std::string_view why) {
