@@ -277,20 +277,33 @@ bool CounterTable::insert(const Record& record, std::size_t pos, std::uint64_t n
     }
     if (size_ >= max_size_) {
       // Full at the cap: drop the best victim (see better_victim) among kEvictionCandidates
-      // records from just before the insertion point on; then the key takes the freed room.
+      // records from just before the insertion point on. A victim the run can shift into
+      // takes the key directly; any other is erased first.
       std::size_t victim = kNoSlot;
+      bool victim_reachable = false;
+      bool run_open = right_ok;  // whether slots from pos up to i can take a right shift
       std::size_t seen = 0;
       const std::size_t first = std::max(home, pos >= kLookBehind ? pos - kLookBehind : 0);
       // Wraps to the front of the array: the victim need not be near the key.
       for (std::size_t n = 0, i = first; n < total_slots() && seen < kEvictionCandidates; ++n) {
-        if (tag_of(s[i].meta) != 0) {
+        const bool occupied = tag_of(s[i].meta) != 0;
+        if (occupied) {
           ++seen;
-          if (victim == kNoSlot || better_victim(s[i].meta, s[victim].meta, now_ns)) victim = i;
+          if (victim == kNoSlot || better_victim(s[i].meta, s[victim].meta, now_ns)) {
+            victim = i;
+            victim_reachable = i >= home && (i < pos || run_open);
+          }
         }
+        if (i >= pos && (!occupied || at_bound(i))) run_open = false;
         i = i + 1 == total_slots() ? 0 : i + 1;
       }
       if (victim == kNoSlot) return false;  // an empty table cannot be full
       ++(is_expired(s[victim].meta, now_ns) ? expired_ : evicted_lru_);
+      if (victim_reachable) {
+        release_ring(s[victim]);
+        place(record, pos, victim);
+        return true;
+      }
       erase(victim);
       pos = find(key).pos;
       continue;
