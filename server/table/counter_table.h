@@ -23,7 +23,7 @@ struct TableConfig {
 };
 
 struct TableStats {
-  std::uint64_t keys = 0;          // live records
+  std::uint64_t keys = 0;          // records stored, as size()
   std::uint64_t memory_bytes = 0;  // slot array + sliding-log storage, as allocated
   std::uint64_t slots = 0;
   std::uint64_t expired = 0;      // records dropped because they had expired (lazily or by sweep)
