@@ -1,1 +1,375 @@
-int main() { return 2; }  // placeholder, replaced by the real tool
+// sluicectl: ping, acquire, peek, reset and stats from a shell, over the client library.
+// Exit status: 0 success (acquire/peek: allowed), 1 denied (acquire/peek), 2 any error, with
+// the reason on stderr. docs/CLIENT.md shows the output formats.
+#include <fmt/core.h>
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "core/rule.h"
+#include "core/units.h"
+
+namespace {
+
+namespace po = boost::program_options;
+using sluice::client::Client;
+using sluice::client::ClientOptions;
+using sluice::client::Decision;
+using sluice::client::ServerInfo;
+using sluice::client::Stat;
+
+constexpr int kExitOk = 0;
+constexpr int kExitDenied = 1;
+constexpr int kExitError = 2;
+
+struct CtlOptions {
+  std::string command;
+  std::string key;
+  std::vector<std::string> servers;
+  sluice::Rule rule;
+  std::uint32_t cost = 1;
+  bool json = false;
+  bool shard_aware = true;
+  std::uint64_t timeout_ms = 1000;
+};
+
+// Thrown only inside flag parsing and turned into exit status 2 by main.
+struct UsageError {
+  std::string message;
+};
+
+std::uint32_t parse_u32(const std::string& flag, const std::string& text, std::uint32_t min) {
+  std::uint32_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min) {
+    throw UsageError{fmt::format("--{} expects an integer >= {}, got \"{}\"", flag, min, text)};
+  }
+  return value;
+}
+
+std::vector<std::string> split_servers(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    if (comma > begin) out.push_back(text.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  if (out.empty()) throw UsageError{"--servers lists no HOST:PORT"};
+  return out;
+}
+
+std::string usage(const po::options_description& flags) {
+  std::string text =
+      "usage: sluicectl [flags] ping|acquire|peek|reset|stats [KEY]\n"
+      "  acquire KEY, peek KEY   need --limit and --period\n"
+      "  reset KEY               forgets the key's counters\n"
+      "exit status: 0 ok/allowed, 1 denied, 2 error\n\n";
+  std::ostringstream out;
+  out << flags;
+  return text + out.str();
+}
+
+// Returns nullopt after printing help.
+std::optional<CtlOptions> parse_flags(int argc, char** argv) {
+  po::options_description flags("flags");
+  flags.add_options()("help,h", "show this help")(
+      "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
+      "HOST:PORT[,HOST:PORT...] of the daemon's public port")(
+      "algorithm", po::value<std::string>()->default_value("token_bucket"),
+      "fixed_window|sliding_window|sliding_log|token_bucket|gcra")(
+      "limit", po::value<std::string>(), "units admitted per period")(
+      "period", po::value<std::string>(), "period: 500ms, 60s, 5m, 1h")(
+      "burst", po::value<std::string>(),
+      "bucket capacity (token_bucket, gcra); default: the limit")(
+      "cost", po::value<std::string>()->default_value("1"), "units this request takes")(
+      "json", po::bool_switch(), "print one JSON object")(
+      "timeout", po::value<std::string>()->default_value("1s"), "per call and per connect")(
+      "no-shard-aware", po::bool_switch(), "send everything through the public port");
+  po::options_description hidden;
+  hidden.add_options()("command", po::value<std::string>())("key", po::value<std::string>());
+  po::options_description all;
+  all.add(flags).add(hidden);
+  po::positional_options_description positional;
+  positional.add("command", 1).add("key", 1);
+
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).positional(positional).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError{e.what()};
+  }
+  if (vm.count("help")) {
+    std::fputs(usage(flags).c_str(), stdout);
+    return std::nullopt;
+  }
+
+  CtlOptions o;
+  if (!vm.count("command")) throw UsageError{"missing command: ping|acquire|peek|reset|stats"};
+  o.command = vm["command"].as<std::string>();
+  const bool keyed = o.command == "acquire" || o.command == "peek" || o.command == "reset";
+  const bool ruled = o.command == "acquire" || o.command == "peek";
+  if (!keyed && o.command != "ping" && o.command != "stats") {
+    throw UsageError{fmt::format("unknown command \"{}\"", o.command)};
+  }
+  if (keyed) {
+    if (!vm.count("key")) throw UsageError{fmt::format("{} needs a KEY", o.command)};
+    o.key = vm["key"].as<std::string>();
+    if (o.key.empty()) throw UsageError{"KEY is empty"};
+  } else if (vm.count("key")) {
+    throw UsageError{fmt::format("{} takes no KEY", o.command)};
+  }
+
+  o.servers = split_servers(vm["servers"].as<std::string>());
+  o.json = vm["json"].as<bool>();
+  o.shard_aware = !vm["no-shard-aware"].as<bool>();
+  const auto timeout = sluice::parse_duration_ms(vm["timeout"].as<std::string>());
+  if (!timeout || *timeout == 0) {
+    throw UsageError{fmt::format("--timeout expects a duration like 500ms or 2s, got \"{}\"",
+                                 vm["timeout"].as<std::string>())};
+  }
+  o.timeout_ms = *timeout;
+
+  if (ruled) {
+    const auto algorithm = sluice::parse_algorithm(vm["algorithm"].as<std::string>());
+    if (!algorithm) {
+      throw UsageError{
+          fmt::format("unknown --algorithm \"{}\"", vm["algorithm"].as<std::string>())};
+    }
+    o.rule.algorithm = *algorithm;
+    if (!vm.count("limit")) throw UsageError{fmt::format("{} needs --limit", o.command)};
+    if (!vm.count("period")) throw UsageError{fmt::format("{} needs --period", o.command)};
+    o.rule.limit = parse_u32("limit", vm["limit"].as<std::string>(), 0);
+    const auto period = sluice::parse_duration_ms(vm["period"].as<std::string>());
+    if (!period || *period == 0 || *period > sluice::kMaxPeriodMs) {
+      throw UsageError{fmt::format("--period expects a duration from 1ms to 366d, got \"{}\"",
+                                   vm["period"].as<std::string>())};
+    }
+    o.rule.period_ms = *period;
+    // Burst 0 on the wire means "the limit", so an omitted --burst admits exactly --limit.
+    if (vm.count("burst")) o.rule.burst = parse_u32("burst", vm["burst"].as<std::string>(), 1);
+    o.cost = parse_u32("cost", vm["cost"].as<std::string>(), 1);
+  }
+  return o;
+}
+
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string ms_text(std::uint64_t ms) {
+  return ms == sluice::kNever ? std::string("never") : fmt::format("{} ms", ms);
+}
+
+void print_decision(const CtlOptions& o, const Decision& d) {
+  const auto headers = d.headers();
+  if (o.json) {
+    std::string out = fmt::format(
+        "{{\"key\":{},\"allowed\":{},\"limit\":{},\"remaining\":{},\"reset_after_ms\":{},"
+        "\"retry_after_ms\":{},\"headers\":{{",
+        json_string(o.key), d.allowed, d.limit, d.remaining, d.reset_after_ms,
+        d.retry_never() ? std::string("null") : std::to_string(d.retry_after_ms));
+    for (std::size_t i = 0; i < headers.size(); ++i) {
+      if (i > 0) out += ',';
+      out += json_string(headers[i].name) + ":" + json_string(headers[i].value);
+    }
+    out += "}}\n";
+    std::fputs(out.c_str(), stdout);
+    return;
+  }
+  fmt::print("{}  {}\n", d.allowed ? "ALLOWED" : "DENIED", o.key);
+  fmt::print("  limit        {}\n", d.limit);
+  fmt::print("  remaining    {}\n", d.remaining);
+  fmt::print("  reset after  {}\n", ms_text(d.reset_after_ms));
+  fmt::print("  retry after  {}\n", ms_text(d.retry_after_ms));
+  fmt::print("headers\n");
+  for (const auto& h : headers) fmt::print("  {}: {}\n", h.name, h.value);
+}
+
+// "shard.<i>.<name>" and "total.<name>" become a table row per name with a column per shard
+// and one for the total; any other counter is listed after it.
+void print_stats(const CtlOptions& o, const std::vector<Stat>& stats) {
+  std::vector<std::string> names;  // row order: first seen
+  std::map<std::string, std::map<std::size_t, std::uint64_t>> per_shard;
+  std::map<std::string, std::uint64_t> totals;
+  std::vector<const Stat*> other;
+  std::size_t shard_count = 0;
+  auto note_name = [&](const std::string& name) {
+    if (!per_shard.count(name) && !totals.count(name)) names.push_back(name);
+  };
+  for (const Stat& s : stats) {
+    std::string_view n = s.name;
+    if (n.starts_with("total.")) {
+      const std::string name(n.substr(6));
+      note_name(name);
+      totals[name] = s.value;
+    } else if (n.starts_with("shard.")) {
+      const std::string_view rest = n.substr(6);
+      const std::size_t dot = rest.find('.');
+      std::size_t index = 0;
+      const auto [end, ec] =
+          std::from_chars(rest.data(), rest.data() + std::min(dot, rest.size()), index);
+      if (dot == std::string_view::npos || ec != std::errc() || end != rest.data() + dot) {
+        other.push_back(&s);
+        continue;
+      }
+      const std::string name(rest.substr(dot + 1));
+      note_name(name);
+      per_shard[name][index] = s.value;
+      shard_count = std::max(shard_count, index + 1);
+    } else {
+      other.push_back(&s);
+    }
+  }
+
+  if (o.json) {
+    std::string out = "{\"total\":{";
+    bool first = true;
+    for (const auto& name : names) {
+      if (!totals.count(name)) continue;
+      out += fmt::format("{}{}:{}", first ? "" : ",", json_string(name), totals[name]);
+      first = false;
+    }
+    out += "},\"shards\":[";
+    for (std::size_t i = 0; i < shard_count; ++i) {
+      out += i == 0 ? "{" : ",{";
+      first = true;
+      for (const auto& name : names) {
+        const auto& row = per_shard[name];
+        if (!row.count(i)) continue;
+        out += fmt::format("{}{}:{}", first ? "" : ",", json_string(name), row.at(i));
+        first = false;
+      }
+      out += "}";
+    }
+    out += "],\"other\":{";
+    for (std::size_t i = 0; i < other.size(); ++i) {
+      out +=
+          fmt::format("{}{}:{}", i == 0 ? "" : ",", json_string(other[i]->name), other[i]->value);
+    }
+    out += "}}\n";
+    std::fputs(out.c_str(), stdout);
+    return;
+  }
+
+  std::size_t width = 7;
+  for (const auto& name : names) width = std::max(width, name.size());
+  std::string line = fmt::format("{:<{}}", "counter", width);
+  for (std::size_t i = 0; i < shard_count; ++i)
+    line += fmt::format(" {:>14}", fmt::format("shard {}", i));
+  line += fmt::format(" {:>14}\n", "total");
+  std::fputs(line.c_str(), stdout);
+  for (const auto& name : names) {
+    line = fmt::format("{:<{}}", name, width);
+    const auto& row = per_shard[name];
+    for (std::size_t i = 0; i < shard_count; ++i) {
+      line += row.count(i) ? fmt::format(" {:>14}", row.at(i)) : fmt::format(" {:>14}", "-");
+    }
+    line +=
+        totals.count(name) ? fmt::format(" {:>14}\n", totals[name]) : fmt::format(" {:>14}\n", "-");
+    std::fputs(line.c_str(), stdout);
+  }
+  for (const Stat* s : other) fmt::print("{} {}\n", s->name, s->value);
+}
+
+int fail(const std::string& message) {
+  fmt::print(stderr, "sluicectl: {}\n", message);
+  return kExitError;
+}
+
+int run(const CtlOptions& o) {
+  ClientOptions options;
+  options.servers = o.servers;
+  options.timeout = std::chrono::milliseconds(o.timeout_ms);
+  options.connect_timeout = std::chrono::milliseconds(o.timeout_ms);
+  options.client_name = "sluicectl";
+  // Node-level commands only need the public port.
+  options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats";
+  auto connected = Client::connect(options);
+  if (!connected.ok()) return fail(connected.status().to_string());
+  Client& client = **connected;
+
+  if (o.command == "ping") {
+    auto rtt = client.ping();
+    if (!rtt.ok()) return fail(rtt.status().to_string());
+    const double ms = static_cast<double>(rtt->count()) / 1e6;
+    const ServerInfo& info = client.server_info();
+    if (o.json) {
+      fmt::print("{{\"server\":{},\"node_id\":{},\"shards\":{},\"rtt_ms\":{:.3f}}}\n",
+                 json_string(info.endpoint), json_string(info.node_id), info.shard_ports.size(),
+                 ms);
+    } else {
+      fmt::print("pong from {} (node {}, {} shards): {:.3f} ms\n", info.endpoint, info.node_id,
+                 info.shard_ports.size(), ms);
+    }
+    return kExitOk;
+  }
+  if (o.command == "stats") {
+    auto stats = client.stats();
+    if (!stats.ok()) return fail(stats.status().to_string());
+    print_stats(o, *stats);
+    return kExitOk;
+  }
+  if (o.command == "reset") {
+    auto existed = client.reset(o.key);
+    if (!existed.ok()) return fail(existed.status().to_string());
+    if (o.json) {
+      fmt::print("{{\"key\":{},\"existed\":{}}}\n", json_string(o.key), *existed);
+    } else {
+      fmt::print("{}: {}\n", o.key,
+                 *existed ? "reset (the key existed)" : "not found (nothing to reset)");
+    }
+    return kExitOk;
+  }
+  auto decision = o.command == "peek" ? client.peek(o.key, o.rule, o.cost)
+                                      : client.acquire(o.key, o.rule, o.cost);
+  if (!decision.ok()) return fail(decision.status().to_string());
+  print_decision(o, *decision);
+  return decision->allowed ? kExitOk : kExitDenied;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto options = parse_flags(argc, argv);
+    if (!options) return kExitOk;
+    return run(*options);
+  } catch (const UsageError& e) {
+    return fail(e.message + " (see --help)");
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}
