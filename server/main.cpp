@@ -98,7 +98,10 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
 
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(options).run(), vm);
+    // No positional arguments: an empty description makes any of them an error.
+    const po::positional_options_description no_positionals;
+    po::store(po::command_line_parser(argc, argv).options(options).positional(no_positionals).run(),
+              vm);
     po::notify(vm);
   } catch (const po::error& e) {
     throw FlagError{e.what()};
@@ -125,9 +128,10 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   config.max_connections = static_cast<std::uint32_t>(parse_number(
       "max-connections", text("max-connections"), 1, std::numeric_limits<std::uint32_t>::max()));
   const auto idle = sluice::parse_duration_ms(text("idle-timeout"));
-  if (!idle) {
+  constexpr std::uint64_t kMaxIdleMs = 366ull * 24 * 3600 * 1000;
+  if (!idle || *idle > kMaxIdleMs) {
     throw FlagError{
-        fmt::format("--idle-timeout: expected a duration (e.g. 30s, 5m, 0 = never), "
+        fmt::format("--idle-timeout: expected a duration up to 366d (e.g. 30s, 5m; 0 = never), "
                     "got '{}'",
                     text("idle-timeout"))};
   }
@@ -150,6 +154,8 @@ int main(int argc, char** argv) {
   }
   if (!config) return 0;
 
+  // Asio sends with MSG_NOSIGNAL; this also covers any other write to a closed socket.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     sluice::server::Server server(*config);
     // Installed before start() so that a signal during start-up already means "stop".

@@ -4,8 +4,10 @@
 
 #include <fmt/core.h>
 #include <pthread.h>
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/address.hpp>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
 #include <system_error>
@@ -19,6 +21,7 @@ namespace {
 
 // HELLO numbers shards with 16 bits and reserves 0xFFFF for the public port.
 constexpr unsigned kMaxShards = 1024;
+constexpr std::chrono::milliseconds kMaxIdleTimeout{366ll * 24 * 3600 * 1000};
 
 }  // namespace
 
@@ -42,6 +45,8 @@ Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
       context.config.max_batch == 0) {
     throw std::invalid_argument("max_frame, max_key and max_batch must be at least 1");
   }
+  // Longer idle timeouts would overflow steady_clock arithmetic; nobody needs more than this.
+  context.config.idle_timeout = std::min(context.config.idle_timeout, kMaxIdleTimeout);
   context.shard_count = shards;
   context.clock = context.config.clock != nullptr ? context.config.clock : &SystemClock::instance();
   context.shards.reserve(shards);

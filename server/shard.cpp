@@ -187,6 +187,7 @@ void Shard::accept(tcp::socket socket, bool public_port) {
     context_.connections.fetch_sub(1, std::memory_order_relaxed);
     counters_[Stat::kRejectedConnections].add();
     auto refused = std::make_shared<Connection>(*this, std::move(socket), this_shard, false);
+    connections_.insert(refused.get());  // so that stop() closes it too
     refused->start_refused(
         protocol::ErrorCode::kTooManyConnections,
         fmt::format("too many connections (max {})", context_.config.max_connections));
@@ -269,10 +270,14 @@ void Shard::recycle_pending_frame(PendingFrame* frame) {
 }
 
 HandoverTask* Shard::new_task() {
-  context_.tasks_in_flight.fetch_add(1);
-  if (free_tasks_.empty()) return new HandoverTask();
-  HandoverTask* task = free_tasks_.back().release();
-  free_tasks_.pop_back();
+  HandoverTask* task = nullptr;
+  if (free_tasks_.empty()) {
+    task = new HandoverTask();
+  } else {
+    task = free_tasks_.back().release();
+    free_tasks_.pop_back();
+  }
+  context_.tasks_in_flight.fetch_add(1);  // after the allocation, which may throw
   return task;
 }
 
