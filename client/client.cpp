@@ -271,6 +271,11 @@ struct Client::Impl {
       io.stop();
     });
     thread.join();
+    // Run what is still queued (aborted reads and writes, refusals posted to async callers)
+    // while the connections are alive: handlers and their memory may point into them.
+    work.reset();
+    io.restart();
+    io.run();
   }
 
   Connection& add_connection(std::string name, asio::ip::tcp::endpoint endpoint,
@@ -290,12 +295,12 @@ struct Client::Impl {
     return *connections.back();
   }
 
-  std::vector<Connection*> snapshot() {
+  // I/O thread: the current list, copied into a reused vector (no allocation per tick).
+  const std::vector<Connection*>& snapshot() {
     std::lock_guard lock(connections_mu);
-    std::vector<Connection*> out;
-    out.reserve(connections.size());
-    for (auto& c : connections) out.push_back(c.get());
-    return out;
+    io_connections.clear();
+    for (auto& c : connections) io_connections.push_back(c.get());
+    return io_connections;
   }
 
   // I/O thread. One timer for the whole client: while anything is in flight it ticks every
@@ -304,14 +309,14 @@ struct Client::Impl {
     if (timer_armed) return;
     timer_armed = true;
     timer.expires_after(tick);
-    timer.async_wait([this](const boost::system::error_code& ec) {
+    timer.async_wait(detail::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
       timer_armed = false;
       if (ec == asio::error::operation_aborted) return;
       const std::uint64_t now = detail::steady_now_ns();
       bool busy = false;
       for (Connection* c : snapshot()) busy = c->expire(now) || busy;
       if (busy) arm_timer();
-    });
+    }));
   }
 
   Status check_key(std::string_view key) const {
@@ -354,9 +359,11 @@ struct Client::Impl {
   asio::io_context io{1};
   asio::steady_timer timer;
   bool timer_armed = false;  // I/O thread
+  detail::HandlerSlot timer_slot;
   std::chrono::milliseconds tick{10};
   std::mutex connections_mu;  // guards the list; connections live until ~Impl
   std::vector<std::unique_ptr<Connection>> connections;
+  std::vector<Connection*> io_connections;  // I/O thread: snapshot()'s buffer
   std::unique_ptr<detail::Router> router;
   ServerInfo info;
   asio::executor_work_guard<asio::io_context::executor_type> work;

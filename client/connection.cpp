@@ -135,7 +135,7 @@ void Connection::wake_locked() {
   const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
   if (writable && !write_in_flight_ && !wake_posted_) {
     wake_posted_ = true;
-    asio::post(io_, [this] { on_wake(); });
+    asio::post(io_, in_slot(wake_slot_, [this] { on_wake(); }));
   }
 }
 
@@ -212,9 +212,9 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
   out_.clear();
   write_in_flight_ = true;
   lock.unlock();
-  asio::async_write(
-      socket_, asio::buffer(sending_),
-      [this, epoch](const boost::system::error_code& e, std::size_t) { on_written(epoch, e); });
+  asio::async_write(socket_, asio::buffer(sending_),
+                    in_slot(write_slot_, [this, epoch](const boost::system::error_code& e,
+                                                       std::size_t) { on_written(epoch, e); }));
   start_read();
 }
 
@@ -235,9 +235,9 @@ void Connection::start_write_locked(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   arm_timer_();
   const std::uint64_t epoch = epoch_;
-  asio::async_write(
-      socket_, asio::buffer(sending_),
-      [this, epoch](const boost::system::error_code& ec, std::size_t) { on_written(epoch, ec); });
+  asio::async_write(socket_, asio::buffer(sending_),
+                    in_slot(write_slot_, [this, epoch](const boost::system::error_code& ec,
+                                                       std::size_t) { on_written(epoch, ec); }));
 }
 
 void Connection::on_written(std::uint64_t epoch, const boost::system::error_code& ec) {
@@ -267,7 +267,9 @@ void Connection::start_read() {
   const std::uint64_t epoch = epoch_;
   socket_.async_read_some(
       asio::buffer(read_buf_.data() + read_end_, read_buf_.size() - read_end_),
-      [this, epoch](const boost::system::error_code& ec, std::size_t n) { on_read(epoch, ec, n); });
+      in_slot(read_slot_, [this, epoch](const boost::system::error_code& ec, std::size_t n) {
+        on_read(epoch, ec, n);
+      }));
 }
 
 void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& ec, std::size_t n) {

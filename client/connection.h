@@ -13,11 +13,13 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "client/client.h"
@@ -52,6 +54,78 @@ struct Completion {
   std::uint32_t policy_quota = 0;
   std::uint64_t policy_window_ms = 0;
 };
+
+// Memory for one queued Asio operation at a time, so that the hot path allocates nothing
+// (Asio's own per-thread cache keeps just one block, and a connection has a read, a write and
+// a wake-up outstanding). A second operation while the slot is taken goes to the heap.
+// Each slot's users are ordered: the I/O thread frees an operation's memory before running
+// its handler, and the next operation in the same slot is started after that.
+class HandlerSlot {
+ public:
+  void* allocate(std::size_t n) {
+    if (!in_use_ && n <= sizeof(storage_)) {
+      in_use_ = true;
+      return storage_;
+    }
+    return ::operator new(n);
+  }
+  void deallocate(void* p) {
+    if (p == storage_) {
+      in_use_ = false;
+    } else {
+      ::operator delete(p);
+    }
+  }
+
+ private:
+  alignas(std::max_align_t) unsigned char storage_[512];
+  bool in_use_ = false;
+};
+
+template <typename T>
+class SlotAllocator {
+ public:
+  using value_type = T;
+  explicit SlotAllocator(HandlerSlot* slot) : slot_(slot) {}
+  template <typename U>
+  SlotAllocator(const SlotAllocator<U>& other) : slot_(other.slot()) {}  // NOLINT: rebind
+  T* allocate(std::size_t n) { return static_cast<T*>(slot_->allocate(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t) { slot_->deallocate(p); }
+  HandlerSlot* slot() const { return slot_; }
+  template <typename U>
+  bool operator==(const SlotAllocator<U>& other) const {
+    return slot_ == other.slot();
+  }
+  template <typename U>
+  bool operator!=(const SlotAllocator<U>& other) const {
+    return slot_ != other.slot();
+  }
+
+ private:
+  HandlerSlot* slot_;
+};
+
+// A completion handler whose operation memory lives in `slot`.
+template <typename Handler>
+class SlotHandler {
+ public:
+  using allocator_type = SlotAllocator<void>;
+  SlotHandler(HandlerSlot& slot, Handler handler) : slot_(&slot), handler_(std::move(handler)) {}
+  allocator_type get_allocator() const noexcept { return allocator_type(slot_); }
+  template <typename... Args>
+  void operator()(Args&&... args) {
+    handler_(std::forward<Args>(args)...);
+  }
+
+ private:
+  HandlerSlot* slot_;
+  Handler handler_;
+};
+
+template <typename Handler>
+SlotHandler<std::decay_t<Handler>> in_slot(HandlerSlot& slot, Handler&& handler) {
+  return SlotHandler<std::decay_t<Handler>>(slot, std::forward<Handler>(handler));
+}
 
 struct ConnectionConfig {
   std::string name;  // "host:port", for messages
@@ -144,6 +218,7 @@ class Connection {
   std::uint64_t backoff_ns_ = 0;
   protocol::Bytes out_;           // frames queued by submit(), not yet handed to the socket
   bool wake_posted_ = false;      // an on_wake() is queued
+  HandlerSlot wake_slot_;         // wake-ups: allocated under mu_, freed on the I/O thread
   bool write_in_flight_ = false;  // an async_write is in flight
   // Pending table: a ring indexed by request id; ids are sequential, so [oldest_id_,
   // next_id_) covers everything in flight and deadlines grow with the id (one timeout for all).
@@ -160,6 +235,8 @@ class Connection {
   std::uint64_t connect_deadline_ns_ = 0;
   protocol::Bytes sending_;  // the buffer async_write is sending
   std::vector<std::uint8_t> read_buf_;
+  HandlerSlot read_slot_;
+  HandlerSlot write_slot_;
   std::size_t read_begin_ = 0;
   std::size_t read_end_ = 0;
   protocol::FrameDecoder decoder_;
