@@ -1,0 +1,106 @@
+// Runs the built sluicectl against an in-process daemon and checks output and exit status.
+// Skipped (with a warning) when bin/sluicectl has not been built next to this test binary.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "tests/client/test_support.h"
+
+namespace sluice::client {
+namespace {
+
+using testing::FakeServer;
+using testing::TestServer;
+
+std::filesystem::path sluicectl_path() {
+  std::array<char, 4096> self{};
+  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  if (n <= 0) return {};
+  return std::filesystem::path(std::string(self.data(), static_cast<std::size_t>(n)))
+             .parent_path() /
+         "sluicectl";
+}
+
+struct Run {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+Run run(const std::string& args) {
+  const std::string command = sluicectl_path().string() + " " + args + " 2>&1";
+  Run result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> buffer{};
+  while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) {
+    result.output.append(buffer.data(), n);
+  }
+  const int raw = ::pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return result;
+}
+
+TEST_CASE("sluicectl exits 0 when allowed, 1 when denied, 2 on errors") {
+  if (!std::filesystem::exists(sluicectl_path())) {
+    WARN("bin/sluicectl is not built; skipping");
+    return;
+  }
+  TestServer server;
+  const std::string s = "--servers " + server.address() + " ";
+
+  Run ping = run(s + "ping");
+  CHECK(ping.status == 0);
+  CHECK_THAT(ping.output, Catch::Contains("pong from"));
+
+  for (int i = 0; i < 2; ++i) {
+    Run allowed = run(s + "acquire cli:key --limit 2 --period 60s");
+    CHECK(allowed.status == 0);
+    CHECK_THAT(allowed.output, Catch::StartsWith("ALLOWED"));
+  }
+  Run denied = run(s + "acquire cli:key --limit 2 --period 60s --json");
+  CHECK(denied.status == 1);
+  CHECK_THAT(denied.output, Catch::StartsWith("{\"key\":\"cli:key\",\"allowed\":false,\"limit\":2,"
+                                              "\"remaining\":0,"));
+  CHECK_THAT(denied.output, Catch::Contains("\"Retry-After\":\"30\""));
+  CHECK(std::count(denied.output.begin(), denied.output.end(), '\n') == 1);
+
+  Run never = run(s + "peek cli:big --algorithm gcra --limit 10 --period 1m --cost 11 --json");
+  CHECK(never.status == 1);
+  CHECK_THAT(never.output, Catch::Contains("\"retry_after_ms\":null"));
+
+  Run reset = run(s + "reset cli:key");
+  CHECK(reset.status == 0);
+  CHECK_THAT(reset.output, Catch::Contains("existed"));
+
+  Run stats = run(s + "stats --json");
+  CHECK(stats.status == 0);
+  CHECK_THAT(stats.output, Catch::StartsWith("{\"total\":{"));
+  CHECK_THAT(stats.output, Catch::Contains("\"allowed\":2"));
+
+  CHECK(run(s + "acquire --limit 2 --period 60s").status == 2);     // no key
+  CHECK(run(s + "acquire k --period 60s").status == 2);             // no limit
+  CHECK(run(s + "acquire k --limit 2").status == 2);                // no period
+  CHECK(run(s + "acquire k --limit 2 --period soon").status == 2);  // bad period
+  CHECK(run(s + "acquire k --limit 2 --period 1s --algorithm x").status == 2);
+  CHECK(run(s + "explode").status == 2);
+  Run invalid = run(s + "acquire '' --limit 2 --period 1s");
+  CHECK(invalid.status == 2);
+}
+
+TEST_CASE("sluicectl exits 2 with the reason when the server does not answer") {
+  if (!std::filesystem::exists(sluicectl_path())) {
+    WARN("bin/sluicectl is not built; skipping");
+    return;
+  }
+  FakeServer silent(FakeServer::Mode::kSilent);
+  Run timeout = run("--servers " + silent.address() + " --timeout 100ms ping");
+  CHECK(timeout.status == 2);
+  CHECK_THAT(timeout.output, Catch::Contains("sluicectl: timeout"));
+}
+
+}  // namespace
+}  // namespace sluice::client
