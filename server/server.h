@@ -18,18 +18,19 @@ namespace sluice::server {
 
 struct ServerConfig {
   std::string bind = "127.0.0.1";
-  std::uint16_t port = 7420;            // public port; 0 = ephemeral
-  std::uint16_t shard_base_port = 0;    // shard i listens on base + i; 0 = port + 1 (ephemeral if port is 0)
+  std::uint16_t port = 7420;  // public port; 0 = ephemeral
+  // Shard i listens on base + i; 0 = port + 1 + i (ephemeral if port is 0 too).
+  std::uint16_t shard_base_port = 0;
   unsigned shards = 0;                  // 0 = number of cores
   std::size_t max_memory = 1ull << 30;  // counters across all shards, split evenly
   std::uint32_t max_frame = protocol::kDefaultMaxFrame;
   std::uint16_t max_key = protocol::kDefaultMaxKey;
   std::uint16_t max_batch = protocol::kDefaultMaxBatch;
-  std::uint32_t max_connections = 10'000;  // across all ports
+  std::uint32_t max_connections = 10'000;                 // across all ports
   std::chrono::milliseconds idle_timeout{5 * 60 * 1000};  // 0 = never
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;
-  std::string node_id;                    // empty = "HOST:PORT"
-  const Clock* clock = nullptr;           // nullptr = SystemClock; tests pass a ManualClock
+  std::string node_id;           // empty = "<bind>:<public port>"
+  const Clock* clock = nullptr;  // nullptr = SystemClock; tests pass a ManualClock
 };
 
 class Server {
@@ -45,7 +46,8 @@ class Server {
   // Asks every shard to stop: listeners close, connections close, threads exit. Idempotent and
   // safe from any thread or a signal-handling strand.
   void stop();
-  // Blocks until every shard thread has exited.
+  // Blocks until every shard thread has exited. Not from a shard thread (it would wait for
+  // itself).
   void wait();
 
   std::uint16_t port() const;

@@ -1,10 +1,14 @@
 // Configured limits at their edges, STATS, and the server's lifecycle.
+#include <fmt/core.h>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/raw_client.h"
@@ -204,6 +208,68 @@ TEST_CASE("stop() with connections open returns promptly", "[lifecycle]") {
   CHECK(std::chrono::steady_clock::now() - start < 2s);
   for (auto& client : clients) CHECK(client->wait_closed(2s));
   server->server().stop();  // idempotent
+  server.reset();
+}
+
+TEST_CASE("a client that half-closes still gets every reply, then the close", "[lifecycle]") {
+  TestServer server(test_config(3));
+  RawClient client(server.shard_port(0));
+  protocol::Bytes burst;
+  for (std::uint32_t i = 1; i <= 300; ++i) {
+    const std::string key = key_on_shard(i % 3, 3, "half-" + std::to_string(i) + "-");
+    const protocol::AcquireItem item{key, any_rule(), 1, false};
+    protocol::encode_acquire_request(burst, i, std::span(&item, 1));
+  }
+  REQUIRE(client.send(burst));
+  client.shutdown_send();
+  std::set<std::uint32_t> ids;
+  ReceivedFrame frame;
+  while (client.read(frame, 5s) == RawClient::ReadEnd::kFrame) {
+    CHECK(frame.header.opcode == protocol::Opcode::kAcquire);
+    ids.insert(frame.header.request_id);
+  }
+  CHECK(ids.size() == 300);
+}
+
+TEST_CASE("stop() during cross-shard traffic returns promptly", "[lifecycle]") {
+  auto server = std::make_unique<TestServer>(test_config(3));
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  std::atomic<int> replies{0};
+  for (int t = 0; t < kThreads; ++t) {
+    const std::uint16_t port = server->shard_port(t % 3);
+    threads.emplace_back([port, t, &replies] {
+      try {
+        RawClient client(port, 3s);
+        const Rule rule{Algorithm::kGcra, 1000, 1000, 0};
+        // Keep 64 batches of keys on every shard in flight until the server goes away.
+        for (std::uint32_t round = 0; round < 10'000; ++round) {
+          protocol::Bytes burst;
+          for (std::uint32_t i = 0; i < 64; ++i) {
+            std::vector<std::string> keys;
+            for (int k = 0; k < 6; ++k) keys.push_back(fmt::format("{}-{}-{}", t, i, k));
+            std::vector<protocol::AcquireItem> items;
+            for (const auto& key : keys) items.push_back({key, rule, 1, false});
+            protocol::encode_acquire_request(burst, round * 64 + i + 1, items);
+          }
+          if (!client.send(burst)) return;
+          for (int i = 0; i < 64; ++i) {
+            ReceivedFrame frame;
+            if (client.read(frame, 3s) != RawClient::ReadEnd::kFrame) return;
+            replies.fetch_add(1);
+          }
+        }
+      } catch (const std::exception&) {
+        // The server went away mid-connect or mid-frame: expected here.
+      }
+    });
+  }
+  REQUIRE(eventually([&] { return replies.load() >= 500; }));
+  const auto start = std::chrono::steady_clock::now();
+  server->server().stop();
+  server->server().wait();
+  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  for (auto& thread : threads) thread.join();
   server.reset();
 }
 

@@ -60,6 +60,12 @@ class RawClient {
     return run_until_done() && !result;
   }
 
+  // Closes our sending side: the server sees end of stream after what was sent.
+  void shutdown_send() {
+    boost::system::error_code ignored;
+    socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+  }
+
   // The next frame, or why there is none (the peer closed or reset, or the deadline passed).
   ReadEnd read(ReceivedFrame& out, std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
