@@ -182,6 +182,21 @@ TEST_CASE("STATS counts decisions, connections and errors per shard and in total
   CHECK(stats.count("total.rejected_connections") == 1);
 }
 
+TEST_CASE("the periodic sweep drops keys that have expired", "[stats][sweep]") {
+  TestServer server(test_config(2));
+  RawClient client(server.port());
+  const Rule one_second{Algorithm::kFixedWindow, 5, 1000, 0};
+  for (unsigned s = 0; s < 2; ++s) client.acquire(key_on_shard(s, 2), one_second);
+  CHECK(client.stats().at("total.keys") == 2);
+
+  server.clock().advance_ms(10'000);  // both windows and the ones after them are over
+  // Nobody touches the keys again: only the sweep can drop them.
+  CHECK(eventually([&] {
+    const auto stats = client.stats();
+    return stats.at("total.keys") == 0 && stats.at("total.expired") == 2;
+  }));
+}
+
 TEST_CASE("stop() with connections open returns promptly", "[lifecycle]") {
   auto server = std::make_unique<TestServer>(test_config(2));
   std::vector<std::unique_ptr<RawClient>> clients;
