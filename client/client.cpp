@@ -261,6 +261,7 @@ struct Client::Impl {
     const auto shortest = std::min(options.timeout, options.connect_timeout);
     tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
                                                  std::chrono::milliseconds(10));
+    io_connections.reserve(64);  // a node's shards and then some: ticks do not allocate
     thread = std::thread([this] { io.run(); });
   }
 

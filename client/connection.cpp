@@ -18,6 +18,10 @@ constexpr std::uint64_t kFirstBackoffNs = 50 * kNsPerMs;
 constexpr std::uint64_t kMaxBackoffNs = 1000 * kNsPerMs;
 constexpr std::size_t kInitialTable = 256;
 constexpr std::size_t kReadChunk = 64 * 1024;
+// Outgoing buffers start this large so that bursts of small frames do not regrow them.
+constexpr std::size_t kInitialOutBuffer = 64 * 1024;
+// Replies matched under one lock hold, completed together once the lock is released.
+constexpr std::size_t kMaxReadyBatch = 256;
 // Replies can outgrow the server's request limit (a full batch's results, many stats).
 constexpr std::uint32_t kMaxReplyFrame = 16u << 20;
 
@@ -72,7 +76,11 @@ Connection::Connection(asio::io_context& io, ConnectionConfig config,
       table_(kInitialTable),
       mask_(kInitialTable - 1),
       socket_(io),
-      decoder_(kMaxReplyFrame) {}
+      decoder_(kMaxReplyFrame) {
+  out_.reserve(kInitialOutBuffer);
+  sending_.reserve(kInitialOutBuffer);
+  ready_.reserve(kMaxReadyBatch);
+}
 
 // ---- any thread ----------------------------------------------------------------------------
 
@@ -341,6 +349,14 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
       p.active = false;
       p.sink = nullptr;
       --in_flight_;
+      if (ready_.size() == kMaxReadyBatch) {
+        // Bounded batches keep ready_ at its reserved size; frames stay valid (read_buf_ is
+        // only touched by this handler).
+        lock.unlock();
+        for (auto& [pending, reply] : ready_) complete(pending, &reply, Status());
+        ready_.clear();
+        lock.lock();
+      }
     }
   }
   for (auto& [pending, frame] : ready_) complete(pending, &frame, Status());

@@ -94,8 +94,9 @@ TEST_CASE("async acquires in flight allocate nothing once warmed up") {
     if (caller_allocations != nullptr) *caller_allocations = tl_allocations - before;
     return latch.wait_for(n, 10s);
   };
-  REQUIRE(burst(1000, nullptr));
-  REQUIRE(burst(1000, nullptr));
+  // Warm up with bigger bursts than the measured one, so the pending ring has grown.
+  REQUIRE(burst(2000, nullptr));
+  REQUIRE(burst(2000, nullptr));
 
   const std::uint64_t io_before = io_thread_allocations(*client);
   std::uint64_t caller = 0;
