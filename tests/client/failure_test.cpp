@@ -131,6 +131,20 @@ TEST_CASE("calls in flight when the connection drops fail, and a later call reco
   CHECK(node.accepted() == 2);
 }
 
+TEST_CASE("an ERROR reply fails its call with the server's reason; the next call reconnects") {
+  FakeServer node(FakeServer::Mode::kRefuse);
+  auto client = connect_or_fail(fast_options(node.address()));
+  auto refused = client->acquire("error:key", rule(10));
+  CHECK(refused.code() == ErrorCode::kServerError);
+  CHECK_THAT(refused.status().message(), Catch::Contains("boom"));
+  node.set_mode(FakeServer::Mode::kAnswer);
+  // The connection closes after the ERROR; a call may still see that close before reconnecting.
+  Result<Decision> d = client->acquire("error:key", rule(10), 5);
+  if (d.code() == ErrorCode::kConnectionFailed) d = client->acquire("error:key", rule(10), 5);
+  REQUIRE(d.ok());
+  CHECK(d->remaining == 5);
+}
+
 TEST_CASE("after the server stops, calls fail with a connection error instead of hanging") {
   auto server = std::make_unique<TestServer>();
   ClientOptions options = options_for(server->address());

@@ -93,7 +93,7 @@ class CallbackLatch {
 // PING. In kHold it keeps ACQUIRE replies until release_held().
 class FakeServer {
  public:
-  enum class Mode { kSilent, kHold, kAnswer };
+  enum class Mode { kSilent, kHold, kAnswer, kRefuse };
 
   explicit FakeServer(Mode mode) : mode_(mode), acceptor_(io_) {
     namespace ip = boost::asio::ip;
@@ -210,6 +210,13 @@ class FakeServer {
         protocol::encode_ping(out, id, frame.body, true);
         break;
       case protocol::Opcode::kAcquire: {
+        if (mode_ == Mode::kRefuse) {
+          protocol::encode_error(out, id, protocol::ErrorCode::kInternal, "boom");
+          boost::system::error_code ec;
+          boost::asio::write(s.socket, boost::asio::buffer(out), ec);
+          s.socket.close(ec);
+          return;
+        }
         std::vector<protocol::AcquireItem> items;
         if (!protocol::parse_acquire_request(frame.body, protocol::kDefaultMaxBatch, items)) return;
         std::vector<protocol::AcquireResult> results;
