@@ -78,7 +78,8 @@ class CounterTable {
   // A key lives within kMaxDisplacement slots after its home slot; the array has that many
   // slots (plus one) past the last home, so probes never wrap.
   static constexpr std::size_t kMaxDisplacement = 63;
-  // Records examined to pick a victim when the table is full (see docs/ARCHITECTURE.md, "Counter table").
+  // Records examined to pick a victim when the table is full (see docs/ARCHITECTURE.md, "Counter
+  // table").
   static constexpr std::size_t kEvictionCandidates = 16;
   // Smaller caps are raised to this: the smallest table plus one arena chunk.
   static constexpr std::size_t kMinMaxBytes = 8 << 10;
