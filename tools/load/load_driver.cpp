@@ -1,0 +1,1119 @@
+#include "tools/load/load_driver.h"
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "client/client.h"
+#include "client/connection.h"  // HandlerSlot / in_slot: Asio handler memory without the heap
+#include "core/key_hash.h"
+#include "protocol/frame.h"
+#include "protocol/messages.h"
+#include "tools/load/json_writer.h"
+#include "tools/load/random.h"
+#include "tools/load/resp.h"
+
+namespace sluice::load {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using client::ErrorCode;
+using client::Result;
+using client::Status;
+using client::detail::HandlerSlot;
+using client::detail::in_slot;
+
+std::optional<BackendKind> parse_backend(std::string_view name) {
+  if (name == "sluice") return BackendKind::kSluice;
+  if (name == "redis") return BackendKind::kRedis;
+  return std::nullopt;
+}
+
+std::string_view backend_name(BackendKind backend) {
+  return backend == BackendKind::kSluice ? "sluice" : "redis";
+}
+
+std::optional<Operation> parse_operation(std::string_view name) {
+  if (name == "acquire") return Operation::kAcquire;
+  if (name == "ping") return Operation::kPing;
+  if (name == "incr") return Operation::kIncr;
+  return std::nullopt;
+}
+
+std::string_view operation_name(Operation op) {
+  switch (op) {
+    case Operation::kAcquire:
+      return "acquire";
+    case Operation::kPing:
+      return "ping";
+    case Operation::kIncr:
+      return "incr";
+  }
+  return "unknown";
+}
+
+std::string validate(const LoadOptions& o) {
+  if (o.servers.empty()) return "no servers given";
+  if (o.connections < 1 || o.connections > 10'000) return "--connections: expected 1 to 10000";
+  if (o.depth < 1 || o.depth > 100'000) return "--depth: expected 1 to 100000";
+  if (o.batch < 1 || o.batch > 65'535) return "--batch: expected 1 to 65535";
+  if (o.threads < 1 || o.threads > 256) return "--threads: expected 1 to 256";
+  if (o.threads > o.connections) return "--threads may not exceed --connections";
+  if (!(o.rate >= 0) || o.rate > 1e9) return "--rate: expected 0 (closed loop) to 1e9";
+  if (o.keys < 1) return "--keys: expected at least 1";
+  if (o.duration.count() <= 0 && o.requests == 0) {
+    return "give --duration or --requests (the run must stop by itself)";
+  }
+  if (o.duration.count() < 0) return "--duration must not be negative";
+  if (o.op == Operation::kIncr && o.backend != BackendKind::kRedis) {
+    return "--op incr is for --backend redis";
+  }
+  if (o.op == Operation::kAcquire) {
+    if (const RuleError e = sluice::validate(o.rule, o.cost); e != RuleError::kOk) {
+      return "bad rule: " + std::string(describe(e));
+    }
+    if (o.backend == BackendKind::kRedis) {
+      const Algorithm a = o.rule.algorithm;
+      if (o.redis_design == RedisDesign::kLuaTokenBucket && a != Algorithm::kTokenBucket) {
+        return "--redis-design lua_token_bucket needs --algorithm token_bucket";
+      }
+      if (o.redis_design == RedisDesign::kIncrWindow && a != Algorithm::kFixedWindow &&
+          a != Algorithm::kSlidingWindow) {
+        return "--redis-design incr_window needs --algorithm fixed_window or sliding_window";
+      }
+    }
+  }
+  return "";
+}
+
+namespace {
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+constexpr std::uint32_t kNone = UINT32_MAX;
+constexpr std::uint64_t kStepNs = 100'000'000;  // timeline step
+constexpr auto kTick = std::chrono::milliseconds(10);
+
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+std::uint64_t unix_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+}
+
+asio::steady_timer::time_point at_ns(std::uint64_t ns) {
+  return asio::steady_timer::time_point(std::chrono::nanoseconds(ns));
+}
+
+// Request ids skip 0 (HELLO's id on a Sluice connection).
+std::uint32_t next_id(std::uint32_t id) { return id == UINT32_MAX ? 1 : id + 1; }
+
+// What every worker reads and nobody changes during the run (except the audit, under its lock).
+struct RunContext {
+  explicit RunContext(const LoadOptions& o) : options(o), formatter(o.key_prefix, o.keys) {}
+  const LoadOptions& options;
+  KeyFormatter formatter;
+  tcp::endpoint endpoint;                      // Redis, or Sluice's public port
+  std::vector<tcp::endpoint> shard_endpoints;  // Sluice: index = shard
+  std::uint32_t max_frame = protocol::kDefaultMaxFrame;
+  std::string sha;  // lua_token_bucket
+  std::uint64_t start_ns = 0;
+  std::uint64_t deadline_ns = 0;  // 0 = none
+  std::mutex audit_mu;
+  std::optional<AccuracyAudit> audit;
+};
+
+struct Item {
+  std::uint64_t key = 0;
+  IncrWindowPending window;  // incr_window only
+};
+
+// One frame (Sluice) or pipelined write (Redis) in flight on a connection.
+struct Part {
+  std::uint32_t id = 0;
+  std::uint32_t request = 0;
+  std::uint32_t first = 0;  // into Worker::items_
+  std::uint32_t count = 0;
+  std::uint64_t sent_unix_ns = 0;  // audit only
+  bool active = false;
+};
+
+struct Request {
+  std::uint64_t intended_ns = 0;  // latency is measured from here
+  std::uint32_t parts_left = 0;
+  std::uint32_t conn = 0;  // Redis: where a closed loop sends the next one
+  std::uint32_t next_free = kNone;
+};
+
+struct Conn {
+  explicit Conn(asio::io_context& io) : socket(io) {}
+  tcp::socket socket;
+  std::uint32_t index = 0;
+  std::uint32_t shard = 0;
+  protocol::Bytes out;      // appended by requests, not yet written
+  protocol::Bytes sending;  // the buffer async_write is sending
+  bool writing = false;
+  bool dirty = false;
+  std::vector<std::uint8_t> in;
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  // Parts in flight, a ring indexed by id: [oldest_id, next_id) covers them all.
+  std::vector<Part> ring = std::vector<Part>(64);
+  std::uint32_t mask = 63;
+  std::uint32_t next = 1;
+  std::uint32_t oldest = 1;
+  std::size_t in_flight = 0;
+  std::uint32_t cursor = 0;  // Redis: items of the oldest part already answered
+  bool ready = false;        // handshake done
+  HandlerSlot read_slot;
+  HandlerSlot write_slot;
+};
+
+struct Published {
+  std::atomic<std::uint64_t> sent{0};
+  std::atomic<std::uint64_t> allowed{0};
+  std::atomic<std::uint64_t> denied{0};
+  std::atomic<std::uint64_t> errors{0};
+};
+
+class Worker {
+ public:
+  Worker(RunContext& ctx, unsigned index, unsigned connections, std::uint64_t quota, double rate,
+         unsigned shards)
+      : ctx_(ctx),
+        o_(ctx.options),
+        sluice_(o_.backend == BackendKind::kSluice),
+        shards_(sluice_ ? std::max(1u, shards) : 1u),
+        quota_(quota),
+        keys_(o_.dist, o_.keys, derive_seed(o_.seed, index)),
+        key_buf_(ctx.formatter.max_length()),
+        tick_timer_(io_),
+        pace_timer_(io_) {
+    for (unsigned i = 0; i < connections; ++i) {
+      auto c = std::make_unique<Conn>(io_);
+      c->index = i;
+      c->shard = i % shards_;
+      c->in.resize(kReadChunk);
+      c->out.reserve(4096);
+      c->sending.reserve(4096);
+      conns_.push_back(std::move(c));
+    }
+    by_shard_.resize(shards_);
+    for (auto& c : conns_) by_shard_[c->shard].push_back(c.get());
+    rr_.assign(shards_, 0);
+    dirty_.reserve(conns_.size());
+    open_ = rate > 0;
+    if (open_) interval_ns_ = static_cast<double>(o_.batch) * 1e9 / rate;
+    grow_pool(open_ ? 1024 : static_cast<std::size_t>(connections) * o_.depth);
+    draw_keys_.resize(o_.batch);
+    draw_shards_.resize(o_.batch);
+    shard_counts_.resize(shards_ + 1);
+    results_.reserve(o_.batch);
+    writer_.reserve(256 * static_cast<std::size_t>(o_.batch));
+    const std::uint64_t steps =
+        static_cast<std::uint64_t>((o_.duration + o_.drain_timeout).count()) / 100 + 16;
+    timeline_.reserve(std::min<std::uint64_t>(steps, 1u << 20));
+  }
+
+  // Connects every connection and completes its handshake (Sluice HELLO; Redis SCRIPT LOAD or
+  // PING), all at once, within the connect timeout.
+  Status connect_all() {
+    for (auto& owned : conns_) {
+      Conn& c = *owned;
+      const tcp::endpoint ep = sluice_ ? ctx_.shard_endpoints.at(c.shard) : ctx_.endpoint;
+      c.socket.async_connect(ep, [this, &c, ep](const boost::system::error_code& ec) {
+        if (ec)
+          return setup_failed(fmt::format("connect to {}:{} failed: {}", ep.address().to_string(),
+                                          ep.port(), ec.message()));
+        boost::system::error_code ignored;
+        c.socket.set_option(tcp::no_delay(true), ignored);
+        c.sending.clear();
+        if (sluice_) {
+          protocol::encode_hello_request(c.sending, 0,
+                                         protocol::HelloRequest{protocol::kVersion, "sluice-load"});
+        } else {
+          writer_.clear();
+          if (o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kLuaTokenBucket) {
+            append_script_load(writer_);
+          } else {
+            writer_.command("PING");
+          }
+          const std::string_view bytes = writer_.view();
+          c.sending.assign(bytes.begin(), bytes.end());
+        }
+        asio::async_write(c.socket, asio::buffer(c.sending),
+                          [this, &c](const boost::system::error_code& e, std::size_t) {
+                            if (e) return setup_failed("handshake write failed: " + e.message());
+                            read_handshake(c);
+                          });
+      });
+    }
+    io_.run_for(o_.connect_timeout);
+    bool all_ready = std::all_of(conns_.begin(), conns_.end(), [](auto& c) { return c->ready; });
+    if (!all_ready || !setup_error_.empty()) {
+      for (auto& c : conns_) {
+        boost::system::error_code ignored;
+        c->socket.close(ignored);
+      }
+      io_.restart();
+      io_.run();  // aborted handlers
+      return Status(ErrorCode::kConnectionFailed,
+                    setup_error_.empty()
+                        ? fmt::format("handshake not done within {} ms", o_.connect_timeout.count())
+                        : setup_error_);
+    }
+    io_.restart();
+    return Status();
+  }
+
+  const std::string& sha() const { return sha_; }
+
+  // The thread body: runs until the bound is reached and replies are in (or the drain ends).
+  void run() {
+    asio::post(io_, [this] { start(); });
+    io_.run();
+  }
+
+  Published& published() { return published_; }
+
+  void add_to(LoadReport& report) const {
+    report.sent += sent_;
+    report.allowed += allowed_;
+    report.denied += denied_;
+    report.errors += errors_;
+    report.latency.merge(latency_);
+    if (report.timeline.size() < timeline_.size()) report.timeline.resize(timeline_.size());
+    for (std::size_t i = 0; i < timeline_.size(); ++i) {
+      report.timeline[i].sent += timeline_[i].sent;
+      report.timeline[i].allowed += timeline_[i].allowed;
+      report.timeline[i].denied += timeline_[i].denied;
+      report.timeline[i].errors += timeline_[i].errors;
+    }
+    if (report.first_error.empty()) report.first_error = first_error_;
+  }
+  std::uint64_t end_ns() const { return end_ns_; }
+
+ private:
+  // ---- setup --------------------------------------------------------------------------------
+
+  void setup_failed(std::string why) {
+    if (setup_error_.empty()) setup_error_ = std::move(why);
+  }
+
+  void read_handshake(Conn& c) {
+    c.socket.async_read_some(
+        asio::buffer(c.in.data() + c.end, c.in.size() - c.end),
+        [this, &c](const boost::system::error_code& ec, std::size_t n) {
+          if (ec) return setup_failed("handshake read failed: " + ec.message());
+          c.end += n;
+          if (sluice_) {
+            const protocol::DecodeResult r = decoder_.decode({c.in.data(), c.end});
+            if (r.status == protocol::DecodeStatus::kNeedMore) return read_handshake(c);
+            protocol::HelloReply hello;
+            if (r.status != protocol::DecodeStatus::kOk ||
+                r.frame.header.opcode != protocol::Opcode::kHello ||
+                !protocol::parse_hello_reply(r.frame.body, hello)) {
+              return setup_failed("HELLO refused or malformed");
+            }
+            if (hello.this_shard != c.shard) {
+              return setup_failed(fmt::format("shard port reports shard {}, expected {}",
+                                              hello.this_shard, c.shard));
+            }
+          } else {
+            const std::string_view text(reinterpret_cast<const char*>(c.in.data()), c.end);
+            const RespParseResult r = parser_.parse(text);
+            if (r.status == RespStatus::kNeedMore) return read_handshake(c);
+            if (r.status != RespStatus::kComplete)
+              return setup_failed("malformed reply from Redis");
+            if (r.value.type == RespType::kError) {
+              return setup_failed("Redis: " + std::string(r.value.text));
+            }
+            if (o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kLuaTokenBucket) {
+              const auto sha = read_script_sha(r.value);
+              if (!sha) return setup_failed("SCRIPT LOAD gave no SHA1");
+              sha_ = std::string(*sha);
+            }
+          }
+          c.begin = c.end = 0;
+          c.ready = true;
+        });
+  }
+
+  // ---- the run ------------------------------------------------------------------------------
+
+  void start() {
+    start_ns_ = ctx_.start_ns;
+    end_ns_ = start_ns_;
+    for (auto& c : conns_) start_read(*c);
+    arm_tick();
+    if (open_) {
+      next_intended_ = start_ns_;
+      pace();
+      return;
+    }
+    const std::size_t initial = conns_.size() * o_.depth;
+    for (std::size_t i = 0; i < initial && !stopping_; ++i) {
+      issue(static_cast<std::uint32_t>(i % conns_.size()), steady_ns());
+    }
+    after_handler();
+  }
+
+  void arm_tick() {
+    tick_timer_.expires_after(kTick);
+    tick_timer_.async_wait(in_slot(tick_slot_, [this](const boost::system::error_code& ec) {
+      if (ec || finished_) return;
+      const std::uint64_t now = steady_ns();
+      if (!stopping_ && ctx_.deadline_ns != 0 && now >= ctx_.deadline_ns) begin_stop(now);
+      if (stopping_ && !finished_ && now >= drain_deadline_ns_) finish(now);
+      after_handler();
+      if (!finished_) arm_tick();
+    }));
+  }
+
+  void pace() {
+    const std::uint64_t now = steady_ns();
+    while (!stopping_ && next_intended_ <= now) {
+      issue(kNone, next_intended_);
+      ++paced_;
+      next_intended_ =
+          start_ns_ + static_cast<std::uint64_t>(static_cast<double>(paced_) * interval_ns_);
+    }
+    after_handler();
+    if (stopping_ || finished_) return;
+    pace_timer_.expires_at(at_ns(next_intended_));
+    pace_timer_.async_wait(in_slot(pace_slot_, [this](const boost::system::error_code& ec) {
+      if (ec || finished_) return;
+      pace();
+    }));
+  }
+
+  TimelineEntry& step(std::uint64_t now) {
+    const std::uint64_t i = now > start_ns_ ? (now - start_ns_) / kStepNs : 0;
+    if (i >= timeline_.size()) timeline_.resize(i + 1);
+    return timeline_[i];
+  }
+
+  // Issues one request of up to --batch decisions. `conn` is where a Redis request goes
+  // (kNone: round robin); Sluice routes each item to its shard.
+  void issue(std::uint32_t conn, std::uint64_t intended_ns) {
+    if (stopping_) return;
+    if (ctx_.deadline_ns != 0 && intended_ns >= ctx_.deadline_ns) return begin_stop(intended_ns);
+    std::uint32_t n = o_.batch;
+    if (quota_ != 0) {
+      if (sent_ >= quota_) return begin_stop(intended_ns);
+      n = static_cast<std::uint32_t>(std::min<std::uint64_t>(n, quota_ - sent_));
+    }
+    const std::uint32_t r = alloc_request();
+    Request& req = requests_[r];
+    req.intended_ns = intended_ns;
+    req.parts_left = 0;
+    const std::uint32_t base = r * o_.batch;
+    const bool audit = ctx_.audit.has_value();
+    const std::uint64_t sent_unix = audit ? unix_ns() : 0;
+    if (sluice_) {
+      issue_sluice(r, base, n, sent_unix);
+    } else {
+      if (conn == kNone) {
+        conn = rr_[0];
+        rr_[0] = (rr_[0] + 1) % static_cast<std::uint32_t>(conns_.size());
+      }
+      req.conn = conn;
+      issue_redis(*conns_[conn], r, base, n, sent_unix);
+    }
+    ++in_flight_requests_;
+    sent_ += n;
+    step(steady_ns()).sent += n;
+  }
+
+  void issue_sluice(std::uint32_t r, std::uint32_t base, std::uint32_t n, std::uint64_t sent_unix) {
+    std::fill(shard_counts_.begin(), shard_counts_.end(), 0);
+    for (std::uint32_t j = 0; j < n; ++j) {
+      const std::uint64_t key = keys_.next();
+      std::uint32_t shard = 0;
+      if (shards_ > 1) {
+        shard = shard_for(hash_key(ctx_.formatter.format(key, key_buf_)), shards_);
+      }
+      draw_keys_[j] = key;
+      draw_shards_[j] = shard;
+      ++shard_counts_[shard + 1];
+    }
+    for (std::uint32_t s = 0; s < shards_; ++s) shard_counts_[s + 1] += shard_counts_[s];
+    // shard_counts_[s] is now where shard s's items start; place items grouped by shard.
+    std::vector<std::uint32_t>& next = shard_counts_;
+    for (std::uint32_t j = 0; j < n; ++j) {
+      items_[base + next[draw_shards_[j]]++].key = draw_keys_[j];
+    }
+    // After placement next[s] is where shard s's items end; shard s starts at next[s-1].
+    std::uint32_t begin = 0;
+    for (std::uint32_t s = 0; s < shards_; ++s) {
+      const std::uint32_t end = next[s];
+      if (end > begin) {
+        std::vector<Conn*>& conns = by_shard_[s];
+        Conn& c = *conns[rr_[s]];
+        rr_[s] = (rr_[s] + 1) % static_cast<std::uint32_t>(conns.size());
+        send_sluice_part(c, r, base + begin, end - begin, sent_unix);
+      }
+      begin = end;
+    }
+  }
+
+  Part& add_part(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count,
+                 std::uint64_t sent_unix) {
+    const std::uint32_t id = c.next;
+    c.next = next_id(c.next);
+    while (c.ring[id & c.mask].active) grow_ring(c);
+    if (c.in_flight == 0) c.oldest = id;
+    Part& p = c.ring[id & c.mask];
+    p.id = id;
+    p.request = r;
+    p.first = first;
+    p.count = count;
+    p.sent_unix_ns = sent_unix;
+    p.active = true;
+    ++c.in_flight;
+    ++requests_[r].parts_left;
+    if (!c.dirty) {
+      c.dirty = true;
+      dirty_.push_back(&c);
+    }
+    return p;
+  }
+
+  void send_sluice_part(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count,
+                        std::uint64_t sent_unix) {
+    const Part& p = add_part(c, r, first, count, sent_unix);
+    protocol::Bytes& out = o_.op == Operation::kPing ? scratch_ : c.out;
+    if (o_.op == Operation::kPing) scratch_.clear();
+    const std::size_t start = protocol::begin_acquire_request(out, p.id);
+    for (std::uint32_t i = 0; i < count; ++i) {
+      protocol::add_acquire_item(
+          out, start,
+          protocol::AcquireItem{ctx_.formatter.format(items_[first + i].key, key_buf_), o_.rule,
+                                o_.cost, false});
+    }
+    protocol::finish_acquire_request(out, start);
+    if (o_.op == Operation::kPing) {
+      // The same bytes as the ACQUIRE it stands for, echoed back: transport without decisions.
+      protocol::encode_ping(c.out, p.id,
+                            std::span<const std::uint8_t>(scratch_.data() + protocol::kHeaderSize,
+                                                          scratch_.size() - protocol::kHeaderSize),
+                            false);
+    }
+  }
+
+  void issue_redis(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count,
+                   std::uint64_t sent_unix) {
+    writer_.clear();
+    const bool incr_window =
+        o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kIncrWindow;
+    const std::uint64_t now_ms = incr_window ? unix_ns() / 1'000'000 : 0;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      Item& item = items_[first + i];
+      item.key = keys_.next();
+      const std::string_view key = ctx_.formatter.format(item.key, key_buf_);
+      switch (o_.op) {
+        case Operation::kAcquire:
+          if (incr_window) {
+            item.window = append_incr_window(writer_, key, o_.rule, o_.cost, now_ms);
+          } else {
+            append_token_bucket(writer_, sha_, key, o_.rule, o_.cost);
+          }
+          break;
+        case Operation::kPing:
+          writer_.command("PING");
+          break;
+        case Operation::kIncr:
+          writer_.command("INCR", key);
+          break;
+      }
+    }
+    add_part(c, r, first, count, sent_unix);
+    const std::string_view bytes = writer_.view();
+    c.out.insert(c.out.end(), bytes.begin(), bytes.end());
+  }
+
+  // ---- I/O ----------------------------------------------------------------------------------
+
+  void flush(Conn& c) {
+    if (c.writing || c.out.empty() || finished_) return;
+    c.sending.clear();
+    c.sending.swap(c.out);
+    c.writing = true;
+    asio::async_write(
+        c.socket, asio::buffer(c.sending),
+        in_slot(c.write_slot, [this, &c](const boost::system::error_code& ec, std::size_t) {
+          c.writing = false;
+          if (finished_) return;
+          if (ec) return fail(fmt::format("write failed: {}", ec.message()));
+          flush(c);
+        }));
+  }
+
+  void after_handler() {
+    for (Conn* c : dirty_) {
+      c->dirty = false;
+      flush(*c);
+    }
+    dirty_.clear();
+    published_.sent.store(sent_, std::memory_order_relaxed);
+    published_.allowed.store(allowed_, std::memory_order_relaxed);
+    published_.denied.store(denied_, std::memory_order_relaxed);
+    published_.errors.store(errors_, std::memory_order_relaxed);
+  }
+
+  void start_read(Conn& c) {
+    if (c.begin == c.end) {
+      c.begin = c.end = 0;
+    } else if (c.begin > 0) {
+      std::memmove(c.in.data(), c.in.data() + c.begin, c.end - c.begin);
+      c.end -= c.begin;
+      c.begin = 0;
+    }
+    if (c.end == c.in.size()) c.in.resize(c.in.size() * 2);
+    c.socket.async_read_some(
+        asio::buffer(c.in.data() + c.end, c.in.size() - c.end),
+        in_slot(c.read_slot, [this, &c](const boost::system::error_code& ec, std::size_t n) {
+          if (finished_) return;
+          if (ec) {
+            return fail(ec == asio::error::eof ? std::string("connection closed by the server")
+                                               : "read failed: " + ec.message());
+          }
+          c.end += n;
+          now_ns_ = steady_ns();
+          now_unix_ns_ = ctx_.audit ? unix_ns() : 0;
+          const bool ok = sluice_ ? read_sluice(c) : read_redis(c);
+          if (!ok || finished_) return;
+          start_read(c);
+          after_handler();
+          if (stopping_ && in_flight_requests_ == 0) finish(now_ns_);
+        }));
+  }
+
+  bool read_sluice(Conn& c) {
+    while (c.begin < c.end) {
+      const protocol::DecodeResult r = decoder_.decode({c.in.data() + c.begin, c.end - c.begin});
+      if (r.status == protocol::DecodeStatus::kNeedMore) break;
+      if (r.status == protocol::DecodeStatus::kMalformed) {
+        fail("malformed frame from Sluice: " + std::string(r.reason));
+        return false;
+      }
+      c.begin += r.frame_size;
+      const protocol::Frame& f = r.frame;
+      Part& p = c.ring[f.header.request_id & c.mask];
+      if (!p.active || p.id != f.header.request_id) {
+        fail(fmt::format("reply to unknown request {}", f.header.request_id));
+        return false;
+      }
+      TimelineEntry& t = step(now_ns_);
+      if (f.header.opcode == protocol::Opcode::kError) {
+        note_error(p.count, t, "ERROR frame from Sluice");
+      } else if (o_.op == Operation::kPing) {
+        if (f.header.opcode == protocol::Opcode::kPing) {
+          allowed_ += p.count;
+          t.allowed += p.count;
+        } else {
+          note_error(p.count, t, "unexpected reply to PING");
+        }
+      } else if (f.header.opcode != protocol::Opcode::kAcquire ||
+                 !protocol::parse_acquire_reply(f.body, results_) || results_.size() != p.count) {
+        note_error(p.count, t, "unexpected reply to ACQUIRE");
+      } else {
+        std::unique_lock<std::mutex> lock;
+        if (ctx_.audit) lock = std::unique_lock(ctx_.audit_mu);
+        for (std::uint32_t i = 0; i < p.count; ++i) {
+          switch (results_[i].status) {
+            case protocol::ItemStatus::kAllowed:
+              ++allowed_;
+              ++t.allowed;
+              if (ctx_.audit) {
+                ctx_.audit->record(items_[p.first + i].key, p.sent_unix_ns, now_unix_ns_, o_.cost);
+              }
+              break;
+            case protocol::ItemStatus::kDenied:
+              ++denied_;
+              ++t.denied;
+              break;
+            default:
+              note_error(
+                  1, t,
+                  "item status " + std::string(protocol::item_status_name(results_[i].status)));
+          }
+        }
+      }
+      complete_part(c, p);
+    }
+    return true;
+  }
+
+  bool read_redis(Conn& c) {
+    const bool incr_window =
+        o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kIncrWindow;
+    RespValue values[3];
+    while (c.in_flight > 0) {
+      Part& p = c.ring[c.oldest & c.mask];
+      const Item& item = items_[p.first + c.cursor];
+      const std::size_t need = incr_window ? item.window.replies : 1;
+      std::size_t at = c.begin;
+      std::size_t got = 0;
+      RedisDecision d;
+      for (; got < need; ++got) {
+        const std::string_view rest(reinterpret_cast<const char*>(c.in.data()) + at, c.end - at);
+        const RespParseResult r = parser_.parse(rest);
+        if (r.status == RespStatus::kNeedMore) break;
+        if (r.status != RespStatus::kComplete) {
+          fail("malformed reply from Redis");
+          return false;
+        }
+        values[got] = r.value;
+        at += r.consumed;
+        if (need == 1) {  // decide now: an array's elements live in the parser until next parse
+          switch (o_.op) {
+            case Operation::kAcquire:
+              d = read_token_bucket(parser_, r.value);
+              break;
+            case Operation::kPing:
+              d.outcome = r.value.type == RespType::kSimpleString ? RedisDecision::Outcome::kAllowed
+                                                                  : RedisDecision::Outcome::kError;
+              d.error = r.value.type == RespType::kError ? r.value.text : "unexpected reply";
+              break;
+            case Operation::kIncr:
+              d.outcome = r.value.type == RespType::kInteger ? RedisDecision::Outcome::kAllowed
+                                                             : RedisDecision::Outcome::kError;
+              d.error = r.value.type == RespType::kError ? r.value.text : "unexpected reply";
+              break;
+          }
+        }
+      }
+      if (got < need) break;
+      if (incr_window) d = read_incr_window(o_.rule, item.window, {values, need});
+      c.begin = at;
+      TimelineEntry& t = step(now_ns_);
+      switch (d.outcome) {
+        case RedisDecision::Outcome::kAllowed:
+          ++allowed_;
+          ++t.allowed;
+          if (ctx_.audit && o_.op == Operation::kAcquire) {
+            const std::uint64_t when =
+                incr_window
+                    ? (item.window.window * o_.rule.period_ms + item.window.elapsed_ms) * 1'000'000
+                    : d.server_time_us * 1000;
+            std::lock_guard lock(ctx_.audit_mu);
+            ctx_.audit->record_exact(item.key, when, o_.cost);
+          }
+          break;
+        case RedisDecision::Outcome::kDenied:
+          ++denied_;
+          ++t.denied;
+          break;
+        case RedisDecision::Outcome::kError:
+          note_error(1, t, "Redis: " + std::string(d.error));
+          break;
+      }
+      if (++c.cursor == p.count) {
+        c.cursor = 0;
+        c.oldest = next_id(c.oldest);
+        complete_part(c, p);
+      }
+    }
+    if (c.in_flight == 0 && c.begin < c.end) {
+      fail("reply from Redis with nothing in flight");
+      return false;
+    }
+    return true;
+  }
+
+  void note_error(std::uint64_t count, TimelineEntry& t, std::string_view what) {
+    errors_ += count;
+    t.errors += count;
+    if (first_error_.empty()) first_error_ = std::string(what);
+  }
+
+  // The part's replies are all counted. REQUIRES: p in c's ring. `p` is invalid afterwards.
+  void complete_part(Conn& c, Part& p) {
+    p.active = false;
+    --c.in_flight;
+    if (sluice_ && c.in_flight > 0) {
+      while (!c.ring[c.oldest & c.mask].active) c.oldest = next_id(c.oldest);
+    }
+    const std::uint32_t r = p.request;
+    Request& req = requests_[r];
+    if (--req.parts_left != 0) return;
+    latency_.record(now_ns_ > req.intended_ns ? (now_ns_ - req.intended_ns) / 1000 : 0);
+    end_ns_ = now_ns_;
+    const std::uint32_t conn = req.conn;
+    free_request(r);
+    --in_flight_requests_;
+    if (!open_) issue(sluice_ ? kNone : conn, now_ns_);
+  }
+
+  // ---- pools --------------------------------------------------------------------------------
+
+  void grow_pool(std::size_t add) {
+    const std::size_t old = requests_.size();
+    requests_.resize(old + add);
+    items_.resize(requests_.size() * o_.batch);
+    for (std::size_t i = old + add; i-- > old;) {
+      requests_[i].next_free = free_head_;
+      free_head_ = static_cast<std::uint32_t>(i);
+    }
+  }
+  std::uint32_t alloc_request() {
+    if (free_head_ == kNone) grow_pool(std::max<std::size_t>(requests_.size(), 16));
+    const std::uint32_t r = free_head_;
+    free_head_ = requests_[r].next_free;
+    return r;
+  }
+  void free_request(std::uint32_t r) {
+    requests_[r].next_free = free_head_;
+    free_head_ = r;
+  }
+  static void grow_ring(Conn& c) {
+    std::vector<Part> bigger(c.ring.size() * 2);
+    const auto mask = static_cast<std::uint32_t>(bigger.size() - 1);
+    for (Part& p : c.ring) {
+      if (p.active) bigger[p.id & mask] = p;
+    }
+    c.ring = std::move(bigger);
+    c.mask = mask;
+  }
+
+  // ---- ending -------------------------------------------------------------------------------
+
+  void begin_stop(std::uint64_t now) {
+    if (stopping_) return;
+    stopping_ = true;
+    drain_deadline_ns_ = std::max(now, steady_ns()) +
+                         static_cast<std::uint64_t>(o_.drain_timeout.count()) * 1'000'000;
+    pace_timer_.cancel();
+    if (in_flight_requests_ == 0) finish(now);
+  }
+
+  // A failed connection ends this worker's run: what is in flight counts as errors.
+  void fail(std::string why) {
+    if (first_error_.empty()) first_error_ = std::move(why);
+    const std::uint64_t now = steady_ns();
+    stopping_ = true;
+    finish(now);
+  }
+
+  void finish(std::uint64_t now) {
+    if (finished_) return;
+    finished_ = true;
+    const std::uint64_t lost = sent_ - allowed_ - denied_ - errors_;
+    if (lost > 0) {
+      errors_ += lost;
+      step(now).errors += lost;
+      if (first_error_.empty()) first_error_ = "no reply within the drain timeout";
+      end_ns_ = now;
+    }
+    for (auto& c : conns_) {
+      boost::system::error_code ignored;
+      c->socket.close(ignored);
+    }
+    tick_timer_.cancel();
+    pace_timer_.cancel();
+    after_handler();
+  }
+
+  RunContext& ctx_;
+  const LoadOptions& o_;
+  const bool sluice_;
+  const std::uint32_t shards_;
+  const std::uint64_t quota_;
+  asio::io_context io_{1};
+  KeyGenerator keys_;
+  std::vector<char> key_buf_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  std::vector<std::vector<Conn*>> by_shard_;
+  std::vector<std::uint32_t> rr_;
+  std::vector<Conn*> dirty_;
+  std::vector<Request> requests_;
+  std::vector<Item> items_;
+  std::uint32_t free_head_ = kNone;
+  std::vector<std::uint64_t> draw_keys_;
+  std::vector<std::uint32_t> draw_shards_;
+  std::vector<std::uint32_t> shard_counts_;
+  std::vector<protocol::AcquireResult> results_;
+  protocol::Bytes scratch_;
+  protocol::FrameDecoder decoder_;
+  RespWriter writer_;
+  RespParser parser_;
+  std::string sha_;
+  std::string setup_error_;
+
+  asio::steady_timer tick_timer_;
+  asio::steady_timer pace_timer_;
+  HandlerSlot tick_slot_;
+  HandlerSlot pace_slot_;
+  bool open_ = false;
+  double interval_ns_ = 0;
+  std::uint64_t paced_ = 0;
+  std::uint64_t next_intended_ = 0;
+
+  std::uint64_t start_ns_ = 0;
+  std::uint64_t end_ns_ = 0;
+  std::uint64_t now_ns_ = 0;
+  std::uint64_t now_unix_ns_ = 0;
+  std::uint64_t drain_deadline_ns_ = 0;
+  bool stopping_ = false;
+  bool finished_ = false;
+  std::size_t in_flight_requests_ = 0;
+
+  std::uint64_t sent_ = 0;
+  std::uint64_t allowed_ = 0;
+  std::uint64_t denied_ = 0;
+  std::uint64_t errors_ = 0;
+  std::string first_error_;
+  LatencyHistogram latency_;
+  std::vector<TimelineEntry> timeline_;
+  Published published_;
+};
+
+Result<tcp::endpoint> resolve(const std::string& server) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!client::split_host_port(server, host, port)) {
+    return Status(ErrorCode::kInvalidArgument, "expected HOST:PORT, got \"" + server + "\"");
+  }
+  asio::io_context io;
+  tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  const auto found = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || found.empty()) {
+    return Status(ErrorCode::kConnectionFailed, "cannot resolve " + host + ": " + ec.message());
+  }
+  return found.begin()->endpoint();
+}
+
+}  // namespace
+
+Result<LoadReport> run_load(const LoadOptions& options) {
+  if (std::string why = validate(options); !why.empty()) {
+    return Status(ErrorCode::kInvalidArgument, why);
+  }
+  RunContext ctx(options);
+  Result<tcp::endpoint> endpoint = resolve(options.servers.front());
+  if (!endpoint.ok()) return endpoint.status();
+  ctx.endpoint = *endpoint;
+
+  LoadReport report;
+  unsigned shards = 1;
+  if (options.backend == BackendKind::kSluice) {
+    // Discovery through the client library: HELLO on the public port gives the shard ports.
+    client::ClientOptions copts;
+    copts.servers = {options.servers.front()};
+    copts.shard_aware = false;
+    copts.connect_timeout = options.connect_timeout;
+    copts.client_name = "sluice-load";
+    auto discovered = client::Client::connect(copts);
+    if (!discovered.ok()) return discovered.status();
+    const client::ServerInfo& info = (*discovered)->server_info();
+    if (info.shard_ports.empty()) {
+      return Status(ErrorCode::kProtocolError, "the server reported no shard ports");
+    }
+    if (options.batch > info.max_batch) {
+      return Status(ErrorCode::kInvalidArgument,
+                    fmt::format("--batch {} is above the server's max batch {}", options.batch,
+                                info.max_batch));
+    }
+    if (ctx.formatter.max_length() > info.max_key) {
+      return Status(ErrorCode::kInvalidArgument, "keys are longer than the server's max key");
+    }
+    for (std::uint16_t port : info.shard_ports) {
+      ctx.shard_endpoints.emplace_back(ctx.endpoint.address(), port);
+    }
+    shards = static_cast<unsigned>(info.shard_ports.size());
+    ctx.max_frame = info.max_frame;
+  }
+  report.shards = options.backend == BackendKind::kSluice ? shards : 0;
+  if (options.audit && options.op == Operation::kAcquire) {
+    ctx.audit.emplace(options.rule, std::min(options.audit_keys, options.keys));
+  }
+
+  // Connections and the request quota, split over the threads. Each Sluice worker needs at
+  // least one connection per shard.
+  const unsigned t_count = options.threads;
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (unsigned t = 0; t < t_count; ++t) {
+    unsigned conns = options.connections / t_count + (t < options.connections % t_count ? 1 : 0);
+    if (options.backend == BackendKind::kSluice) conns = std::max(conns, shards);
+    std::uint64_t quota = 0;
+    if (options.requests != 0) {
+      quota = options.requests / t_count + (t < options.requests % t_count ? 1 : 0);
+      if (quota == 0) continue;
+    }
+    workers.push_back(
+        std::make_unique<Worker>(ctx, t, conns, quota, options.rate / t_count, shards));
+    report.connections += conns;
+  }
+  for (auto& w : workers) {
+    if (Status s = w->connect_all(); !s.ok()) return s;
+  }
+
+  ctx.start_ns = steady_ns();
+  if (options.duration.count() > 0) {
+    ctx.deadline_ns =
+        ctx.start_ns + static_cast<std::uint64_t>(options.duration.count()) * 1'000'000;
+  }
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  std::size_t running = workers.size();
+  std::vector<std::thread> threads;
+  for (auto& w : workers) {
+    threads.emplace_back([&, worker = w.get()] {
+      worker->run();
+      std::lock_guard lock(done_mu);
+      --running;
+      done_cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock lock(done_mu);
+    for (int second = 1; running > 0; ++second) {
+      const auto when = std::chrono::steady_clock::time_point(
+          std::chrono::nanoseconds(ctx.start_ns) + std::chrono::seconds(second));
+      if (done_cv.wait_until(lock, when, [&] { return running == 0; })) break;
+      if (options.progress) {
+        std::uint64_t sent = 0, allowed = 0, denied = 0, errors = 0;
+        for (auto& w : workers) {
+          sent += w->published().sent.load(std::memory_order_relaxed);
+          allowed += w->published().allowed.load(std::memory_order_relaxed);
+          denied += w->published().denied.load(std::memory_order_relaxed);
+          errors += w->published().errors.load(std::memory_order_relaxed);
+        }
+        lock.unlock();
+        options.progress(static_cast<double>(second), sent, allowed, denied, errors);
+        lock.lock();
+      }
+    }
+  }
+  for (std::thread& t : threads) t.join();
+
+  std::uint64_t end_ns = ctx.start_ns;
+  for (auto& w : workers) {
+    w->add_to(report);
+    end_ns = std::max(end_ns, w->end_ns());
+  }
+  report.duration_s = static_cast<double>(end_ns - ctx.start_ns) / 1e9;
+  report.throughput_per_s =
+      report.duration_s > 0
+          ? static_cast<double>(report.allowed + report.denied) / report.duration_s
+          : 0;
+  if (ctx.audit) report.audit = ctx.audit->report();
+  return report;
+}
+
+std::string report_json(const LoadOptions& o, const LoadReport& r) {
+  JsonWriter j;
+  j.begin_object();
+  j.field("backend", backend_name(o.backend));
+  j.field("op", operation_name(o.op));
+  if (o.backend == BackendKind::kRedis && o.op == Operation::kAcquire) {
+    j.field("redis_design", redis_design_name(o.redis_design));
+  }
+  j.field("mode", o.rate > 0 ? "open" : "closed");
+  if (o.rate > 0) j.field("rate", o.rate);
+  j.field("server", o.servers.front());
+  j.field("connections", r.connections);
+  if (o.backend == BackendKind::kSluice) j.field("shards", r.shards);
+  j.field("depth", o.depth);
+  j.field("batch", o.batch);
+  j.field("threads", o.threads);
+  j.field("keys", o.keys);
+  j.field("dist", describe(o.dist));
+  j.field("seed", o.seed);
+  j.key("rule").begin_object();
+  j.field("algorithm", algorithm_name(o.rule.algorithm));
+  j.field("limit", o.rule.limit);
+  j.field("period_ms", o.rule.period_ms);
+  j.field("burst", o.rule.burst);
+  j.field("cost", o.cost);
+  j.end_object();
+  j.field("sent", r.sent);
+  j.field("allowed", r.allowed);
+  j.field("denied", r.denied);
+  j.field("errors", r.errors);
+  j.field("duration_s", r.duration_s);
+  j.field("throughput_per_s", r.throughput_per_s);
+  j.key("latency_us").begin_object();
+  j.field("p50", r.latency.value_at_percentile(50));
+  j.field("p90", r.latency.value_at_percentile(90));
+  j.field("p99", r.latency.value_at_percentile(99));
+  j.field("p999", r.latency.value_at_percentile(99.9));
+  j.field("max", r.latency.max());
+  j.field("mean", r.latency.mean());
+  j.field("count", r.latency.count());
+  j.end_object();
+  if (r.audit) {
+    j.key("audit").begin_object();
+    j.field("keys_checked", r.audit->keys_checked);
+    j.field("max_overshoot_ratio", r.audit->max_overshoot_ratio);
+    j.field("admitted_events", r.audit->admitted_events);
+    j.field("ambiguous_events", r.audit->ambiguous_events);
+    j.field("ignored_events", r.audit->ignored_events);
+    j.end_object();
+  }
+  if (!r.first_error.empty()) j.field("first_error", r.first_error);
+  j.field("timeline_step_ms", kTimelineStep.count());
+  j.key("timeline").begin_array();
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) {
+    const TimelineEntry& e = r.timeline[i];
+    j.begin_object();
+    j.field("t_ms", static_cast<std::uint64_t>(i) * kTimelineStep.count());
+    j.field("sent", e.sent);
+    j.field("allowed", e.allowed);
+    j.field("denied", e.denied);
+    j.field("errors", e.errors);
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  return j.str();
+}
+
+std::string report_text(const LoadOptions& o, const LoadReport& r) {
+  std::string what(backend_name(o.backend));
+  if (o.op != Operation::kAcquire) {
+    what += fmt::format(" {}", operation_name(o.op));
+  } else if (o.backend == BackendKind::kRedis) {
+    what += fmt::format(" {}", redis_design_name(o.redis_design));
+  } else {
+    what += fmt::format(" {}", algorithm_name(o.rule.algorithm));
+  }
+  std::string out = fmt::format(
+      "{}, {} loop{}, {} connections, depth {}, batch {}, {} threads, {} keys {}\n", what,
+      o.rate > 0 ? "open" : "closed", o.rate > 0 ? fmt::format(" at {:.0f}/s", o.rate) : "",
+      r.connections, o.depth, o.batch, o.threads, o.keys, describe(o.dist));
+  out += fmt::format("sent {}  allowed {}  denied {}  errors {}\n", r.sent, r.allowed, r.denied,
+                     r.errors);
+  out += fmt::format("duration {:.3f} s  throughput {:.0f}/s\n", r.duration_s, r.throughput_per_s);
+  out += fmt::format("latency us: p50 {}  p90 {}  p99 {}  p99.9 {}  max {}\n",
+                     r.latency.value_at_percentile(50), r.latency.value_at_percentile(90),
+                     r.latency.value_at_percentile(99), r.latency.value_at_percentile(99.9),
+                     r.latency.max());
+  if (r.audit) {
+    out += fmt::format("audit: {} keys checked, max overshoot ratio {}\n", r.audit->keys_checked,
+                       r.audit->max_overshoot_ratio);
+  }
+  if (!r.first_error.empty()) out += "first error: " + r.first_error + "\n";
+  return out;
+}
+
+}  // namespace sluice::load

@@ -1,0 +1,106 @@
+// sluice-load's network drivers: run one bounded load against Sluice or Redis and report.
+//
+// A run has T worker threads, each with its own io_context, its share of the connections, its
+// own key generator (seed derived from --seed and the thread index), histogram and timeline.
+// A request is one unit on the wire: for Sluice one ACQUIRE frame per owning shard (up to
+// --batch items), for Redis one pipelined write of --batch decisions. Closed loop keeps
+// connections x depth requests in flight; open loop sends requests at --rate decisions per
+// second on a fixed schedule and measures latency from each request's intended send time, so
+// a stall is charged to every request it delays (no coordinated omission).
+//
+// Nothing on the per-request path allocates once rings and buffers have reached their working
+// size. docs/LOAD.md describes the options, the connection mapping and the report.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "client/status.h"
+#include "core/rule.h"
+#include "tools/load/accuracy_audit.h"
+#include "tools/load/histogram.h"
+#include "tools/load/key_generator.h"
+#include "tools/load/redis_designs.h"
+
+namespace sluice::load {
+
+enum class BackendKind : std::uint8_t { kSluice, kRedis };
+// kAcquire: rate-limit decisions (Sluice ACQUIRE, or the Redis design). kPing: the transport
+// floor (Sluice PING frames sized like the ACQUIRE frames they stand for; Redis PING).
+// kIncr: Redis only, a bare INCR per decision (what redis-benchmark's INCR test sends).
+enum class Operation : std::uint8_t { kAcquire, kPing, kIncr };
+
+std::optional<BackendKind> parse_backend(std::string_view name);
+std::string_view backend_name(BackendKind backend);
+std::optional<Operation> parse_operation(std::string_view name);
+std::string_view operation_name(Operation op);
+
+struct LoadOptions {
+  BackendKind backend = BackendKind::kSluice;
+  RedisDesign redis_design = RedisDesign::kLuaTokenBucket;
+  Operation op = Operation::kAcquire;
+  std::vector<std::string> servers = {"127.0.0.1:7420"};  // the first is used (one node)
+  unsigned connections = 50;  // TCP connections in total (Sluice: to shard ports, see LOAD.md)
+  unsigned depth = 1;         // requests in flight per connection (closed loop)
+  unsigned batch = 1;         // decisions per request
+  unsigned threads = 1;       // event-loop threads
+  double rate = 0;            // decisions per second over all threads; 0 = closed loop
+  std::uint64_t keys = 1'000'000;
+  DistributionSpec dist;
+  std::uint64_t seed = 1;
+  Rule rule{Algorithm::kTokenBucket, 100, 1000, 0};
+  std::uint32_t cost = 1;
+  std::chrono::milliseconds duration{10'000};  // 0 = no time bound
+  std::uint64_t requests = 0;                  // decisions; 0 = no count bound
+  bool audit = false;
+  std::uint64_t audit_keys = 100'000;  // keys [0, audit_keys) are audited
+  std::string key_prefix = "k:";
+  std::chrono::milliseconds connect_timeout{2'000};  // connect + handshake, all connections
+  std::chrono::milliseconds drain_timeout{2'000};    // after the bound, for replies in flight
+  // Called about once a second from the thread that called run_load(), with the totals so far.
+  std::function<void(double elapsed_s, std::uint64_t sent, std::uint64_t allowed,
+                     std::uint64_t denied, std::uint64_t errors)>
+      progress;
+};
+
+// An empty string when the options can run, else a one-line reason.
+std::string validate(const LoadOptions& options);
+
+struct TimelineEntry {
+  std::uint64_t sent = 0;  // requests issued in this 100 ms, in decisions
+  std::uint64_t allowed = 0;
+  std::uint64_t denied = 0;
+  std::uint64_t errors = 0;
+};
+
+struct LoadReport {
+  unsigned connections = 0;  // TCP connections actually opened
+  unsigned shards = 0;       // Sluice: the node's shard count
+  std::uint64_t sent = 0;    // decisions; sent == allowed + denied + errors
+  std::uint64_t allowed = 0;
+  std::uint64_t denied = 0;
+  std::uint64_t errors = 0;     // error replies, failed connections, no reply within the drain
+  double duration_s = 0;        // from the first send to the last reply (or the drain's end)
+  double throughput_per_s = 0;  // (allowed + denied) / duration_s
+  LatencyHistogram latency;     // per request, microseconds
+  std::optional<AuditReport> audit;
+  std::vector<TimelineEntry> timeline;  // one entry per 100 ms from the start
+  std::string first_error;              // empty when errors == 0
+};
+
+inline constexpr std::chrono::milliseconds kTimelineStep{100};
+
+// Connects, runs until the duration or request bound, drains, and reports. Fails (with nothing
+// run) when the options are invalid or a connection or handshake fails at start.
+client::Result<LoadReport> run_load(const LoadOptions& options);
+
+// The --json summary: one object (docs/LOAD.md lists the fields).
+std::string report_json(const LoadOptions& options, const LoadReport& report);
+// The text summary.
+std::string report_text(const LoadOptions& options, const LoadReport& report);
+
+}  // namespace sluice::load

@@ -1,0 +1,170 @@
+// sluice-load: parses flags, runs one load (tools/load/load_driver.h) and prints the summary.
+// Exit status: 0 when the run completed without errors, 1 when it ran with errors or could not
+// start, 2 on bad flags. docs/LOAD.md describes every flag.
+#include <fmt/core.h>
+
+#include <boost/program_options.hpp>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "core/units.h"
+#include "tools/load/load_driver.h"
+
+namespace {
+
+namespace po = boost::program_options;
+using namespace sluice::load;
+
+struct FlagError {
+  std::string message;
+};
+
+std::uint64_t parse_number(const std::string& flag, const std::string& text, std::uint64_t min,
+                           std::uint64_t max) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < min ||
+      value > max) {
+    throw FlagError{
+        fmt::format("--{}: expected a whole number from {} to {}, got '{}'", flag, min, max, text)};
+  }
+  return value;
+}
+
+std::uint64_t parse_ms(const std::string& flag, const std::string& text) {
+  const auto value = sluice::parse_duration_ms(text);
+  if (!value) {
+    throw FlagError{
+        fmt::format("--{}: expected a duration such as 500ms, 10s, 1m; got '{}'", flag, text)};
+  }
+  return *value;
+}
+
+std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
+  po::options_description flags("sluice-load options");
+  // Numbers are read as strings and parsed here: program_options accepts "-1" for an unsigned.
+  flags.add_options()("help,h", "print this help and exit")(
+      "backend", po::value<std::string>()->default_value("sluice"), "sluice | redis")(
+      "redis-design", po::value<std::string>()->default_value("lua_token_bucket"),
+      "lua_token_bucket | incr_window")(
+      "op", po::value<std::string>()->default_value("acquire"),
+      "acquire | ping (transport floor) | incr (redis: bare INCR)")(
+      "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
+      "HOST:PORT[,HOST:PORT...] (the first is used)")(
+      "connections", po::value<std::string>()->default_value("50"), "TCP connections in total")(
+      "depth", po::value<std::string>()->default_value("1"), "requests in flight per connection")(
+      "batch", po::value<std::string>()->default_value("1"),
+      "decisions per request (Sluice: items per ACQUIRE frame; Redis: commands per write)")(
+      "threads", po::value<std::string>()->default_value("1"), "event-loop threads")(
+      "rate", po::value<std::string>()->default_value("0"),
+      "open loop at this many decisions/s (0 = closed loop)")(
+      "keys", po::value<std::string>()->default_value("1000000"), "distinct keys")(
+      "dist", po::value<std::string>()->default_value("uniform"), "uniform | zipf:S | hot:P")(
+      "seed", po::value<std::string>()->default_value("1"), "random seed")(
+      "key-prefix", po::value<std::string>()->default_value("k:"), "key text prefix")(
+      "algorithm", po::value<std::string>()->default_value("token_bucket"),
+      "fixed_window | sliding_window | sliding_log | token_bucket | gcra")(
+      "limit", po::value<std::string>()->default_value("100"), "units per period")(
+      "period", po::value<std::string>()->default_value("1s"), "rule period (e.g. 1s, 500ms)")(
+      "burst", po::value<std::string>()->default_value("0"), "bucket capacity (0 = limit)")(
+      "cost", po::value<std::string>()->default_value("1"), "units per decision")(
+      "duration", po::value<std::string>()->default_value("10s"), "time bound (0 = none)")(
+      "requests", po::value<std::string>()->default_value("0"), "decision bound (0 = none)")(
+      "audit", "check admitted requests against the rule")(
+      "audit-keys", po::value<std::string>()->default_value("100000"),
+      "audit keys [0, N) (memory bound)")("drain", po::value<std::string>()->default_value("2s"),
+                                          "wait for replies after the bound")(
+      "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr");
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(flags).run(), vm);
+  po::notify(vm);
+  if (vm.count("help") != 0) {
+    std::cout << "sluice-load: drives Sluice or Redis with rate-limit traffic and reports\n"
+              << flags << "\n";
+    return std::nullopt;
+  }
+  const auto text = [&](const char* name) { return vm[name].as<std::string>(); };
+
+  LoadOptions o;
+  const auto backend = parse_backend(text("backend"));
+  if (!backend) throw FlagError{"--backend: expected sluice or redis"};
+  o.backend = *backend;
+  const auto design = parse_redis_design(text("redis-design"));
+  if (!design) throw FlagError{"--redis-design: expected lua_token_bucket or incr_window"};
+  o.redis_design = *design;
+  const auto op = parse_operation(text("op"));
+  if (!op) throw FlagError{"--op: expected acquire, ping or incr"};
+  o.op = *op;
+  o.servers.clear();
+  const std::string servers = text("servers");
+  for (std::size_t at = 0; at <= servers.size();) {
+    const std::size_t comma = std::min(servers.find(',', at), servers.size());
+    if (comma > at) o.servers.push_back(servers.substr(at, comma - at));
+    at = comma + 1;
+  }
+  o.connections = static_cast<unsigned>(parse_number("connections", text("connections"), 1, 10000));
+  o.depth = static_cast<unsigned>(parse_number("depth", text("depth"), 1, 100000));
+  o.batch = static_cast<unsigned>(parse_number("batch", text("batch"), 1, 65535));
+  o.threads = static_cast<unsigned>(parse_number("threads", text("threads"), 1, 256));
+  o.rate = static_cast<double>(parse_number("rate", text("rate"), 0, 1'000'000'000));
+  o.keys = parse_number("keys", text("keys"), 1, 1'000'000'000'000);
+  std::string error;
+  const auto dist = parse_distribution(text("dist"), &error);
+  if (!dist) throw FlagError{"--dist: " + error};
+  o.dist = *dist;
+  o.seed = parse_number("seed", text("seed"), 0, UINT64_MAX);
+  o.key_prefix = text("key-prefix");
+  const auto algorithm = sluice::parse_algorithm(text("algorithm"));
+  if (!algorithm) throw FlagError{"--algorithm: unknown algorithm '" + text("algorithm") + "'"};
+  o.rule.algorithm = *algorithm;
+  o.rule.limit = static_cast<std::uint32_t>(parse_number("limit", text("limit"), 0, UINT32_MAX));
+  o.rule.period_ms = parse_ms("period", text("period"));
+  o.rule.burst = static_cast<std::uint32_t>(parse_number("burst", text("burst"), 0, UINT32_MAX));
+  o.cost = static_cast<std::uint32_t>(parse_number("cost", text("cost"), 1, UINT32_MAX));
+  o.duration = std::chrono::milliseconds(parse_ms("duration", text("duration")));
+  o.requests = parse_number("requests", text("requests"), 0, UINT64_MAX);
+  o.audit = vm.count("audit") != 0;
+  o.audit_keys = parse_number("audit-keys", text("audit-keys"), 1, 100'000'000);
+  o.drain_timeout = std::chrono::milliseconds(parse_ms("drain", text("drain")));
+  json = vm.count("json") != 0;
+  if (vm.count("quiet") == 0) {
+    o.progress = [](double elapsed_s, std::uint64_t sent, std::uint64_t allowed,
+                    std::uint64_t denied, std::uint64_t errors) {
+      std::fprintf(
+          stderr, "[%4.0fs] sent %llu  allowed %llu  denied %llu  errors %llu\n", elapsed_s,
+          static_cast<unsigned long long>(sent), static_cast<unsigned long long>(allowed),
+          static_cast<unsigned long long>(denied), static_cast<unsigned long long>(errors));
+    };
+  }
+  if (std::string why = validate(o); !why.empty()) throw FlagError{why};
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  LoadOptions options;
+  bool json = false;
+  try {
+    auto parsed = parse_flags(argc, argv, json);
+    if (!parsed) return 0;
+    options = std::move(*parsed);
+  } catch (const FlagError& e) {
+    std::cerr << "sluice-load: " << e.message << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "sluice-load: " << e.what() << "\n";
+    return 2;
+  }
+  const auto result = run_load(options);
+  if (!result.ok()) {
+    std::cerr << "sluice-load: " << result.status().to_string() << "\n";
+    return 1;
+  }
+  std::cout << (json ? report_json(options, *result) + "\n" : report_text(options, *result));
+  return result->errors == 0 ? 0 : 1;
+}
