@@ -1,0 +1,324 @@
+// End-to-end runs of the load driver: against an in-process sluiced on 127.0.0.1 (system clock,
+// ephemeral ports) and against a fake RESP server that answers scripted replies, so no Redis is
+// needed. Every run is bounded by a request count and a duration.
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "server/server.h"
+#include "tools/load/load_driver.h"
+
+namespace sluice::load {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+class LiveServer {
+ public:
+  explicit LiveServer(unsigned shards = 2) {
+    server::ServerConfig config;
+    config.bind = "127.0.0.1";
+    config.port = 0;
+    config.shards = shards;
+    config.max_memory = 16u << 20;
+    config.idle_timeout = std::chrono::milliseconds(0);
+    server_ = std::make_unique<server::Server>(config);
+    server_->start();
+  }
+  ~LiveServer() {
+    server_->stop();
+    server_->wait();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+
+ private:
+  std::unique_ptr<server::Server> server_;
+};
+
+LoadOptions bounded(std::string server) {
+  LoadOptions o;
+  o.servers = {std::move(server)};
+  o.connections = 4;
+  o.depth = 4;
+  o.batch = 1;
+  o.keys = 50;
+  o.requests = 3000;
+  o.duration = std::chrono::seconds(20);  // the request bound ends it long before
+  o.rule = Rule{Algorithm::kTokenBucket, 5, 1000, 0};
+  o.connect_timeout = std::chrono::seconds(5);
+  return o;
+}
+
+void check_consistent(const LoadReport& r) {
+  CHECK(r.sent == r.allowed + r.denied + r.errors);
+  TimelineEntry sum;
+  for (const TimelineEntry& e : r.timeline) {
+    sum.sent += e.sent;
+    sum.allowed += e.allowed;
+    sum.denied += e.denied;
+    sum.errors += e.errors;
+  }
+  CHECK(sum.sent == r.sent);
+  CHECK(sum.allowed == r.allowed);
+  CHECK(sum.denied == r.denied);
+  CHECK(sum.errors == r.errors);
+}
+
+TEST_CASE("a bounded run against sluiced reports consistent counts and no overshoot", "[driver]") {
+  LiveServer server;
+  LoadOptions o = bounded(server.address());
+  o.batch = 3;  // items of one request go to both shards: parts complete independently
+  o.audit = true;
+  const auto result = run_load(o);
+  REQUIRE(result.ok());
+  const LoadReport& r = *result;
+  CHECK(r.sent == 3000);
+  CHECK(r.errors == 0);
+  CHECK(r.allowed > 0);
+  CHECK(r.denied > 0);  // 50 keys, 5 per second each: most of 3000 are refused
+  CHECK(r.shards == 2);
+  CHECK(r.connections == 4);
+  check_consistent(r);
+  REQUIRE(r.audit.has_value());
+  CHECK(r.audit->keys_checked > 0);
+  CHECK(r.audit->max_overshoot_ratio == 0);
+  CHECK(r.latency.count() == 1000);  // one latency per request of 3
+
+  const std::string json = report_json(o, r);
+  for (const char* field : {"\"backend\":\"sluice\"", "\"mode\":\"closed\"", "\"sent\":3000",
+                            "\"allowed\":", "\"denied\":", "\"errors\":0", "\"duration_s\":",
+                            "\"throughput_per_s\":", "\"latency_us\":{\"p50\":", "\"p90\":",
+                            "\"p99\":", "\"p999\":", "\"max\":", "\"audit\":{\"keys_checked\":",
+                            "\"max_overshoot_ratio\":0", "\"timeline\":[{\"t_ms\":0,"}) {
+    CHECK(json.find(field) != std::string::npos);
+  }
+}
+
+TEST_CASE("an open-loop run sends on schedule and stops at its duration", "[driver]") {
+  LiveServer server;
+  LoadOptions o = bounded(server.address());
+  o.requests = 0;
+  o.rate = 2000;
+  o.duration = std::chrono::milliseconds(500);
+  const auto result = run_load(o);
+  REQUIRE(result.ok());
+  CHECK(result->sent >= 990);
+  CHECK(result->sent <= 1001);
+  CHECK(result->errors == 0);
+  check_consistent(*result);
+  CHECK(report_json(o, *result).find("\"mode\":\"open\"") != std::string::npos);
+}
+
+TEST_CASE("ping sends the transport floor through the same path", "[driver]") {
+  LiveServer server;
+  LoadOptions o = bounded(server.address());
+  o.op = Operation::kPing;
+  o.batch = 8;
+  o.threads = 2;
+  const auto result = run_load(o);
+  REQUIRE(result.ok());
+  CHECK(result->sent == 3000);
+  CHECK(result->allowed == 3000);
+  CHECK(result->errors == 0);
+  check_consistent(*result);
+}
+
+TEST_CASE("a server that cannot be reached fails the run before it starts", "[driver]") {
+  LoadOptions o = bounded("127.0.0.1:1");
+  const auto result = run_load(o);
+  CHECK_FALSE(result.ok());
+}
+
+TEST_CASE("options that cannot stop or do not fit the backend are refused", "[driver]") {
+  LoadOptions o;
+  o.duration = std::chrono::milliseconds(0);
+  o.requests = 0;
+  CHECK_FALSE(validate(o).empty());
+  o.requests = 10;
+  CHECK(validate(o).empty());
+  o.op = Operation::kIncr;
+  CHECK_FALSE(validate(o).empty());
+  o.backend = BackendKind::kRedis;
+  CHECK(validate(o).empty());
+  o.op = Operation::kAcquire;
+  o.redis_design = RedisDesign::kIncrWindow;
+  CHECK_FALSE(validate(o).empty());  // token bucket rule
+  o.rule.algorithm = Algorithm::kFixedWindow;
+  CHECK(validate(o).empty());
+}
+
+// A RESP server with scripted answers: SCRIPT LOAD, EVALSHA (a per-key counter admits the first
+// `admit` calls), INCR, PEXPIRE, GET (always absent), PING. `noscript` answers EVALSHA with an
+// error instead.
+class FakeRedis {
+ public:
+  explicit FakeRedis(std::int64_t admit, bool noscript = false)
+      : admit_(admit), noscript_(noscript) {
+    accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~FakeRedis() {
+    asio::post(io_, [this] {
+      acceptor_.close();
+      for (Session& s : sessions_) s.socket.close();
+    });
+    thread_.join();
+  }
+  std::string address() const {
+    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+
+ private:
+  struct Session {
+    explicit Session(asio::io_context& io) : socket(io) {}
+    tcp::socket socket;
+    std::string in;
+    char buf[4096];
+  };
+
+  void accept() {
+    sessions_.emplace_back(io_);
+    Session& s = sessions_.back();
+    acceptor_.async_accept(s.socket, [this, &s](const boost::system::error_code& ec) {
+      if (ec) return;
+      read(s);
+      accept();
+    });
+  }
+
+  void read(Session& s) {
+    s.socket.async_read_some(asio::buffer(s.buf),
+                             [this, &s](const boost::system::error_code& ec, std::size_t n) {
+                               if (ec) return;
+                               s.in.append(s.buf, n);
+                               answer(s);
+                               read(s);
+                             });
+  }
+
+  void answer(Session& s) {
+    std::string out;
+    std::size_t at = 0;
+    while (at < s.in.size()) {
+      const RespParseResult r = parser_.parse(std::string_view(s.in).substr(at));
+      if (r.status != RespStatus::kComplete) break;
+      at += r.consumed;
+      const auto args = parser_.elements(r.value);
+      const std::string_view name = args.empty() ? "" : args[0].text;
+      if (name == "SCRIPT") {
+        out += "$40\r\n0123456789abcdef0123456789abcdef01234567\r\n";
+      } else if (name == "PING") {
+        out += "+PONG\r\n";
+      } else if (name == "EVALSHA") {
+        if (noscript_) {
+          out += "-NOSCRIPT No matching script.\r\n";
+          continue;
+        }
+        const bool allowed = ++counters_[std::string(args[3].text)] <= admit_;
+        const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
+        out += allowed ? "*4\r\n:1\r\n:0\r\n:0\r\n:" : "*4\r\n:0\r\n:0\r\n:-1\r\n:";
+        out += std::to_string(now_us) + "\r\n";
+      } else if (name == "INCR" || name == "INCRBY") {
+        out += ":" + std::to_string(++counters_[std::string(args[1].text)]) + "\r\n";
+      } else if (name == "PEXPIRE") {
+        out += ":1\r\n";
+      } else if (name == "GET") {
+        out += "$-1\r\n";
+      } else {
+        out += "-ERR unknown command\r\n";
+      }
+    }
+    s.in.erase(0, at);
+    boost::system::error_code ignored;
+    asio::write(s.socket, asio::buffer(out), ignored);
+  }
+
+  asio::io_context io_;
+  tcp::acceptor acceptor_{io_, tcp::endpoint(asio::ip::address_v4::loopback(), 0)};
+  std::list<Session> sessions_;
+  RespParser parser_;
+  std::map<std::string, std::int64_t> counters_;
+  std::int64_t admit_;
+  bool noscript_;
+  std::thread thread_;
+};
+
+LoadOptions redis_options(const FakeRedis& fake) {
+  LoadOptions o = bounded(fake.address());
+  o.backend = BackendKind::kRedis;
+  o.keys = 20;
+  return o;
+}
+
+TEST_CASE("the Redis token bucket driver reads EVALSHA replies from a fake server", "[driver]") {
+  FakeRedis fake(/*admit=*/5);
+  LoadOptions o = redis_options(fake);
+  o.batch = 4;
+  o.audit = true;
+  const auto result = run_load(o);
+  REQUIRE(result.ok());
+  CHECK(result->sent == 3000);
+  CHECK(result->allowed == 20 * 5);
+  CHECK(result->denied == 3000 - 100);
+  CHECK(result->errors == 0);
+  check_consistent(*result);
+  REQUIRE(result->audit.has_value());
+  CHECK(result->audit->keys_checked == 20);
+  CHECK(result->audit->max_overshoot_ratio == 0);
+}
+
+TEST_CASE("the Redis incr_window driver reads pipelined INCR, PEXPIRE and GET", "[driver]") {
+  FakeRedis fake(0);
+  LoadOptions o = redis_options(fake);
+  o.redis_design = RedisDesign::kIncrWindow;
+  o.rule = Rule{Algorithm::kSlidingWindow, 7, 3'600'000, 0};  // one window for the whole run
+  o.depth = 2;
+  const auto result = run_load(o);
+  REQUIRE(result.ok());
+  CHECK(result->sent == 3000);
+  CHECK(result->errors == 0);
+  // The fake's counters never reset; a window edge during the run can only admit fewer.
+  CHECK(result->allowed <= 20 * 7);
+  CHECK(result->allowed > 0);
+  check_consistent(*result);
+}
+
+TEST_CASE("Redis error replies count as errors and the totals still add up", "[driver]") {
+  FakeRedis fake(5, /*noscript=*/true);
+  LoadOptions o = redis_options(fake);
+  o.requests = 500;
+  const auto result = run_load(o);
+  REQUIRE(result.ok());
+  CHECK(result->errors == 500);
+  CHECK(result->first_error.find("NOSCRIPT") != std::string::npos);
+  check_consistent(*result);
+}
+
+TEST_CASE("bare INCR and PING against the fake count every reply as allowed", "[driver]") {
+  FakeRedis fake(0);
+  for (Operation op : {Operation::kIncr, Operation::kPing}) {
+    LoadOptions o = redis_options(fake);
+    o.op = op;
+    o.batch = 16;
+    o.threads = 2;
+    const auto result = run_load(o);
+    REQUIRE(result.ok());
+    CHECK(result->allowed == 3000);
+    check_consistent(*result);
+  }
+}
+
+}  // namespace
+}  // namespace sluice::load
