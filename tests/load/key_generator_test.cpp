@@ -211,5 +211,13 @@ TEST_CASE("key text is prefix plus fixed-width decimal", "[keys]") {
   CHECK(fmt.format(42, exact) == "k:0000042");
 }
 
+TEST_CASE("seq visits every key once in order, then wraps", "[keys]") {
+  const auto spec = parse_distribution("seq");
+  REQUIRE(spec);
+  CHECK(describe(*spec) == "seq");
+  KeyGenerator gen(*spec, 5, 99);
+  for (std::uint64_t i = 0; i < 12; ++i) CHECK(gen.next() == i % 5);
+}
+
 }  // namespace
 }  // namespace sluice::load

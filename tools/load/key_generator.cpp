@@ -45,6 +45,7 @@ std::size_t decimal_digits(std::uint64_t value) {
 
 std::optional<DistributionSpec> parse_distribution(std::string_view text, std::string* error) {
   if (text == "uniform") return DistributionSpec{DistributionSpec::Kind::kUniform, 0};
+  if (text == "seq") return DistributionSpec{DistributionSpec::Kind::kSequential, 0};
   const auto colon = text.find(':');
   const std::string_view name = text.substr(0, colon);
   const std::string_view argument =
@@ -65,7 +66,8 @@ std::optional<DistributionSpec> parse_distribution(std::string_view text, std::s
     }
     return DistributionSpec{DistributionSpec::Kind::kHot, *p};
   }
-  return fail(error, "--dist must be uniform, zipf:S or hot:P; got '" + std::string(text) + "'");
+  return fail(error,
+              "--dist must be uniform, zipf:S, hot:P or seq; got '" + std::string(text) + "'");
 }
 
 std::string describe(const DistributionSpec& spec) {
@@ -75,6 +77,8 @@ std::string describe(const DistributionSpec& spec) {
   switch (spec.kind) {
     case DistributionSpec::Kind::kUniform:
       return "uniform";
+    case DistributionSpec::Kind::kSequential:
+      return "seq";
     case DistributionSpec::Kind::kZipf:
       return "zipf:" + parameter;
     case DistributionSpec::Kind::kHot:
@@ -150,6 +154,11 @@ std::uint64_t KeyGenerator::next() noexcept {
     case DistributionSpec::Kind::kHot:
       if (always_hot_ || rng_.next() < hot_threshold_) return 0;
       return 1 + rng_.next_below(key_count_ - 1);
+    case DistributionSpec::Kind::kSequential: {
+      const std::uint64_t index = next_sequential_;
+      next_sequential_ = index + 1 == key_count_ ? 0 : index + 1;
+      return index;
+    }
   }
   return 0;
 }

@@ -9,6 +9,8 @@
 //    a few exp/log per sample (about 0.1 us).
 //  - "hot:P" (0 <= P <= 100): index 0 gets P percent of the draws, the rest are uniform over
 //    [1, K). With K = 1 every draw is index 0.
+//  - "seq": 0, 1, ..., K-1, 0, ... in order (every key touched once in K draws: for memory
+//    measurements; each thread of a run walks the same sequence, so use one thread).
 // The sequence is a pure function of (distribution, K, seed): runs are reproducible.
 #pragma once
 
@@ -24,7 +26,7 @@
 namespace sluice::load {
 
 struct DistributionSpec {
-  enum class Kind : std::uint8_t { kUniform, kZipf, kHot };
+  enum class Kind : std::uint8_t { kUniform, kZipf, kHot, kSequential };
   Kind kind = Kind::kUniform;
   double parameter = 0;  // S for zipf, P (percent) for hot, unused for uniform
   friend bool operator==(const DistributionSpec&, const DistributionSpec&) = default;
@@ -72,6 +74,7 @@ class KeyGenerator {
   std::uint64_t key_count_;
   Xoshiro256 rng_;
   ZipfSampler zipf_;
+  std::uint64_t next_sequential_ = 0;
   std::uint64_t hot_threshold_ = 0;  // hot when a 64-bit draw is below this
   bool always_hot_ = false;
 };

@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# Sluice vs Redis, same machine, same run, same traffic (issue 3, docs/BENCHMARKS.md).
+#
+# Starts redis-server (no persistence, 127.0.0.1, a free port) and sluiced (127.0.0.1), runs
+# workloads W1..W6 and the ping floor against both with sluice-load, checks sluice-load's INCR
+# against redis-benchmark, prints a table with ratios and writes bench/results/latest.json.
+# Stops everything it started (trap on exit).
+#
+# Environment:
+#   COMPARE_SECONDS   seconds per throughput workload (default 10; 3 for a quick try)
+#   COMPARE_W4_SECONDS  open-loop W4 length (default 10)
+#   COMPARE_W5_KEYS   key counts for the memory workload (default "1000000 10000000")
+#   COMPARE_REDIS_W5_KEYS  the same for Redis (default "1000000": 10M Lua buckets take minutes)
+#   BUILD_DIR         where sluice-load and sluiced are built (default build-bench, built if
+#                     missing, RelWithDebInfo)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SECS="${COMPARE_SECONDS:-10}"
+W4_SECS="${COMPARE_W4_SECONDS:-10}"
+W5_KEYS="${COMPARE_W5_KEYS:-1000000 10000000}"
+REDIS_W5_KEYS="${COMPARE_REDIS_W5_KEYS:-1000000}"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build-bench}"
+OUT_DIR="$ROOT/bench/results"
+WORK="$(mktemp -d /tmp/sluice-compare.XXXXXX)"
+CONNS=50
+KEYS=1000000
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 1 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+log() { echo "compare: $*" >&2; }
+
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  log "installing redis-server"
+  apt-get install -y redis-server >/dev/null
+fi
+LOAD="$BUILD_DIR/bin/sluice-load"
+SLUICED="$BUILD_DIR/bin/sluiced"
+if [[ ! -x "$LOAD" || ! -x "$SLUICED" ]]; then
+  log "building sluice-load and sluiced in $BUILD_DIR"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DSLUICE_BUILD_BENCH=OFF >/dev/null
+  ninja -C "$BUILD_DIR" -j2 sluice-load sluiced >/dev/null
+fi
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_port() {  # bounded: 10 s
+  for _ in $(seq 1 100); do
+    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "nothing listens on port $1"
+  exit 1
+}
+
+REDIS_PID=""
+SLUICE_PID=""
+start_redis() {
+  REDIS_PORT="$(free_port)"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+    --daemonize no --protected-mode yes --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+  REDIS_PID=$!
+  PIDS+=("$REDIS_PID")
+  wait_port "$REDIS_PORT"
+}
+stop_pid() {
+  kill "$1" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    kill -0 "$1" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -9 "$1" 2>/dev/null || true
+}
+start_sluice() {
+  SLUICE_PORT="$(free_port)"
+  # Shard ports are ephemeral too (--shard-base-port 0 with --port P: P+1+i); HELLO tells them.
+  "$SLUICED" --bind 127.0.0.1 --port "$SLUICE_PORT" --max-memory "${1:-1GiB}" \
+    --idle-timeout 0 >"$WORK/sluiced.log" 2>&1 &
+  SLUICE_PID=$!
+  PIDS+=("$SLUICE_PID")
+  wait_port "$SLUICE_PORT"
+}
+
+# run NAME ARGS...: one sluice-load run, JSON kept in $WORK/NAME.json.
+run() {
+  local name="$1"
+  shift
+  log "$name: $*"
+  "$LOAD" -q --json --connections "$CONNS" --keys "$KEYS" "$@" >"$WORK/$name.json" ||
+    log "$name ended with errors (see its JSON)"
+}
+S() { run "$1" --backend sluice --servers "127.0.0.1:$SLUICE_PORT" "${@:2}"; }
+R() { run "$1" --backend redis --servers "127.0.0.1:$REDIS_PORT" "${@:2}"; }
+
+start_redis
+start_sluice
+RULE=(--limit 100 --period 1s)
+D="--duration ${SECS}s"
+
+# W1: depth 1, batch 1. W2: depth 16. W3: batch 64.
+for w in "W1 --depth 1 --batch 1" "W2 --depth 16 --batch 1" "W3 --depth 1 --batch 64"; do
+  set -- $w
+  name="$1"
+  shift
+  S "${name}_sluice" $D "$@" "${RULE[@]}"
+  S "${name}_ping" $D "$@" --op ping
+  R "${name}_redis_lua" $D "$@" "${RULE[@]}" --redis-design lua_token_bucket
+  R "${name}_redis_incr_window" $D "$@" --redis-design incr_window --algorithm fixed_window \
+    "${RULE[@]}"
+done
+
+# W4: open loop at 50,000 decisions/s.
+S W4_sluice --duration "${W4_SECS}s" --rate 50000 "${RULE[@]}"
+R W4_redis_lua --duration "${W4_SECS}s" --rate 50000 "${RULE[@]}"
+
+# W6: GCRA and sliding window counter on Sluice at W2's settings vs Redis incr_window.
+S W6_sluice_gcra $D --depth 16 --algorithm gcra "${RULE[@]}"
+S W6_sluice_sliding_window $D --depth 16 --algorithm sliding_window "${RULE[@]}"
+R W6_redis_incr_window_sliding $D --depth 16 --redis-design incr_window \
+  --algorithm sliding_window "${RULE[@]}"
+
+# sluice-load's INCR vs redis-benchmark's at the same connections and pipeline depth.
+for p in 1 16; do
+  R "incr_P${p}_sluice_load" $D --depth "$p" --op incr
+  n=$((SECS * (p == 1 ? 40000 : 200000)))
+  redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$CONNS" -P "$p" -r "$KEYS" -n "$n" -t incr \
+    --csv 2>/dev/null | tail -1 >"$WORK/incr_P${p}_redis_benchmark.csv"
+done
+
+# W5: memory per key after touching N distinct keys (a fresh server each time; keys visited in
+# order, batch 64). Sluice: RSS growth of sluiced. Redis: used_memory growth.
+rss_bytes() { awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$1/status"; }
+redis_used() {
+  redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info memory | awk -F: '/^used_memory:/ {print $2+0}'
+}
+: >"$WORK/w5.txt"
+stop_pid "$SLUICE_PID"
+for n in $W5_KEYS; do
+  start_sluice 4GiB
+  before=$(rss_bytes "$SLUICE_PID")
+  log "W5 sluice: touching $n keys"
+  "$LOAD" -q --json --backend sluice --servers "127.0.0.1:$SLUICE_PORT" --connections "$CONNS" \
+    --batch 64 --keys "$n" --dist seq --requests "$n" --duration 600s "${RULE[@]}" \
+    >"$WORK/W5_sluice_$n.json" || true
+  after=$(rss_bytes "$SLUICE_PID")
+  echo "sluice $n $before $after" >>"$WORK/w5.txt"
+  stop_pid "$SLUICE_PID"
+done
+for n in $REDIS_W5_KEYS; do
+  redis-cli -h 127.0.0.1 -p "$REDIS_PORT" flushall >/dev/null
+  before=$(redis_used)
+  log "W5 redis: touching $n keys"
+  "$LOAD" -q --json --backend redis --servers "127.0.0.1:$REDIS_PORT" --connections "$CONNS" \
+    --batch 64 --keys "$n" --dist seq --requests "$n" --duration 600s "${RULE[@]}" \
+    >"$WORK/W5_redis_$n.json" || true
+  after=$(redis_used)
+  echo "redis $n $before $after" >>"$WORK/w5.txt"
+done
+
+mkdir -p "$OUT_DIR"
+python3 - "$WORK" "$OUT_DIR/latest.json" "$SECS" <<'EOF'
+import json, os, platform, subprocess, sys, time
+work, out_path, secs = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def load(name):
+    try:
+        with open(os.path.join(work, name + ".json")) as f:
+            return json.load(f)
+    except Exception:
+        return None
+
+def tput(name):
+    r = load(name)
+    return r["throughput_per_s"] if r else float("nan")
+
+def lat(name):
+    r = load(name)
+    return r["latency_us"] if r else {}
+
+def cpu():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+def redis_version():
+    try:
+        return subprocess.run(["redis-server", "--version"], capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return "?"
+
+runs = {}
+for f in sorted(os.listdir(work)):
+    if f.endswith(".json"):
+        r = load(f[:-5])
+        if r:
+            r.pop("timeline", None)
+            runs[f[:-5]] = r
+
+rows = []
+def row(workload, what, value, target=None, met=None):
+    rows.append({"workload": workload, "what": what, "value": value, "target": target,
+                 "met": met})
+
+def ratio(a, b):
+    return a / b if b and b == b and b > 0 else float("nan")
+
+for w in ("W1", "W2", "W3"):
+    s, p = tput(f"{w}_sluice"), tput(f"{w}_ping")
+    lua, iw = tput(f"{w}_redis_lua"), tput(f"{w}_redis_incr_window")
+    row(w, "sluice token_bucket /s", s)
+    row(w, "sluice ping floor /s", p)
+    row(w, "redis lua_token_bucket /s", lua)
+    row(w, "redis incr_window (fixed) /s", iw)
+    if w == "W1":
+        row(w, "sluice / redis incr_window", ratio(s, iw), ">= 1.0", ratio(s, iw) >= 1.0)
+        row(w, "sluice / ping floor", ratio(s, p), ">= 0.90", ratio(s, p) >= 0.90)
+        row(w, "sluice / redis lua", ratio(s, lua))
+    if w == "W2":
+        row(w, "sluice / redis lua", ratio(s, lua), ">= 8", ratio(s, lua) >= 8)
+        row(w, "sluice / redis incr_window", ratio(s, iw), ">= 1.5", ratio(s, iw) >= 1.5)
+        row(w, "sluice / ping floor", ratio(s, p))
+    if w == "W3":
+        row(w, "sluice / ping floor", ratio(s, p), ">= 0.70", ratio(s, p) >= 0.70)
+        row(w, "sluice / redis lua", ratio(s, lua))
+
+for who in ("sluice", "redis_lua"):
+    l = lat(f"W4_{who}")
+    r = load(f"W4_{who}") or {}
+    row("W4", f"{who} open 50k/s achieved /s", r.get("throughput_per_s", float("nan")))
+    row("W4", f"{who} p50 us", l.get("p50"), "<= 200" if who == "sluice" else None,
+        (l.get("p50", 1e18) <= 200) if who == "sluice" else None)
+    row("W4", f"{who} p99 us", l.get("p99"), "<= 1000" if who == "sluice" else None,
+        (l.get("p99", 1e18) <= 1000) if who == "sluice" else None)
+    row("W4", f"{who} p99.9 us", l.get("p999"))
+
+w5 = {}
+with open(os.path.join(work, "w5.txt")) as f:
+    for line in f:
+        who, n, before, after = line.split()
+        n, before, after = int(n), int(before), int(after)
+        per_key = (after - before) / n
+        w5[f"{who}_{n}"] = {"keys": n, "before": before, "after": after, "bytes_per_key": per_key}
+        target = "<= 48" if who == "sluice" and n >= 10_000_000 else None
+        row("W5", f"{who} bytes/key at {n} keys", per_key, target,
+            per_key <= 48 if target else None)
+
+s_g, s_sw = tput("W6_sluice_gcra"), tput("W6_sluice_sliding_window")
+iw_s = tput("W6_redis_incr_window_sliding")
+row("W6", "sluice gcra /s", s_g)
+row("W6", "sluice sliding_window /s", s_sw)
+row("W6", "redis incr_window (sliding) /s", iw_s)
+row("W6", "sluice gcra / redis incr_window", ratio(s_g, iw_s))
+row("W6", "sluice sliding_window / redis incr_window", ratio(s_sw, iw_s))
+
+bench = {}
+for p in (1, 16):
+    try:
+        with open(os.path.join(work, f"incr_P{p}_redis_benchmark.csv")) as f:
+            fields = [x.strip('"') for x in f.read().strip().split(",")]
+            bench[p] = float(fields[1])
+    except Exception:
+        bench[p] = float("nan")
+    mine = tput(f"incr_P{p}_sluice_load")
+    row("INCR", f"P{p} sluice-load /s", mine)
+    row("INCR", f"P{p} redis-benchmark /s", bench[p])
+    row("INCR", f"P{p} sluice-load / redis-benchmark", ratio(mine, bench[p]), ">= 1.0",
+        ratio(mine, bench[p]) >= 1.0)
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v != v:
+            return "n/a"
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+print(f"{'workload':8} {'measure':42} {'value':>14} {'target':>8} {'met':>4}")
+for r in rows:
+    met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
+    print(f"{r['workload']:8} {r['what']:42} {fmt(r['value']):>14} {r['target'] or '-':>8} {met:>4}")
+
+doc = {
+    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    "machine": {"cpu": cpu(), "cores": os.cpu_count(), "kernel": platform.release()},
+    "redis": redis_version(),
+    "seconds_per_workload": int(secs),
+    "connections": 50,
+    "keys": 1000000,
+    "table": rows,
+    "memory": w5,
+    "redis_benchmark_incr_rps": {f"P{p}": v for p, v in bench.items()},
+    "runs": runs,
+}
+with open(out_path, "w") as f:
+    f.write(json.dumps(doc, indent=1).replace("NaN", "null"))
+EOF
+log "wrote $OUT_DIR/latest.json"
