@@ -146,7 +146,8 @@ for p in 1 16; do
 done
 
 # W5: memory per key after touching N distinct keys (a fresh server each time; keys visited in
-# order, batch 64). Sluice: RSS growth of sluiced. Redis: used_memory growth.
+# order, batch 64). Sluice: RSS growth of sluiced. Redis: used_memory growth. The rule refills
+# over an hour, so no key has expired (the Lua script's PEXPIRE) when memory is read.
 rss_bytes() { awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$1/status"; }
 redis_used() {
   redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info memory | awk -F: '/^used_memory:/ {print $2+0}'
@@ -158,7 +159,7 @@ for n in $W5_KEYS; do
   before=$(rss_bytes "$SLUICE_PID")
   log "W5 sluice: touching $n keys"
   "$LOAD" -q --json --backend sluice --servers "127.0.0.1:$SLUICE_PORT" --connections "$CONNS" \
-    --batch 64 --keys "$n" --dist seq --requests "$n" --duration 600s "${RULE[@]}" \
+    --batch 64 --keys "$n" --dist seq --requests "$n" --duration 600s --limit 100 --period 1h \
     >"$WORK/W5_sluice_$n.json" || true
   after=$(rss_bytes "$SLUICE_PID")
   echo "sluice $n $before $after" >>"$WORK/w5.txt"
@@ -169,7 +170,7 @@ for n in $REDIS_W5_KEYS; do
   before=$(redis_used)
   log "W5 redis: touching $n keys"
   "$LOAD" -q --json --backend redis --servers "127.0.0.1:$REDIS_PORT" --connections "$CONNS" \
-    --batch 64 --keys "$n" --dist seq --requests "$n" --duration 600s "${RULE[@]}" \
+    --batch 64 --keys "$n" --dist seq --requests "$n" --duration 600s --limit 100 --period 1h \
     >"$WORK/W5_redis_$n.json" || true
   after=$(redis_used)
   echo "redis $n $before $after" >>"$WORK/w5.txt"
