@@ -12,7 +12,7 @@ fast=0
 [ "${1:-}" = "--fast" ] && fast=1
 
 echo "== format check"
-mapfile -t sources < <(git ls-files '*.cpp' '*.h' 2>/dev/null || find . -name '*.cpp' -o -name '*.h')
+mapfile -t sources < <(git ls-files '*.cpp' '*.h')
 clang-format --dry-run --Werror "${sources[@]}"
 
 run_suite() {
@@ -29,8 +29,8 @@ run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 if [ "$fast" -eq 0 ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  # -O1 keeps the sanitizer build's tests quick without hiding anything from the sanitizers.
-  run_suite build-sanitize -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
-    -DSLUICE_SANITIZE=address,undefined -DSLUICE_BUILD_BENCH=OFF
+  # -O0 (Debug): gcc 12 with sanitizers at -O1 raises false -Wmaybe-uninitialized in libstdc++.
+  run_suite build-sanitize -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=address,undefined \
+    -DSLUICE_BUILD_BENCH=OFF
 fi
 echo "== all tests passed"
