@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what is needed, builds, starts sluiced on 127.0.0.1, shows a key being allowed and
-# then denied (with its header values) through sluicectl, and stops the daemon.
+# then denied (with its header values) through sluicectl, drives it for a few seconds with
+# sluice-load (with an accuracy audit), and stops the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tools/deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$(nproc)" --target sluiced sluicectl
+cmake --build build -j "$(nproc)" --target sluiced sluicectl sluice-load
 
 bin=build/bin
 log=$(mktemp)
@@ -45,6 +46,10 @@ if [ "$statuses" != "0001" ]; then
   echo "demo: expected allowed, allowed, allowed, denied; exit statuses were $statuses" >&2
   exit 1
 fi
+echo
+echo "\$ sluice-load --connections 8 --depth 8 --keys 1000 --limit 100 --period 1s --duration 3s --audit"
+"$bin/sluice-load" --servers "127.0.0.1:$port" --connections 8 --depth 8 --keys 1000 \
+  --dist zipf:1.1 --algorithm token_bucket --limit 100 --period 1s --duration 3s --audit
 echo
 echo "\$ sluicectl stats"
 "${ctl[@]}" stats
