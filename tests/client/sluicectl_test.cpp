@@ -1,7 +1,6 @@
 // Runs the built sluicectl against an in-process daemon and checks output and exit status.
-// Skipped (with a warning) when bin/sluicectl has not been built next to this test binary.
+// The build makes client_tests depend on sluicectl and passes its path as SLUICECTL_PATH.
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
 #include <catch2/catch.hpp>
@@ -16,13 +15,16 @@ namespace {
 using testing::FakeServer;
 using testing::TestServer;
 
-std::filesystem::path sluicectl_path() {
-  std::array<char, 4096> self{};
-  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
-  if (n <= 0) return {};
-  return std::filesystem::path(std::string(self.data(), static_cast<std::size_t>(n)))
-             .parent_path() /
-         "sluicectl";
+#ifndef SLUICECTL_PATH
+#error "SLUICECTL_PATH must be defined by the build (tests/CMakeLists.txt)"
+#endif
+
+std::filesystem::path sluicectl_path() { return SLUICECTL_PATH; }
+
+// Fails the test (instead of skipping it) when the binary is missing.
+void require_sluicectl() {
+  INFO("sluicectl path: " << sluicectl_path().string());
+  REQUIRE(std::filesystem::exists(sluicectl_path()));
 }
 
 struct Run {
@@ -31,7 +33,7 @@ struct Run {
 };
 
 Run run(const std::string& args) {
-  const std::string command = sluicectl_path().string() + " " + args + " 2>&1";
+  const std::string command = "'" + sluicectl_path().string() + "' " + args + " 2>&1";
   Run result;
   FILE* pipe = ::popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -45,10 +47,7 @@ Run run(const std::string& args) {
 }
 
 TEST_CASE("sluicectl exits 0 when allowed, 1 when denied, 2 on errors") {
-  if (!std::filesystem::exists(sluicectl_path())) {
-    WARN("bin/sluicectl is not built; skipping");
-    return;
-  }
+  require_sluicectl();
   TestServer server;
   const std::string s = "--servers " + server.address() + " ";
 
@@ -92,10 +91,7 @@ TEST_CASE("sluicectl exits 0 when allowed, 1 when denied, 2 on errors") {
 }
 
 TEST_CASE("sluicectl exits 2 with the reason when the server does not answer") {
-  if (!std::filesystem::exists(sluicectl_path())) {
-    WARN("bin/sluicectl is not built; skipping");
-    return;
-  }
+  require_sluicectl();
   FakeServer silent(FakeServer::Mode::kSilent);
   Run timeout = run("--servers " + silent.address() + " --timeout 100ms ping");
   CHECK(timeout.status == 2);
