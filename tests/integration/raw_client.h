@@ -42,8 +42,12 @@ class RawClient {
       : socket_(io_), timeout_(timeout) {
     const boost::asio::ip::tcp::endpoint endpoint(boost::asio::ip::make_address("127.0.0.1"), port);
     boost::system::error_code result;
-    socket_.async_connect(endpoint, [&](const boost::system::error_code& ec) { result = ec; });
-    if (!run_until_done()) result = boost::asio::error::timed_out;
+    bool done = false;
+    socket_.async_connect(endpoint, [&](const boost::system::error_code& ec) {
+      result = ec;
+      done = true;
+    });
+    if (!run_until_done(done)) result = boost::asio::error::timed_out;
     if (result)
       throw std::runtime_error("connect to port " + std::to_string(port) + ": " + result.message());
     socket_.set_option(boost::asio::ip::tcp::no_delay(true));
@@ -54,10 +58,13 @@ class RawClient {
   // Writes all the bytes; false when the connection is gone or the write timed out.
   bool send(std::span<const std::uint8_t> bytes) {
     boost::system::error_code result;
-    boost::asio::async_write(
-        socket_, boost::asio::buffer(bytes.data(), bytes.size()),
-        [&](const boost::system::error_code& ec, std::size_t) { result = ec; });
-    return run_until_done() && !result;
+    bool done = false;
+    boost::asio::async_write(socket_, boost::asio::buffer(bytes.data(), bytes.size()),
+                             [&](const boost::system::error_code& ec, std::size_t) {
+                               result = ec;
+                               done = true;
+                             });
+    return run_until_done(done) && !result;
   }
 
   // Closes our sending side: the server sees end of stream after what was sent.
@@ -87,15 +94,22 @@ class RawClient {
       std::uint8_t chunk[16384];
       boost::system::error_code result;
       std::size_t n = 0;
+      bool done = false;
       socket_.async_read_some(boost::asio::buffer(chunk),
                               [&](const boost::system::error_code& ec, std::size_t k) {
                                 result = ec;
                                 n = k;
+                                done = true;
                               });
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-      if (!run_until_done(std::max(left, std::chrono::milliseconds(1)))) return ReadEnd::kTimeout;
-      if (result) return ReadEnd::kClosed;
-      input_.insert(input_.end(), chunk, chunk + n);
+      run_until_done(done, std::max(left, std::chrono::milliseconds(1)));
+      // A read that succeeded as the deadline passed still delivered its bytes: keep them.
+      if (!result) {
+        input_.insert(input_.end(), chunk, chunk + n);
+        continue;
+      }
+      if (result == boost::asio::error::operation_aborted) return ReadEnd::kTimeout;
+      return ReadEnd::kClosed;
     }
   }
 
@@ -201,12 +215,14 @@ class RawClient {
   }
 
  private:
-  // Runs the pending operation to completion and returns true, or cancels it at the deadline
-  // (waiting for its handler) and returns false.
-  bool run_until_done(std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  // Runs the pending operation, whose handler sets `done`, until it completes (true) or the
+  // deadline passes; then cancels it and waits for its handler (false). Either way the handler
+  // has run on return, so a result it stored just as the deadline passed is still there.
+  bool run_until_done(const bool& done,
+                      std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
     io_.restart();
     io_.run_for(timeout.value_or(timeout_));
-    if (io_.stopped()) return true;
+    if (done) return true;
     boost::system::error_code ignored;
     socket_.cancel(ignored);
     io_.restart();
