@@ -223,7 +223,7 @@ TEST_CASE("stop() with connections open returns promptly", "[lifecycle]") {
   const auto start = std::chrono::steady_clock::now();
   server->server().stop();
   server->server().wait();
-  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);  // a hang detector, not a speed check
   for (auto& client : clients) CHECK(client->wait_closed(2s));
   server->server().stop();  // idempotent
   server.reset();
@@ -286,7 +286,7 @@ TEST_CASE("stop() during cross-shard traffic returns promptly", "[lifecycle]") {
   const auto start = std::chrono::steady_clock::now();
   server->server().stop();
   server->server().wait();
-  CHECK(std::chrono::steady_clock::now() - start < 2s);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);  // a hang detector, not a speed check
   for (auto& thread : threads) thread.join();
   server.reset();
 }
