@@ -27,9 +27,9 @@ using protocol::ErrorCode;
 namespace {
 
 constexpr std::size_t kInitialInput = 32 * 1024;
-// Reading pauses while this much output waits for the writer, or this many frames wait for
-// other shards, so a client that pipelines without reading cannot grow memory without bound.
-constexpr std::size_t kMaxQueuedOutput = 4u << 20;
+// Reading and decoding pause while config.max_queued_output bytes wait for the writer, or this
+// many frames wait for other shards, so a client that pipelines without reading cannot grow
+// memory without bound.
 constexpr std::uint32_t kMaxFramesPending = 4096;
 // How long a closing connection may take to send its last bytes and see the peer close.
 constexpr auto kCloseGrace = std::chrono::seconds(1);
@@ -121,7 +121,8 @@ void Connection::fail(std::uint32_t request_id, ErrorCode code, std::string_view
 void Connection::wake_writer() { write_signal_.cancel(); }
 
 bool Connection::should_pause_reading() const {
-  return out_queued_.size() >= kMaxQueuedOutput || frames_pending_ >= kMaxFramesPending;
+  return out_queued_.size() >= shard_.context().config.max_queued_output ||
+         frames_pending_ >= kMaxFramesPending;
 }
 
 asio::awaitable<void> Connection::read_loop() {
@@ -132,6 +133,12 @@ asio::awaitable<void> Connection::read_loop() {
       read_resume_.expires_at(Clock::time_point::max());
       co_await read_resume_.async_wait(redirect(ec));
       if (closed_) break;
+      continue;
+    }
+    if (!closing_ && input_held_) {
+      // Frames read before the pause: handle them before reading more (they may be all the
+      // client sends, so waiting for new bytes could wait forever).
+      after_input(handle_input());
       continue;
     }
     if (closing_ || in_begin_ == in_end_) in_begin_ = in_end_ = 0;  // closing: discard input
@@ -159,11 +166,7 @@ asio::awaitable<void> Connection::read_loop() {
     if (ec) break;  // end of stream, reset, or closed by close()
     if (closing_) continue;
     in_end_ += n;
-    if (handle_input()) {
-      last_frame_ = Clock::now();
-      shard_.publish_table_stats();
-    }
-    if (!out_queued_.empty()) wake_writer();
+    after_input(handle_input());
   }
   reader_done_ = true;
   if (closed_) co_return;
@@ -229,9 +232,23 @@ asio::awaitable<void> Connection::watchdog_loop() {
   }
 }
 
+void Connection::after_input(bool handled_any) {
+  if (handled_any) {
+    last_frame_ = Clock::now();
+    shard_.publish_table_stats();
+  }
+  shard_.TEST_record_queued_output(out_queued_.size());
+  if (!out_queued_.empty()) wake_writer();
+}
+
 bool Connection::handle_input() {
   bool any = false;
+  input_held_ = false;
   while (!closing_) {
+    if (should_pause_reading()) {
+      input_held_ = in_begin_ != in_end_;
+      break;
+    }
     const std::span<const std::uint8_t> input(in_.get() + in_begin_, in_end_ - in_begin_);
     const protocol::DecodeResult decoded = decoder_.decode(input);
     if (decoded.status == protocol::DecodeStatus::kNeedMore) break;

@@ -1,8 +1,8 @@
 // One client connection, living on one shard's thread: a reader coroutine that decodes and
-// handles every complete frame of each read, a writer coroutine that sends everything queued in
-// one write, and a watchdog coroutine for the idle timeout and the close grace period.
-// Everything here runs on the shard's thread; other shards reach a connection only through
-// hand-over tasks that come back to this shard (docs/ARCHITECTURE.md).
+// handles the complete frames of each read (pausing while output backs up), a writer coroutine that
+// sends everything queued in one write, and a watchdog coroutine for the idle timeout and the close
+// grace period. Everything here runs on the shard's thread; other shards reach a connection only
+// through hand-over tasks that come back to this shard (docs/ARCHITECTURE.md).
 #pragma once
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
@@ -52,8 +52,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::awaitable<void> watchdog_loop();
   void spawn(boost::asio::awaitable<void> coroutine);
 
-  // Decodes and handles every complete frame in the input buffer. Returns whether any was.
+  // Decodes and handles the complete frames in the input buffer until none is left or
+  // should_pause_reading(); sets input_held_ when it stopped with frames possibly left.
+  // Returns whether any frame was handled.
   bool handle_input();
+  // After handle_input(): notes the activity and wakes the writer.
+  void after_input(bool handled_any);
   void handle_frame(const protocol::Frame& frame);
   void handle_hello(std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_acquire(std::uint32_t request_id, std::span<const std::uint8_t> body);
@@ -82,6 +86,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t in_capacity_ = 0;
   std::size_t in_begin_ = 0;
   std::size_t in_end_ = 0;
+  // handle_input() paused with bytes left that may hold complete frames: they are handled
+  // before the next socket read.
+  bool input_held_ = false;
 
   // Output: handlers append to out_queued_; the writer swaps it with out_writing_ and sends all.
   protocol::Bytes out_queued_;

@@ -128,3 +128,10 @@ std::vector<std::uint16_t> Server::shard_ports() const { return impl_->context.s
 unsigned Server::shard_count() const { return impl_->context.shard_count; }
 
 }  // namespace sluice::server
+std::size_t Server::TEST_peak_queued_output() const {
+  std::size_t peak = 0;
+  for (const auto& shard : impl_->context.shards)
+    peak = std::max(peak, shard->TEST_peak_queued_output());
+  return peak;
+}
+

@@ -28,6 +28,8 @@ struct ServerConfig {
   std::uint16_t max_batch = protocol::kDefaultMaxBatch;
   std::uint32_t max_connections = 10'000;                 // across all ports
   std::chrono::milliseconds idle_timeout{5 * 60 * 1000};  // 0 = never
+  // Per connection: reading pauses while this much output waits to be written.
+  std::size_t max_queued_output = 4u << 20;
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;
   std::string node_id;           // empty = "<bind>:<public port>"
   const Clock* clock = nullptr;  // nullptr = SystemClock; tests pass a ManualClock
@@ -53,6 +55,9 @@ class Server {
   std::uint16_t port() const;
   std::vector<std::uint16_t> shard_ports() const;
   unsigned shard_count() const;
+
+  // Test seam: the most output any connection has had queued after handling its input (bytes).
+  std::size_t TEST_peak_queued_output() const;
 
  private:
   struct Impl;

@@ -135,6 +135,15 @@ class Shard {
 
   void on_connection_closed(Connection* connection, bool counted);
 
+  // Test seam (Server::TEST_peak_queued_output): shard thread records, any thread reads.
+  void TEST_record_queued_output(std::size_t bytes) {
+    if (bytes > peak_queued_output_.load(std::memory_order_relaxed))
+      peak_queued_output_.store(bytes, std::memory_order_relaxed);
+  }
+  std::size_t TEST_peak_queued_output() const {
+    return peak_queued_output_.load(std::memory_order_relaxed);
+  }
+
  private:
   boost::asio::awaitable<void> accept_loop(boost::asio::ip::tcp::acceptor& acceptor,
                                            bool public_port);
@@ -163,6 +172,7 @@ class Shard {
   boost::asio::steady_timer sweep_timer_;
   bool stopping_ = false;
   std::unordered_set<Connection*> connections_;  // open connections, for close_all()
+  std::atomic<std::size_t> peak_queued_output_{0};
 
   std::vector<std::vector<HandoverItem>> staging_;
   std::vector<std::unique_ptr<PendingFrame>> free_frames_;

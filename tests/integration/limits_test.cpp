@@ -143,6 +143,40 @@ TEST_CASE("an idle connection is closed after idle_timeout", "[limits][idle]") {
   CHECK(busy.stats().at("total.idle_closed") == 1);
 }
 
+TEST_CASE("a pipelined burst of STATS is answered in full while queued output stays bounded",
+          "[limits][backpressure]") {
+  server::ServerConfig config = test_config(2);
+  config.max_queued_output = 8 * 1024;
+  TestServer server(config);
+  RawClient client(server.shard_port(0), 10s);
+
+  // Each burst reaches the server in one or a few reads; its replies (about 2 KiB each) are far
+  // more than max_queued_output, so the server must pause mid-buffer and, once the client has
+  // read, resume on the frames it already holds: the client sends nothing more until it has
+  // every reply of the burst.
+  constexpr std::uint32_t kBursts = 10;
+  constexpr std::uint32_t kPerBurst = 2'000;
+  std::size_t largest_reply = 0;
+  for (std::uint32_t burst = 0; burst < kBursts; ++burst) {
+    protocol::Bytes requests;
+    for (std::uint32_t i = 1; i <= kPerBurst; ++i)
+      protocol::encode_stats_request(requests, burst * kPerBurst + i);
+    REQUIRE(client.send(requests));
+    for (std::uint32_t i = 1; i <= kPerBurst; ++i) {
+      const ReceivedFrame reply = client.read();
+      REQUIRE(reply.header.opcode == protocol::Opcode::kStats);
+      REQUIRE(reply.header.request_id == burst * kPerBurst + i);
+      std::vector<protocol::StatEntry> entries;
+      REQUIRE(protocol::parse_stats_reply(reply.body, entries));
+      largest_reply = std::max(largest_reply, protocol::kHeaderSize + reply.body.size());
+    }
+  }
+  // Decoding stops as soon as the limit is reached: at most one reply beyond it.
+  CHECK(server.server().TEST_peak_queued_output() >= config.max_queued_output);
+  CHECK(server.server().TEST_peak_queued_output() < config.max_queued_output + largest_reply);
+  CHECK(client.ping());
+}
+
 TEST_CASE("STATS counts decisions, connections and errors per shard and in total", "[stats]") {
   TestServer server(test_config(2));
   RawClient client(server.shard_port(0));
