@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/socket_base.hpp>
 #include <chrono>
 #include <mutex>
 #include <stdexcept>
@@ -22,6 +24,24 @@ namespace {
 // HELLO numbers shards with 16 bits and reserves 0xFFFF for the public port.
 constexpr unsigned kMaxShards = 1024;
 constexpr std::chrono::milliseconds kMaxIdleTimeout{366ll * 24 * 3600 * 1000};
+
+// Binds `guard` (SO_REUSEADDR, not SO_REUSEPORT, not listening) to the address and returns the
+// port; throws std::system_error (address in use when another socket listens there).
+std::uint16_t bind_guard(boost::asio::ip::tcp::acceptor& guard,
+                         const boost::asio::ip::address& address, std::uint16_t port) {
+  const boost::asio::ip::tcp::endpoint endpoint(address, port);
+  boost::system::error_code ec;
+  guard.open(endpoint.protocol(), ec);
+  if (!ec) guard.set_option(boost::asio::socket_base::reuse_address(true), ec);
+  if (!ec) guard.bind(endpoint, ec);
+  std::uint16_t bound = 0;
+  if (!ec) bound = guard.local_endpoint(ec).port();
+  if (ec) {
+    throw std::system_error(std::error_code(ec.value(), std::system_category()),
+                            fmt::format("cannot bind {}:{}", address.to_string(), port));
+  }
+  return bound;
+}
 
 }  // namespace
 
@@ -71,12 +91,15 @@ void Server::start() {
                             fmt::format("bad bind address '{}'", config.bind));
   }
 
-  // The public port: the first shard picks it (ephemeral when 0), the others share it through
-  // SO_REUSEPORT and the kernel spreads incoming connections over them.
-  context.public_port = context.shards[0]->listen_public(address, config.port);
-  for (unsigned i = 1; i < context.shard_count; ++i) {
-    context.shards[i]->listen_public(address, context.public_port);
-  }
+  // The public port: every shard listens on it through SO_REUSEPORT and the kernel spreads
+  // incoming connections over them. SO_REUSEPORT would also let us join another process's
+  // listeners, so a guard socket without it binds the port first (picking it when 0): binding
+  // fails if anyone listens there. It has SO_REUSEADDR and never listens, so our shards can
+  // bind and listen beside it, and other servers' guards fail against our listeners.
+  boost::asio::ip::tcp::acceptor guard(context.shards[0]->io());
+  context.public_port = bind_guard(guard, address, config.port);
+  for (auto& shard : context.shards) shard->listen_public(address, context.public_port);
+  guard.close(ec);
 
   context.shard_ports.resize(context.shard_count);
   for (unsigned i = 0; i < context.shard_count; ++i) {
@@ -127,7 +150,6 @@ std::vector<std::uint16_t> Server::shard_ports() const { return impl_->context.s
 
 unsigned Server::shard_count() const { return impl_->context.shard_count; }
 
-}  // namespace sluice::server
 std::size_t Server::TEST_peak_queued_output() const {
   std::size_t peak = 0;
   for (const auto& shard : impl_->context.shards)
@@ -135,3 +157,4 @@ std::size_t Server::TEST_peak_queued_output() const {
   return peak;
 }
 
+}  // namespace sluice::server

@@ -334,6 +334,28 @@ TEST_CASE("start() throws std::system_error when a port is taken", "[lifecycle]"
   CHECK_THROWS_AS(second.start(), std::system_error);
 }
 
+TEST_CASE("start() throws std::system_error when another server holds the public port",
+          "[lifecycle]") {
+  TestServer first(test_config(2));
+  server::ServerConfig config = test_config(1);
+  config.port = first.port();
+  // A shard port that is free (a stopped server's): only the public port is contested.
+  {
+    TestServer unused(test_config(1));
+    config.shard_base_port = unused.shard_port(0);
+  }
+  server::Server second(config);
+  try {
+    second.start();
+    FAIL("the second server started on a port the first one listens on");
+  } catch (const std::system_error& e) {
+    CHECK(e.code() == std::errc::address_in_use);
+  }
+  // The first server still answers on its public port.
+  RawClient client(first.port());
+  CHECK(client.ping());
+}
+
 TEST_CASE("shard ports follow shard_base_port", "[lifecycle]") {
   // Find a free pair by letting the kernel pick, then ask for exactly those numbers.
   std::uint16_t base = 0;
