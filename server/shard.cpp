@@ -225,10 +225,8 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
                                              std::uint32_t cost, bool peek, std::uint64_t now_ns) {
   const TableAnswer answer = table_.acquire(hash, rule, Request{now_ns, cost, peek});
   if (answer.outcome == TableOutcome::kNoMemory) {
-    protocol::AcquireResult result;
+    protocol::AcquireResult result;  // all four numbers 0, as for the other failed items
     result.status = protocol::ItemStatus::kNoMemory;
-    result.limit = rule.capacity();
-    result.retry_after_ms = 0;
     return result;
   }
   protocol::AcquireResult result = protocol::to_result(answer.decision);

@@ -177,6 +177,22 @@ TEST_CASE("a pipelined burst of STATS is answered in full while queued output st
   CHECK(client.ping());
 }
 
+TEST_CASE("a key the shard has no memory for is answered NO_MEMORY with all numbers 0",
+          "[limits]") {
+  server::ServerConfig config = test_config(1);
+  config.max_memory = 64 << 10;
+  TestServer server(config);
+  RawClient client(server.port());
+  const Rule huge{Algorithm::kSlidingLog, 10'000, 1000, 0};  // its log needs more than 64 KiB
+  const protocol::AcquireResult result = client.acquire("huge", huge);
+  CHECK(result.status == ItemStatus::kNoMemory);
+  CHECK(result.limit == 0);
+  CHECK(result.remaining == 0);
+  CHECK(result.reset_after_ms == 0);
+  CHECK(result.retry_after_ms == 0);
+  CHECK(client.acquire("small", any_rule()).status == ItemStatus::kAllowed);
+}
+
 TEST_CASE("STATS counts decisions, connections and errors per shard and in total", "[stats]") {
   TestServer server(test_config(2));
   RawClient client(server.shard_port(0));
