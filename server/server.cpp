@@ -65,6 +65,10 @@ Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
       context.config.max_batch == 0) {
     throw std::invalid_argument("max_frame, max_key and max_batch must be at least 1");
   }
+  // 0 would pause every reader for good: nothing is queued, so no write would wake it.
+  if (context.config.max_queued_output == 0) {
+    throw std::invalid_argument("max_queued_output must be at least 1");
+  }
   // Longer idle timeouts would overflow steady_clock arithmetic; nobody needs more than this.
   context.config.idle_timeout = std::min(context.config.idle_timeout, kMaxIdleTimeout);
   context.shard_count = shards;

@@ -28,6 +28,9 @@ TEST_CASE("an impossible configuration is refused up front", "[server]") {
   config.max_batch = 0;
   CHECK_THROWS_AS(Server(config), std::invalid_argument);
   CHECK_THROWS_AS(Server(local_config(100'000)), std::invalid_argument);
+  ServerConfig no_output = local_config(1);
+  no_output.max_queued_output = 0;
+  CHECK_THROWS_AS(Server(no_output), std::invalid_argument);
 }
 
 TEST_CASE("start() binds a distinct port per shard plus the public one", "[server]") {
