@@ -16,6 +16,7 @@
 #include "client/client.h"
 #include "core/rule.h"
 #include "core/units.h"
+#include "tools/load/json_writer.h"
 
 namespace {
 
@@ -163,30 +164,9 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
 }
 
 std::string json_string(std::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
+  std::string out;
+  sluice::load::JsonWriter::append_quoted(out, text);
+  return out;
 }
 
 std::string ms_text(std::uint64_t ms) {
