@@ -395,6 +395,16 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
   p.callback = nullptr;
 }
 
+void Connection::take_all_pending_locked() {
+  for (Pending& p : table_) {
+    if (!p.active) continue;
+    failed_.push_back(std::move(p));
+    p.active = false;
+    p.sink = nullptr;
+  }
+  in_flight_ = 0;
+}
+
 void Connection::fail_connection(const Status& why) {
   ++epoch_;
   boost::system::error_code ignored;
@@ -420,13 +430,7 @@ void Connection::fail_connection(const Status& why) {
     ++attempts_finished_;
     write_in_flight_ = false;
     out_.clear();
-    for (Pending& p : table_) {
-      if (!p.active) continue;
-      failed_.push_back(std::move(p));
-      p.active = false;
-      p.sink = nullptr;
-    }
-    in_flight_ = 0;
+    take_all_pending_locked();
   }
   handshake_cv_.notify_all();
   // Oldest first, so callers see failures in submission order.
@@ -482,13 +486,7 @@ void Connection::shut_down() {
     std::lock_guard lock(mu_);
     state_ = State::kClosed;
     out_.clear();
-    for (Pending& p : table_) {
-      if (!p.active) continue;
-      failed_.push_back(std::move(p));
-      p.active = false;
-      p.sink = nullptr;
-    }
-    in_flight_ = 0;
+    take_all_pending_locked();
   }
   handshake_cv_.notify_all();
   const Status closed(ErrorCode::kClosed, "client is shutting down");

@@ -203,6 +203,8 @@ class Connection {
   void on_read(std::uint64_t epoch, const boost::system::error_code& ec, std::size_t n);
   void handle_handshake(const protocol::Frame& frame);
   void fail_connection(const Status& why);
+  // Moves every call in flight to failed_. REQUIRES: mu_ held.
+  void take_all_pending_locked();
   void complete(Pending& pending, const protocol::Frame* reply, const Status& failure);
 
   boost::asio::io_context& io_;
