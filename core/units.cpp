@@ -24,6 +24,12 @@ std::optional<std::uint64_t> scale(std::uint64_t value, std::uint64_t unit) {
 
 }  // namespace
 
+std::optional<std::uint64_t> parse_count(std::string_view text) {
+  auto parts = split_number(text);
+  if (!parts || !parts->second.empty()) return std::nullopt;
+  return parts->first;
+}
+
 std::optional<std::uint64_t> parse_size(std::string_view text) {
   auto parts = split_number(text);
   if (!parts) return std::nullopt;

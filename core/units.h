@@ -7,6 +7,10 @@
 
 namespace sluice {
 
+// A whole decimal number: digits only (no sign, space or suffix). nullopt on anything else,
+// including an empty string and a value above 2^64-1.
+std::optional<std::uint64_t> parse_count(std::string_view text);
+
 // "1048576", "512KiB", "64MiB", "1GiB"; "K"/"KB", "M"/"MB", "G"/"GB" are read as powers of
 // 1024 too. nullopt on anything else (empty, negative, unknown suffix, overflow).
 std::optional<std::uint64_t> parse_size(std::string_view text);

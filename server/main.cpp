@@ -6,7 +6,6 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
-#include <charconv>
 #include <csignal>
 #include <cstdint>
 #include <exception>
@@ -31,14 +30,12 @@ struct FlagError {
 // A whole decimal number in [min, max]; anything else (sign, suffix, overflow) is an error.
 std::uint64_t parse_number(const std::string& flag, const std::string& text, std::uint64_t min,
                            std::uint64_t max) {
-  std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value < min ||
-      value > max) {
+  const auto value = sluice::parse_count(text);
+  if (!value || *value < min || *value > max) {
     throw FlagError{
         fmt::format("--{}: expected a whole number from {} to {}, got '{}'", flag, min, max, text)};
   }
-  return value;
+  return *value;
 }
 
 std::uint64_t parse_size_flag(const std::string& flag, const std::string& text, std::uint64_t min,

@@ -5,6 +5,19 @@
 namespace sluice {
 namespace {
 
+TEST_CASE("parse_count reads whole decimal numbers only", "[units]") {
+  CHECK(parse_count("0") == 0u);
+  CHECK(parse_count("7420") == 7420u);
+  CHECK(parse_count("18446744073709551615") == 18446744073709551615ull);
+  CHECK_FALSE(parse_count("18446744073709551616").has_value());  // 2^64
+  CHECK_FALSE(parse_count("").has_value());
+  CHECK_FALSE(parse_count("-1").has_value());
+  CHECK_FALSE(parse_count("+1").has_value());
+  CHECK_FALSE(parse_count(" 1").has_value());
+  CHECK_FALSE(parse_count("1 ").has_value());
+  CHECK_FALSE(parse_count("10k").has_value());
+}
+
 TEST_CASE("parse_size reads bytes with binary suffixes", "[units]") {
   CHECK(parse_size("1048576") == 1048576u);
   CHECK(parse_size("0") == 0u);

@@ -4,7 +4,6 @@
 #include <fmt/core.h>
 
 #include <boost/program_options.hpp>
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -25,14 +24,12 @@ struct FlagError {
 
 std::uint64_t parse_number(const std::string& flag, const std::string& text, std::uint64_t min,
                            std::uint64_t max) {
-  std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < min ||
-      value > max) {
+  const auto value = sluice::parse_count(text);
+  if (!value || *value < min || *value > max) {
     throw FlagError{
         fmt::format("--{}: expected a whole number from {} to {}, got '{}'", flag, min, max, text)};
   }
-  return value;
+  return *value;
 }
 
 std::uint64_t parse_ms(const std::string& flag, const std::string& text) {

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -48,12 +49,11 @@ struct UsageError {
 };
 
 std::uint32_t parse_u32(const std::string& flag, const std::string& text, std::uint32_t min) {
-  std::uint32_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < min) {
+  const auto value = sluice::parse_count(text);
+  if (!value || *value < min || *value > std::numeric_limits<std::uint32_t>::max()) {
     throw UsageError{fmt::format("--{} expects an integer >= {}, got \"{}\"", flag, min, text)};
   }
-  return value;
+  return static_cast<std::uint32_t>(*value);
 }
 
 std::vector<std::string> split_servers(const std::string& text) {
