@@ -193,90 +193,91 @@ class DecisionWaiter {
   std::optional<Result<Decision>> result_;
 };
 
-// Bytes an ACQUIRE item takes on the wire beyond its key, rounded up (docs/PROTOCOL.md).
-constexpr std::size_t kItemOverhead = 32;
-constexpr std::size_t kFrameOverhead = 64;
-
-// A batch split into parts: one ACQUIRE frame each, at most max_batch items and max_frame
-// bytes, all items of a part owned by one connection. Results go back by item index.
-class BatchCall final : public ReplySink {
+// Opens once; wait() returns after that. Same notify-under-mutex rule as SyncCall.
+class Latch {
  public:
-  struct Part {
-    std::size_t connection = 0;
-    std::uint32_t begin = 0;  // into order
-    std::uint32_t end = 0;
-  };
-
-  BatchCall(std::span<const AcquireRequest> items, std::vector<Result<Decision>>& results)
-      : items_(items), results_(results) {}
-
-  std::vector<std::uint32_t> order;  // item indices, grouped by part
-  std::vector<Part> parts;
-
-  void start(std::size_t outstanding) { outstanding_ = outstanding; }
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_one();
+  }
   void wait() {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return outstanding_ == 0; });
-  }
-
-  void on_reply(std::uint32_t part, const Frame& reply) override {
-    const Part& p = parts[part];
-    const std::size_t count = p.end - p.begin;
-    if (reply.header.opcode != Opcode::kAcquire ||
-        !protocol::parse_acquire_reply(reply.body, scratch_) || scratch_.size() != count) {
-      return on_failure(part, unexpected_reply("ACQUIRE"));
-    }
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::uint32_t item = order[p.begin + i];
-      const Rule& rule = items_[item].rule;
-      results_[item] = detail::to_decision(scratch_[i], rule.limit, rule.period_ms);
-    }
-    done_one();
-  }
-  void on_failure(std::uint32_t part, const Status& status) override {
-    const Part& p = parts[part];
-    for (std::uint32_t i = p.begin; i < p.end; ++i) results_[order[i]] = Result<Decision>(status);
-    done_one();
+    cv_.wait(lock, [&] { return open_; });
   }
 
  private:
-  void done_one() {
-    std::lock_guard lock(mu_);
-    --outstanding_;
-    if (outstanding_ == 0) cv_.notify_one();
-  }
-
-  std::span<const AcquireRequest> items_;
-  std::vector<Result<Decision>>& results_;
-  std::vector<protocol::AcquireResult> scratch_;  // I/O thread
   std::mutex mu_;
   std::condition_variable cv_;
-  std::size_t outstanding_ = 0;
+  bool open_ = false;
+};
+
+// Bytes an ACQUIRE item takes on the wire beyond its key, rounded up (docs/PROTOCOL.md).
+constexpr std::size_t kItemOverhead = 32;
+constexpr std::size_t kFrameOverhead = 64;
+constexpr unsigned kMaxConnectionsPerShard = 1024;
+
+class AsyncBatch;
+
+// Batches are pooled: a warm client reuses them and their vectors, so a batch call allocates
+// nothing. Any thread takes one; the I/O thread gives it back after running its callback.
+class BatchPool {
+ public:
+  explicit BatchPool(Client::Impl& impl) : impl_(impl) {}
+  ~BatchPool();
+  AsyncBatch& take();
+  void give(AsyncBatch& batch);
+
+ private:
+  Client::Impl& impl_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<AsyncBatch>> all_;
+  std::vector<AsyncBatch*> free_;
 };
 
 }  // namespace
 
 struct Client::Impl {
-  explicit Impl(ClientOptions opts) : options(std::move(opts)), timer(io), work(io.get_executor()) {
+  Impl(ClientOptions opts, asio::io_context* external)
+      : options(std::move(opts)),
+        owned_io(external == nullptr ? std::make_unique<asio::io_context>(1) : nullptr),
+        io(external == nullptr ? *owned_io : *external),
+        timer(io),
+        batches(*this) {
     const auto shortest = std::min(options.timeout, options.connect_timeout);
     tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
                                                  std::chrono::milliseconds(10));
     io_connections.reserve(64);  // a node's shards and then some: ticks do not allocate
-    thread = std::thread([this] { io.run(); });
+    if (owned_io) {
+      work.emplace(io.get_executor());
+      thread = std::thread([this] { io.run(); });
+    }
   }
 
   ~Impl() {
-    asio::post(io, [this] {
-      for (Connection* c : snapshot()) c->shut_down();
-      timer.cancel();
-      io.stop();
-    });
-    thread.join();
+    if (owned_io) {
+      asio::post(io, [this] {
+        shut_down();
+        io.stop();
+      });
+      thread.join();
+      work.reset();
+      io.restart();
+    } else {
+      shut_down();
+      io.restart();
+    }
     // Run what is still queued (aborted reads and writes, refusals posted to async callers)
-    // while the connections are alive: handlers and their memory may point into them.
-    work.reset();
-    io.restart();
-    io.run();
+    // while the connections are alive: handlers and their memory may point into them. Bounded,
+    // in case an external io_context's owner keeps posting work of its own.
+    for (int round = 0; round < 64 && io.poll() > 0; ++round) {
+    }
+  }
+
+  // The I/O side: fails everything in flight, closes every connection, stops the timer.
+  void shut_down() {
+    for (Connection* c : snapshot()) c->shut_down();
+    timer.cancel();
   }
 
   Connection& add_connection(std::string name, asio::ip::tcp::endpoint endpoint,
@@ -294,6 +295,11 @@ struct Client::Impl {
     std::lock_guard lock(connections_mu);
     connections.push_back(std::move(connection));
     return *connections.back();
+  }
+
+  // Waits for the handshake; with an external io_context, by running it.
+  Status wait_ready(Connection& connection) {
+    return connection.wait_ready(options.connect_timeout, /*run_io=*/!owned_io);
   }
 
   // I/O thread: the current list, copied into a reused vector (no allocation per tick).
@@ -356,37 +362,241 @@ struct Client::Impl {
     return waiter.wait();
   }
 
+  void batch_async(std::span<const AcquireRequest> items, bool probe, BatchCallback& done);
+
   ClientOptions options;
-  asio::io_context io{1};
+  std::unique_ptr<asio::io_context> owned_io;  // null with an external io_context
+  asio::io_context& io;
   asio::steady_timer timer;
   bool timer_armed = false;  // I/O thread
   detail::HandlerSlot timer_slot;
   std::chrono::milliseconds tick{10};
+  BatchPool batches;          // outlives the connections: failing them completes batches
   std::mutex connections_mu;  // guards the list; connections live until ~Impl
   std::vector<std::unique_ptr<Connection>> connections;
   std::vector<Connection*> io_connections;  // I/O thread: snapshot()'s buffer
   std::unique_ptr<detail::Router> router;
   ServerInfo info;
-  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
 };
+
+namespace {
+
+// One async batch: its items grouped by owner and cut into parts, one frame each, within the
+// server's max_batch and max_frame. Results go back by item index. Completion is counted with
+// one extra hold for the submitting thread, so the batch cannot finish (and be reused) while
+// that thread still reads it; whoever drops the last hold completes it on the I/O thread.
+class AsyncBatch final : public ReplySink {
+ public:
+  explicit AsyncBatch(Client::Impl& impl) : impl_(impl) {}
+
+  // Plans, submits and arranges for `done` to run. The caller must not touch the batch after.
+  void run(std::span<const AcquireRequest> items, bool probe, BatchCallback& done) {
+    probe_ = probe;
+    done_ = std::move(done);
+    plan(items);
+    outstanding_.store(parts_.size() + 1, std::memory_order_relaxed);
+    for (std::uint32_t p = 0; p < parts_.size(); ++p) {
+      Completion completion;
+      completion.sink = this;
+      completion.part = p;
+      const Part part = parts_[p];
+      Status queued =
+          impl_.router->connection(part.owner)
+              .submit([&](protocol::Bytes& out, std::uint32_t id) { encode(items, part, out, id); },
+                      completion);
+      if (!queued.ok()) on_failure(p, queued);
+    }
+    if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      // Every part was refused (or there were none): still answer on the I/O thread.
+      asio::post(impl_.io, detail::in_slot(post_slot_, [this] { complete(); }));
+    }
+  }
+
+  void on_reply(std::uint32_t part, const Frame& reply) override {
+    const Part& p = parts_[part];
+    const std::size_t count = p.end - p.begin;
+    if (probe_) {
+      if (reply.header.opcode != Opcode::kPing) return on_failure(part, unexpected_reply("PING"));
+      Decision echoed;
+      echoed.allowed = true;
+      for (std::uint32_t i = p.begin; i < p.end; ++i) results_[order_[i]] = echoed;
+    } else {
+      if (reply.header.opcode != Opcode::kAcquire ||
+          !protocol::parse_acquire_reply(reply.body, scratch_) || scratch_.size() != count) {
+        return on_failure(part, unexpected_reply("ACQUIRE"));
+      }
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint32_t item = order_[p.begin + i];
+        results_[item] =
+            detail::to_decision(scratch_[i], policies_[item].quota, policies_[item].window_ms);
+      }
+    }
+    release();
+  }
+  void on_failure(std::uint32_t part, const Status& status) override {
+    const Part& p = parts_[part];
+    for (std::uint32_t i = p.begin; i < p.end; ++i) results_[order_[i]] = Result<Decision>(status);
+    release();
+  }
+
+ private:
+  struct Part {
+    std::size_t owner = 0;    // the router's owner index
+    std::uint32_t begin = 0;  // into order_
+    std::uint32_t end = 0;
+  };
+  struct Policy {
+    std::uint32_t quota = 0;
+    std::uint64_t window_ms = 0;
+  };
+
+  void plan(std::span<const AcquireRequest> items) {
+    detail::Router& router = *impl_.router;
+    const ServerInfo& info = impl_.info;
+    const auto rejected = static_cast<std::uint32_t>(router.size());
+    results_.assign(items.size(), Result<Decision>(ErrorCode::kClosed, "not sent"));
+    policies_.resize(items.size());
+    owner_.resize(items.size());
+    // A counting sort of item indices by owner, keeping item order within an owner.
+    start_.assign(router.size() + 2, 0);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      policies_[i] = Policy{items[i].rule.limit, items[i].rule.period_ms};
+      if (Status key_ok = impl_.check_key(items[i].key); !key_ok.ok()) {
+        results_[i] = Result<Decision>(std::move(key_ok));
+        owner_[i] = rejected;
+      } else {
+        owner_[i] = static_cast<std::uint32_t>(router.route(hash_key(items[i].key)));
+      }
+      ++start_[owner_[i] + 1];
+    }
+    for (std::size_t c = 1; c < start_.size(); ++c) start_[c] += start_[c - 1];
+    order_.resize(items.size());
+    next_.assign(start_.begin(), start_.end());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      order_[next_[owner_[i]]++] = static_cast<std::uint32_t>(i);
+    }
+    // Cut each owner's run into frames within the server's limits.
+    const std::size_t max_items = std::max<std::size_t>(1, info.max_batch);
+    const std::size_t max_bytes =
+        info.max_frame > kFrameOverhead * 2 ? info.max_frame - kFrameOverhead : info.max_frame;
+    parts_.clear();
+    for (std::size_t c = 0; c < router.size(); ++c) {
+      std::uint32_t i = start_[c];
+      const std::uint32_t end = start_[c + 1];
+      while (i < end) {
+        Part part{c, i, i};
+        std::size_t bytes = 0;
+        while (part.end < end && part.end - part.begin < max_items) {
+          const std::size_t item_bytes = items[order_[part.end]].key.size() + kItemOverhead;
+          if (part.end > part.begin && bytes + item_bytes > max_bytes) break;
+          bytes += item_bytes;
+          ++part.end;
+        }
+        parts_.push_back(part);
+        i = part.end;
+      }
+    }
+  }
+
+  // Runs under the connection's mutex, on the submitting thread.
+  void encode(std::span<const AcquireRequest> items, const Part& part, protocol::Bytes& out,
+              std::uint32_t id) {
+    protocol::Bytes& frame_out = probe_ ? probe_frame_ : out;
+    if (probe_) probe_frame_.clear();
+    const std::size_t frame = protocol::begin_acquire_request(frame_out, id);
+    for (std::uint32_t k = part.begin; k < part.end; ++k) {
+      const AcquireRequest& r = items[order_[k]];
+      protocol::add_acquire_item(frame_out, frame,
+                                 protocol::AcquireItem{r.key, r.rule, r.cost, r.peek});
+    }
+    protocol::finish_acquire_request(frame_out, frame);
+    if (probe_) {
+      // The ACQUIRE's own body, echoed back by the shard: the same bytes both ways.
+      protocol::encode_ping(
+          out, id,
+          std::span<const std::uint8_t>(probe_frame_.data() + protocol::kHeaderSize,
+                                        probe_frame_.size() - protocol::kHeaderSize),
+          false);
+    }
+  }
+
+  void release() {
+    if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) complete();
+  }
+
+  // I/O thread, once: runs the callback, then returns the batch to the pool.
+  void complete() {
+    done_(std::span<const Result<Decision>>(results_));
+    done_ = nullptr;
+    impl_.batches.give(*this);
+  }
+
+  Client::Impl& impl_;
+  bool probe_ = false;
+  BatchCallback done_;
+  std::atomic<std::size_t> outstanding_{0};
+  std::vector<Result<Decision>> results_;
+  std::vector<Policy> policies_;
+  std::vector<std::uint32_t> owner_;  // planning scratch
+  std::vector<std::uint32_t> start_;  // per owner: where its items start in order_
+  std::vector<std::uint32_t> next_;
+  std::vector<std::uint32_t> order_;  // item indices grouped by owner, then by part
+  std::vector<Part> parts_;
+  protocol::Bytes probe_frame_;                   // submitting thread
+  std::vector<protocol::AcquireResult> scratch_;  // I/O thread
+  detail::HandlerSlot post_slot_;
+};
+
+BatchPool::~BatchPool() = default;
+
+AsyncBatch& BatchPool::take() {
+  std::lock_guard lock(mu_);
+  if (free_.empty()) {
+    all_.push_back(std::make_unique<AsyncBatch>(impl_));
+    free_.reserve(all_.size());
+    return *all_.back();
+  }
+  AsyncBatch* batch = free_.back();
+  free_.pop_back();
+  return *batch;
+}
+
+void BatchPool::give(AsyncBatch& batch) {
+  std::lock_guard lock(mu_);
+  free_.push_back(&batch);
+}
+
+}  // namespace
+
+void Client::Impl::batch_async(std::span<const AcquireRequest> items, bool probe,
+                               BatchCallback& done) {
+  batches.take().run(items, probe, done);
+}
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
-Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
+Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
+                                                   asio::io_context* external) {
   if (options.servers.empty()) {
     return Status(ErrorCode::kInvalidArgument, "no servers given");
   }
   if (options.timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
     return Status(ErrorCode::kInvalidArgument, "timeouts must be positive");
   }
-  auto impl = std::make_unique<Impl>(std::move(options));
+  if (options.connections_per_shard == 0 ||
+      options.connections_per_shard > kMaxConnectionsPerShard) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "connections_per_shard must be 1.." + std::to_string(kMaxConnectionsPerShard));
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), external);
   const ClientOptions& opts = impl->options;
 
   Status last(ErrorCode::kConnectionFailed, "no server answered");
   Connection* public_port = nullptr;
-  asio::ip::address address;
+  asio::ip::tcp::endpoint public_endpoint;
   for (const std::string& server : opts.servers) {
     std::string host;
     std::uint16_t port = 0;
@@ -402,12 +612,12 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
     }
     const asio::ip::tcp::endpoint endpoint = endpoints.begin()->endpoint();
     Connection& candidate = impl->add_connection(server, endpoint, protocol::kPublicPort);
-    if (Status ready = candidate.wait_ready(opts.connect_timeout); !ready.ok()) {
+    if (Status ready = impl->wait_ready(candidate); !ready.ok()) {
       last = ready;
       continue;  // the failed connection stays owned by impl, idle
     }
     public_port = &candidate;
-    address = endpoint.address();
+    public_endpoint = endpoint;
     impl->info.endpoint = server;
     break;
   }
@@ -420,22 +630,44 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
   impl->info.max_key = hello.max_key;
   impl->info.max_batch = hello.max_batch;
 
-  std::vector<Connection*> shards;
+  // owners[i]: the connections that carry owner i's keys.
+  std::vector<std::vector<Connection*>> owners;
+  const asio::ip::address address = public_endpoint.address();
+  const std::string host = address.is_v6() ? "[" + address.to_string() + "]" : address.to_string();
   if (opts.shard_aware && !hello.shard_ports.empty()) {
     for (std::size_t i = 0; i < hello.shard_ports.size(); ++i) {
       const asio::ip::tcp::endpoint endpoint(address, hello.shard_ports[i]);
-      std::string name = (address.is_v6() ? "[" + address.to_string() + "]" : address.to_string()) +
-                         ":" + std::to_string(hello.shard_ports[i]);
-      shards.push_back(
-          &impl->add_connection(std::move(name), endpoint, static_cast<std::uint16_t>(i)));
-      shards.back()->begin_connect();  // all handshakes overlap
+      auto& group = owners.emplace_back();
+      for (unsigned k = 0; k < opts.connections_per_shard; ++k) {
+        group.push_back(&impl->add_connection(host + ":" + std::to_string(hello.shard_ports[i]),
+                                              endpoint, static_cast<std::uint16_t>(i)));
+        group.back()->begin_connect();  // all handshakes overlap
+      }
     }
-    for (Connection* shard : shards) {
-      if (Status ready = shard->wait_ready(opts.connect_timeout); !ready.ok()) return ready;
+  } else {
+    auto& group = owners.emplace_back(1, public_port);
+    for (unsigned k = 1; k < opts.connections_per_shard; ++k) {
+      group.push_back(
+          &impl->add_connection(impl->info.endpoint, public_endpoint, protocol::kPublicPort));
+      group.back()->begin_connect();
     }
   }
-  impl->router = std::make_unique<detail::SingleNodeRouter>(*public_port, std::move(shards));
+  for (const auto& group : owners) {
+    for (Connection* c : group) {
+      if (Status ready = impl->wait_ready(*c); !ready.ok()) return ready;
+    }
+  }
+  if (external != nullptr && external->stopped()) external->restart();
+  impl->router = std::make_unique<detail::SingleNodeRouter>(*public_port, std::move(owners));
   return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
+  return connect_on(std::move(options), nullptr);
+}
+
+Result<std::unique_ptr<Client>> Client::connect(ClientOptions options, asio::io_context& io) {
+  return connect_on(std::move(options), &io);
 }
 
 Result<Decision> Client::acquire(std::string_view key, const Rule& rule, std::uint32_t cost) {
@@ -462,77 +694,20 @@ void Client::acquire_async(std::string_view key, const Rule& rule, std::uint32_t
 
 void Client::acquire_batch(std::span<const AcquireRequest> items,
                            std::vector<Result<Decision>>& results) {
-  results.assign(items.size(), Result<Decision>(ErrorCode::kClosed, "not sent"));
-  if (items.empty()) return;
-  detail::Router& router = *impl_->router;
-  const ServerInfo& info = impl_->info;
+  Latch latch;
+  acquire_batch_async(items, [&results, &latch](std::span<const Result<Decision>> answered) {
+    results.assign(answered.begin(), answered.end());
+    latch.open();
+  });
+  latch.wait();
+}
 
-  // Group item indices by owning connection (a counting sort, keeping item order).
-  std::vector<std::uint32_t> owner(items.size());
-  std::vector<std::uint32_t> per_connection(router.size() + 1, 0);
-  const auto kRejected = static_cast<std::uint32_t>(router.size());
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (Status key_ok = impl_->check_key(items[i].key); !key_ok.ok()) {
-      results[i] = Result<Decision>(std::move(key_ok));
-      owner[i] = kRejected;
-    } else {
-      owner[i] = static_cast<std::uint32_t>(router.route(hash_key(items[i].key)));
-    }
-    ++per_connection[owner[i]];
-  }
-  BatchCall call(items, results);
-  std::vector<std::uint32_t> start(router.size() + 1, 0);
-  for (std::size_t c = 1; c < start.size(); ++c) start[c] = start[c - 1] + per_connection[c - 1];
-  call.order.resize(items.size());
-  {
-    std::vector<std::uint32_t> next = start;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      call.order[next[owner[i]]++] = static_cast<std::uint32_t>(i);
-    }
-  }
-  // Cut each connection's run into frames within the server's limits.
-  const std::size_t max_items = std::max<std::size_t>(1, info.max_batch);
-  const std::size_t max_bytes =
-      info.max_frame > kFrameOverhead * 2 ? info.max_frame - kFrameOverhead : info.max_frame;
-  for (std::size_t c = 0; c < router.size(); ++c) {
-    std::uint32_t i = start[c];
-    const std::uint32_t end = start[c] + per_connection[c];
-    while (i < end) {
-      BatchCall::Part part{c, i, i};
-      std::size_t bytes = 0;
-      while (part.end < end && part.end - part.begin < max_items) {
-        const std::size_t item_bytes = items[call.order[part.end]].key.size() + kItemOverhead;
-        if (part.end > part.begin && bytes + item_bytes > max_bytes) break;
-        bytes += item_bytes;
-        ++part.end;
-      }
-      call.parts.push_back(part);
-      i = part.end;
-    }
-  }
+void Client::acquire_batch_async(std::span<const AcquireRequest> items, BatchCallback done) {
+  impl_->batch_async(items, /*probe=*/false, done);
+}
 
-  call.start(call.parts.size());
-  for (std::uint32_t p = 0; p < call.parts.size(); ++p) {
-    const BatchCall::Part part = call.parts[p];
-    Completion completion;
-    completion.sink = &call;
-    completion.part = p;
-    Status queued =
-        router.connection(part.connection)
-            .submit(
-                [&](protocol::Bytes& out, std::uint32_t id) {
-                  const std::size_t frame = protocol::begin_acquire_request(out, id);
-                  for (std::uint32_t k = part.begin; k < part.end; ++k) {
-                    const AcquireRequest& r = items[call.order[k]];
-                    protocol::add_acquire_item(
-                        out, frame, protocol::AcquireItem{r.key, r.rule, r.cost, r.peek});
-                  }
-                  protocol::finish_acquire_request(out, frame);
-                },
-                completion);
-    if (!queued.ok()) call.on_failure(p, queued);
-  }
-  call.wait();
+void Client::probe_batch_async(std::span<const AcquireRequest> items, BatchCallback done) {
+  impl_->batch_async(items, /*probe=*/true, done);
 }
 
 std::vector<Result<Decision>> Client::acquire_batch(std::span<const AcquireRequest> items) {
@@ -579,6 +754,14 @@ Result<std::vector<Stat>> Client::stats() {
       completion);
   if (!queued.ok()) return queued;
   return call.wait();
+}
+
+void Client::close() {
+  if (impl_->owned_io) {
+    asio::post(impl_->io, [impl = impl_.get()] { impl->shut_down(); });
+  } else {
+    impl_->shut_down();
+  }
 }
 
 const ServerInfo& Client::server_info() const { return impl_->info; }

@@ -22,6 +22,10 @@
 #include "client/status.h"
 #include "core/rule.h"
 
+namespace boost::asio {
+class io_context;
+}  // namespace boost::asio
+
 namespace sluice::client {
 
 struct ClientOptions {
@@ -33,6 +37,9 @@ struct ClientOptions {
   // Connect to each shard's own port and send each key straight to its owner. When false,
   // everything goes through the public port and the server hands keys over between shards.
   bool shard_aware = true;
+  // TCP connections to each shard's port (or to the public port when not shard-aware). A call
+  // goes to the owning shard's connection with the fewest calls in flight.
+  unsigned connections_per_shard = 1;
 };
 
 // One item of a batch.
@@ -61,15 +68,28 @@ struct ServerInfo {
 // Invoked exactly once, on the client's I/O thread. A callback that captures at most two
 // pointers is stored without a heap allocation.
 using AcquireCallback = std::function<void(Result<Decision>)>;
+// Invoked exactly once per async batch, on the client's I/O thread: results[i] answers items[i].
+// The span is valid only during the call. Stored like AcquireCallback.
+using BatchCallback = std::function<void(std::span<const Result<Decision>>)>;
 
 class Client {
  public:
   // Connects to the first server that answers HELLO and, when shard-aware, to every shard port
   // (HELLO on each). Fails with kInvalidArgument, kConnectionFailed, kTimeout or kServerError.
   static Result<std::unique_ptr<Client>> connect(ClientOptions options);
+  // The same, but the client runs on `io` instead of a thread of its own: every socket
+  // operation and callback runs on the thread that runs `io`, so an event-loop application
+  // gets its callbacks without a thread hop. connect() runs `io` itself until the handshakes
+  // finish. REQUIRES: no other thread runs `io` during connect() or the destructor; `io` is
+  // run by one thread at a time; `io` outlives the client; sync calls (acquire, peek,
+  // acquire_batch, reset, ping, stats) are never made from the thread running `io` (they would
+  // wait for themselves).
+  static Result<std::unique_ptr<Client>> connect(ClientOptions options,
+                                                 boost::asio::io_context& io);
 
-  // Fails every call still in flight with kClosed and joins the I/O thread. REQUIRES: not
-  // called from a callback, and no call on this client runs concurrently.
+  // Fails every call still in flight with kClosed and joins the I/O thread (with an external
+  // io_context: runs what the client left queued on it). REQUIRES: not called from a callback,
+  // and no call on this client runs concurrently.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -86,6 +106,15 @@ class Client {
   // resized and reused. Blocks for at most the timeout.
   void acquire_batch(std::span<const AcquireRequest> items, std::vector<Result<Decision>>& results);
   std::vector<Result<Decision>> acquire_batch(std::span<const AcquireRequest> items);
+  // Non-blocking acquire_batch: one frame per owning shard (split at the server's limits),
+  // `done` runs once when every frame is answered, failed or timed out. The items (and their
+  // keys) need only live during the call. No allocation per call once warm.
+  void acquire_batch_async(std::span<const AcquireRequest> items, BatchCallback done);
+  // The transport alone, for measuring it (sluice-load --op ping): sends the frames
+  // acquire_batch_async would send, but as PINGs carrying the same bytes, which the owning
+  // shard echoes without deciding anything. Each item that comes back is reported allowed, with
+  // every other Decision field zero; failures are reported as for acquire_batch_async.
+  void probe_batch_async(std::span<const AcquireRequest> items, BatchCallback done);
 
   // Forgets the key's counters; true when the key existed.
   Result<bool> reset(std::string_view key);
@@ -94,6 +123,11 @@ class Client {
   // The server's counters (public port), in the server's order.
   Result<std::vector<Stat>> stats();
 
+  // Fails every call in flight with kClosed and refuses later calls. Safe from a callback.
+  // With an external io_context: call it on the thread running `io` or while nobody runs it;
+  // afterwards the client leaves no work on `io`, so `io.run()` can return.
+  void close();
+
   const ServerInfo& server_info() const;
   const ClientOptions& options() const;
 
@@ -101,6 +135,9 @@ class Client {
 
  private:
   explicit Client(std::unique_ptr<Impl> impl);
+  // Both connect()s: `io` is null for a client with its own I/O thread.
+  static Result<std::unique_ptr<Client>> connect_on(ClientOptions options,
+                                                    boost::asio::io_context* io);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -154,7 +154,7 @@ void Connection::begin_connect() {
   (void)admit_locked();
 }
 
-Status Connection::wait_ready(std::chrono::milliseconds limit) {
+Status Connection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
   std::unique_lock lock(mu_);
   if (state_ == State::kReady) return Status();
   const std::uint64_t before = attempts_finished_;
@@ -163,11 +163,21 @@ Status Connection::wait_ready(std::chrono::milliseconds limit) {
     if (Status admitted = admit_locked(); !admitted.ok()) return admitted;
   }
   if (state_ == State::kClosed) return Status(ErrorCode::kClosed, "client is shutting down");
-  // The I/O thread ends the attempt at the connect deadline; the extra second only guards
-  // against waiting forever if that thread is stuck.
-  const bool finished = handshake_cv_.wait_for(lock, limit + std::chrono::seconds(1), [&] {
-    return attempts_finished_ != before || state_ == State::kClosed;
-  });
+  const auto done = [&] { return attempts_finished_ != before || state_ == State::kClosed; };
+  // The I/O side ends the attempt at the connect deadline; the extra second only guards
+  // against waiting forever if it is stuck.
+  const auto give_up = std::chrono::steady_clock::now() + limit + std::chrono::seconds(1);
+  bool finished = false;
+  if (run_io) {
+    while (!(finished = done()) && std::chrono::steady_clock::now() < give_up) {
+      lock.unlock();
+      if (io_.stopped()) io_.restart();
+      io_.run_one_until(give_up);
+      lock.lock();
+    }
+  } else {
+    finished = handshake_cv_.wait_until(lock, give_up, done);
+  }
   if (state_ == State::kReady) return Status();
   if (!finished) return Status(ErrorCode::kTimeout, "no HELLO reply from " + config_.name);
   if (state_ == State::kClosed) return Status(ErrorCode::kClosed, "client is shutting down");

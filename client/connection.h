@@ -9,6 +9,7 @@
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <chrono>
@@ -162,8 +163,12 @@ class Connection {
   // Starts connecting now if disconnected, ignoring the backoff (used at start-up).
   void begin_connect();
   // Starts connecting if disconnected and waits until HELLO is answered or the attempt fails.
-  Status wait_ready(std::chrono::milliseconds limit);
+  // With `run_io` the caller runs the io_context itself while waiting (a client on an external
+  // io_context that nobody runs yet); otherwise the I/O thread does the work.
+  Status wait_ready(std::chrono::milliseconds limit, bool run_io);
   protocol::HelloReply hello() const;
+  // Calls in flight (a hint for choosing among connections; read without the mutex).
+  std::size_t load() const { return in_flight_.load(std::memory_order_relaxed); }
 
   // I/O thread: fails requests whose deadline passed and a connect that took too long. True
   // while anything is pending or a connect is in progress (the timer must keep running).
@@ -228,7 +233,7 @@ class Connection {
   std::uint32_t mask_ = 0;
   std::uint32_t next_id_ = 1;
   std::uint32_t oldest_id_ = 1;
-  std::size_t in_flight_ = 0;
+  std::atomic<std::size_t> in_flight_{0};  // changed under mu_; load() reads it without
   protocol::HelloReply hello_;
 
   // I/O thread only.
