@@ -1,10 +1,15 @@
 // CounterTable throughput on one thread: find (acquire on a stored key), insert (acquire on a
 // new key, with and without growth, and at the memory cap where every insert evicts), sliding
-// log, and sweep. Keys are uniformly random 128-bit hashes computed before timing.
+// log, and sweep; then the longest single insert while a table grows, and memory per key.
+// Keys are uniformly random 128-bit hashes, computed before timing or made on the fly.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "server/table/counter_table.h"
@@ -191,5 +196,89 @@ void BM_SweepExpired(benchmark::State& state) {
   state.SetItemsProcessed(dropped);
 }
 BENCHMARK(BM_SweepExpired);
+
+// Resident set size of this process, from /proc/self/statm (0 where there is none).
+double rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  double pages = 0;
+  double resident = 0;
+  statm >> pages >> resident;
+  return resident * 4096;
+}
+
+// Inserts up to state.range(0) keys into a table that starts at 1024 slots, timing each insert
+// alone: the longest one is the growth pause. Reported: max_us, the insert count at which it
+// happened, and how many inserts took over 100 us and over 1 ms.
+void BM_InsertMaxPause(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    CounterTable table(roomy(1024));
+    std::uint64_t seed = 8;
+    std::uint64_t now = kT0;
+    double max_ns = 0;
+    std::size_t max_at = 0;
+    std::size_t over_100us = 0;
+    std::size_t over_1ms = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const KeyHash k{splitmix64(seed), splitmix64(seed)};
+      const auto start = Clock::now();
+      benchmark::DoNotOptimize(table.acquire(k, kBucket, Request{now += kStepNs, 1, false}));
+      const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+      over_100us += ns > 100e3;
+      over_1ms += ns > 1e6;
+      if (ns > max_ns) {
+        max_ns = ns;
+        max_at = i;
+      }
+    }
+    state.counters["max_us"] = max_ns / 1e3;
+    state.counters["max_at"] = static_cast<double>(max_at);
+    state.counters["over_100us"] = static_cast<double>(over_100us);
+    state.counters["over_1ms"] = static_cast<double>(over_1ms);
+  }
+}
+BENCHMARK(BM_InsertMaxPause)
+    ->Arg(kKeys)
+    ->Arg(5 * kKeys)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+// Memory per key as one table grows from 1024 slots to state.range(0) keys, one shard's part
+// of the W5 workload: memory_bytes() per key at the end (bytes_per_key), its worst and best
+// over every multiple of 10k keys from 500k on (bpk_max, bpk_min), and RSS growth per key at the
+// end (rss_per_key, which also counts allocator and page-table overhead).
+void BM_BytesPerKey(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    const double rss_before = rss_bytes();
+    CounterTable table(roomy(1024));
+    std::uint64_t seed = 9;
+    double worst = 0;
+    double best = 1e9;
+    for (std::size_t i = 1; i <= n; ++i) {
+      table.acquire(KeyHash{splitmix64(seed), splitmix64(seed)}, kBucket, Request{kT0, 1, false});
+      if (i >= 500'000 && i % 10'000 == 0) {
+        const double per_key = static_cast<double>(table.memory_bytes()) / static_cast<double>(i);
+        worst = std::max(worst, per_key);
+        best = std::min(best, per_key);
+      }
+    }
+    state.counters["bytes_per_key"] =
+        static_cast<double>(table.memory_bytes()) / static_cast<double>(table.size());
+    state.counters["rss_per_key"] = (rss_bytes() - rss_before) / static_cast<double>(table.size());
+    if (worst > 0) {
+      state.counters["bpk_max"] = worst;
+      state.counters["bpk_min"] = best;
+    }
+  }
+}
+BENCHMARK(BM_BytesPerKey)
+    ->Arg(500'000)
+    ->Arg(kKeys)
+    ->Arg(2'500'000)
+    ->Arg(5 * kKeys)
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -1,21 +1,25 @@
-// Slot array invariants (checked by TEST_check_invariants):
+// Each segment keeps the invariants of one sorted Robin-Hood array (checked by
+// TEST_check_invariants):
 //  1. Records are sorted by the high 32 bits of fp_lo (the bits slot_for() scales), so homes
 //     never decrease along the array: a lookup stops at the first record that sorts after it.
 //  2. A record sits within kMaxDisplacement slots after its home.
 //  3. No empty slot lies between a record's home and its slot (linear probing).
 // Insertions shift a run of records by one slot towards a "sink" (an empty slot, an expired
 // record or an evicted one), as long as no shifted record passes the displacement bound; deletions
-// shift the run after the hole back (backward-shift deletion), so there are no tombstones. Growth
-// is a linear merge into a bigger array.
+// shift the run after the hole back (backward-shift deletion), so there are no tombstones.
+// A segment grows in place (its mapping is extended, then records move right, last first) and
+// splits by one more selector bit; neither ever holds two copies of the segment.
 #include "server/table/counter_table.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #ifdef __linux__
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace sluice::server {
@@ -91,22 +95,6 @@ CounterState encode_log(const std::uint64_t* ring, std::uint32_t ring_class,
               std::uint64_t{log.head} << kLogHeadShift | log.count};
 }
 
-// Zeroed memory (zeroed slots are empty; the system hands out zero pages lazily), or nullptr.
-// A large array asks for transparent huge pages: lookups hit random slots, and with 4 KiB
-// pages nearly every one would also miss the TLB.
-void* allocate_zeroed(std::size_t count, std::size_t size) {
-  void* p = std::calloc(count, size);
-#ifdef __linux__
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const auto end = (reinterpret_cast<std::uintptr_t>(p) + count * size) & ~(kHuge - 1);
-  if (p != nullptr && end > begin) {
-    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // a hint: may fail
-  }
-#endif
-  return p;
-}
-
 // A power of two between 4 KiB and 1 MiB, about 1/16 of the cap.
 std::size_t arena_chunk_bytes(std::size_t max_bytes) {
   std::size_t chunk = std::size_t{4} << 10;
@@ -114,89 +102,354 @@ std::size_t arena_chunk_bytes(std::size_t max_bytes) {
   return chunk;
 }
 
-}  // namespace
+// A segment grows when its records reach this share of its home slots; it then moves to the
+// next capacity of its ladder, kGrowth times larger. Each segment's ladder is offset by its own
+// phase, so segments filled at the same rate grow at different times and the table's memory
+// follows the key count smoothly (docs/ARCHITECTURE.md, "Growth").
+constexpr double kMaxLoad = 0.92;
+constexpr double kGrowth = 1.1;
+constexpr double kLadderBase = 16;
 
-void CounterTable::FreeRecords::operator()(Record* records) const { std::free(records); }
-
-CounterTable::CounterTable(const TableConfig& config)
-    : max_bytes_(std::max(config.max_bytes, kMinMaxBytes)),
-      sliding_log_cap_(std::min(config.sliding_log_cap, LogArena::kMaxRingEntries)),
-      arena_(arena_chunk_bytes(max_bytes_)) {
-  const std::size_t home_slots = std::clamp<std::size_t>(
-      config.initial_slots, 16, std::max<std::size_t>(max_home_slots(), 16));
-  slots_.reset(
-      static_cast<Record*>(allocate_zeroed(home_slots + kMaxDisplacement + 1, sizeof(Record))));
-  if (!slots_) throw std::bad_alloc();
-  home_slots_ = home_slots;
-  max_size_ = home_slots_ * 9 / 10;
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
-CounterTable::~CounterTable() = default;
+// A fixed pseudo-random number in [0, 1) per segment position (depth, prefix).
+double phase_of(std::uint32_t depth, std::uint32_t prefix) {
+  return static_cast<double>(splitmix64(std::uint64_t{depth} << 32 | prefix) >> 11) * 0x1p-53;
+}
 
-std::size_t CounterTable::home_of(std::uint64_t fp_lo) const {
-  return static_cast<std::size_t>(slot_for(KeyHash{fp_lo, 0}, home_slots_));
+std::size_t page_bytes() {
+#ifdef __linux__
+  static const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+#else
+  return 4096;
+#endif
+}
+
+std::size_t round_up_pages(std::size_t bytes) {
+  const std::size_t page = page_bytes();
+  return (bytes + page - 1) / page * page;
+}
+
+// Zeroed memory (zeroed slots are empty), page-granular so that what is counted is what the
+// process holds, or nullptr.
+void* map_zeroed(std::size_t bytes) {
+#ifdef __linux__
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+#else
+  return std::calloc(bytes, 1);
+#endif
+}
+
+// Resizes a mapping, keeping its contents (new bytes are zero), or nullptr (the old mapping is
+// then unchanged). On Linux the pages are moved, not copied, so there is never a second copy.
+void* remap(void* p, std::size_t old_bytes, std::size_t new_bytes) {
+#ifdef __linux__
+  void* q = mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE);
+  return q == MAP_FAILED ? nullptr : q;
+#else
+  void* q = std::realloc(p, new_bytes);
+  if (q != nullptr && new_bytes > old_bytes) {
+    std::memset(static_cast<char*>(q) + old_bytes, 0, new_bytes - old_bytes);
+  }
+  return q;
+#endif
+}
+
+void unmap(void* p, std::size_t bytes) {
+#ifdef __linux__
+  munmap(p, bytes);
+#else
+  (void)bytes;
+  std::free(p);
+#endif
+}
+
+}  // namespace
+
+std::size_t CounterTable::home_of(const Segment& seg, std::uint64_t fp_lo) {
+  return static_cast<std::size_t>(slot_for(KeyHash{fp_lo, 0}, seg.homes));
+}
+
+namespace {
+
+// The bytes of a segment with at least `homes` home slots, on the ladder of `phase`: the
+// smallest kLadderBase * kGrowth^(j + phase), j an integer, then rounded up to whole pages.
+std::size_t ladder_bytes(std::size_t homes, double phase, std::size_t record_bytes,
+                         std::size_t extra_slots) {
+  const double steps =
+      std::ceil(std::log(static_cast<double>(homes) / kLadderBase) / std::log(kGrowth) - phase);
+  const double rung = std::ceil(kLadderBase * std::pow(kGrowth, steps + phase));
+  const std::size_t slots = std::max(homes, static_cast<std::size_t>(rung)) + extra_slots;
+  return round_up_pages(slots * record_bytes);
+}
+
+}  // namespace
+
+CounterTable::CounterTable(const TableConfig& config)
+    : max_bytes_(
+          std::max({config.max_bytes, kMinMaxBytes, 2 * page_bytes() + (std::size_t{4} << 10)})),
+      sliding_log_cap_(std::min(config.sliding_log_cap, LogArena::kMaxRingEntries)),
+      arena_(arena_chunk_bytes(max_bytes_)) {
+  // Enough selector bits for the segments the cap can hold, and a directory of at most
+  // 1/256 of the cap.
+  while (max_depth_ < 32 && (std::size_t{8} << max_depth_) <= max_bytes_ / 256) ++max_depth_;
+  const std::size_t want = std::max<std::size_t>(config.initial_slots, 16);
+  std::uint32_t depth = 0;
+  while (depth < max_depth_ && (want >> depth) > kSplitHomes) ++depth;
+  std::size_t count = std::size_t{1} << depth;
+  std::size_t bytes = 0;
+  for (;; --depth, count /= 2) {
+    const std::size_t meta = count * (sizeof(std::uint32_t) + sizeof(Segment));
+    const std::size_t budget = room() > meta ? (room() - meta) / count : 0;
+    const std::size_t homes = (want + count - 1) / count;
+    bytes = std::min(round_up_pages((homes + kMaxDisplacement + 1) * sizeof(Record)),
+                     budget / page_bytes() * page_bytes());
+    if (bytes / sizeof(Record) >= kMaxDisplacement + 1 + 16 || depth == 0) break;
+  }
+  bytes = std::max(bytes, round_up_pages((kMaxDisplacement + 1 + 16) * sizeof(Record)));
+  depth_ = depth;
+  directory_.resize(count);
+  segments_.reserve(count);
+  for (std::uint32_t i = 0; i < count; ++i) {
+    Segment seg;
+    seg.records = static_cast<Record*>(map_zeroed(bytes));
+    if (seg.records == nullptr) throw std::bad_alloc();
+    seg.bytes = bytes;
+    seg.homes = static_cast<std::uint32_t>(bytes / sizeof(Record) - kMaxDisplacement - 1);
+    seg.max_size = static_cast<std::uint32_t>(seg.homes * kMaxLoad);
+    seg.prefix = i;
+    seg.depth = depth;
+    segments_.push_back(seg);
+    directory_[i] = i;
+    segment_bytes_ += bytes;
+    total_slots_ += seg.total_slots();
+  }
+  rehash_scratch_.resize(segments_[0].total_slots());
+}
+
+CounterTable::~CounterTable() {
+  for (Segment& seg : segments_) unmap(seg.records, seg.bytes);  // the arena frees the rings
+}
+
+std::uint32_t CounterTable::segment_index(const KeyHash& key) const {
+  // The selector is the low 32 bits of `hi`: shard_for() and slot_for() use `lo`, and the
+  // cluster ring is to place keys by the high bits of `hi`.
+  const auto selector = static_cast<std::uint32_t>(key.hi);
+  return directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)];
 }
 
 CounterTable::Probe CounterTable::find(const KeyHash& key) const {
+  const std::uint32_t index = segment_index(key);
+  const Segment& seg = segments_[index];
   const std::uint64_t order = key.lo >> 32;
   // Terminates within kMaxDisplacement + 1 slots: a record past that window has a later home,
   // hence a larger `order` (invariants 1 and 2).
-  for (std::size_t i = home_of(key.lo);; ++i) {
-    const Record& r = slots_[i];
-    if (tag_of(r.meta) == 0 || (r.fp_lo >> 32) > order) return {i, false};
-    if (r.fp_lo == key.lo && r.fp_hi == key.hi) return {i, true};
+  for (std::size_t i = home_of(seg, key.lo);; ++i) {
+    const Record& r = seg.records[i];
+    if (tag_of(r.meta) == 0 || (r.fp_lo >> 32) > order) return {index, i, false};
+    if (r.fp_lo == key.lo && r.fp_hi == key.hi) return {index, i, true};
   }
 }
 
 void CounterTable::prefetch(const KeyHash& key) const {
-  __builtin_prefetch(&slots_[home_of(key.lo)]);
+  const Segment& seg = segments_[segment_index(key)];
+  __builtin_prefetch(&seg.records[home_of(seg, key.lo)]);
 }
 
-std::size_t CounterTable::max_home_slots() const {
-  const std::size_t reserved = arena_.bytes() + arena_.chunk_bytes();
-  if (max_bytes_ <= reserved) return 0;
-  const std::size_t slots = (max_bytes_ - reserved) / sizeof(Record);
-  // slot_for() scales 32 bits of the hash: more homes than 2^32 would never be used.
-  return std::min<std::size_t>(slots > kMaxDisplacement + 1 ? slots - kMaxDisplacement - 1 : 0,
-                               std::size_t{1} << 32);
+std::size_t CounterTable::metadata_bytes() const {
+  return directory_.capacity() * sizeof(std::uint32_t) + segments_.capacity() * sizeof(Segment) +
+         rehash_scratch_.capacity() * sizeof(std::uint32_t);
 }
 
-bool CounterTable::grow(std::uint64_t now_ns) {
-  const std::size_t target = std::min(home_slots_ * 2, max_home_slots());
-  // A step of less than 1/8 is not worth a rehash: evict instead.
-  if (target < home_slots_ + home_slots_ / 8) return false;
-  std::unique_ptr<Record[], FreeRecords> fresh(
-      static_cast<Record*>(allocate_zeroed(target + kMaxDisplacement + 1, sizeof(Record))));
-  if (!fresh) return false;
-  // The old array is sorted by the bits slot_for() scales, so new homes come in order too:
-  // each record goes to its new home or just after the previous one.
+std::size_t CounterTable::room() const {
+  const std::size_t used = memory_bytes() + arena_.chunk_bytes();
+  return max_bytes_ > used ? max_bytes_ - used : 0;
+}
+
+bool CounterTable::grow(std::uint32_t index, std::uint64_t now_ns) {
+  const Segment& seg = segments_[index];
+  if (seg.homes >= kSplitHomes && seg.depth < max_depth_ && split(index, now_ns)) return true;
+  return grow_in_place(index, now_ns);
+}
+
+void CounterTable::drop_in_rehash(Record& record, bool expired) {
+  release_ring(record);
+  record = Record{};
+  ++(expired ? expired_ : evicted_lru_);
+  --size_;
+}
+
+bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
+  Segment& seg = segments_[index];
+  // The next rung of the ladder at least half a step up (page rounding can leave a rung close).
+  const std::size_t bytes =
+      ladder_bytes(static_cast<std::size_t>(seg.homes * (1 + (kGrowth - 1) / 2)) + 1,
+                   phase_of(seg.depth, seg.prefix), sizeof(Record), kMaxDisplacement + 1);
+  const std::size_t homes = bytes / sizeof(Record) - kMaxDisplacement - 1;
+  if (homes > (std::size_t{1} << 32) - 1) return false;  // slot_for() scales 32 bits
+  const std::size_t old_slots = seg.total_slots();
+  std::size_t extra = bytes - seg.bytes;
+  if (rehash_scratch_.size() < old_slots) {
+    extra += (old_slots - rehash_scratch_.capacity()) * sizeof(std::uint32_t);
+  }
+  if (extra > room()) return false;
+  if (rehash_scratch_.size() < old_slots) rehash_scratch_.resize(old_slots);
+  auto* records = static_cast<Record*>(remap(seg.records, seg.bytes, bytes));
+  if (records == nullptr) return false;
+  segment_bytes_ += bytes - seg.bytes;
+  seg.records = records;
+  seg.bytes = bytes;
+  const Segment grown{records, bytes, static_cast<std::uint32_t>(homes), 0, 0, 0, 0};
+  const std::uint32_t old_size = seg.size;
+  // The first pass computes each kept record's new displacement, dropping expired records
+  // (and any record the bound would not allow). New homes are never before old ones, so a
+  // record moves left only past dropped ones. Left moves are made first to last, then right
+  // moves last to first: either way a move never lands on a record still to be moved.
   std::size_t next = 0;
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < total_slots(); ++i) {
-    Record& r = slots_[i];
+  std::uint32_t kept = 0;
+  for (std::size_t i = 0; i < old_slots; ++i) {
+    Record& r = records[i];
     if (tag_of(r.meta) == 0) continue;
     if (is_expired(r.meta, now_ns)) {
-      release_ring(r);
-      ++expired_;
+      drop_in_rehash(r, true);
       continue;
     }
-    const std::size_t home = static_cast<std::size_t>(slot_for(KeyHash{r.fp_lo, 0}, target));
+    const std::size_t home = home_of(grown, r.fp_lo);
     const std::size_t pos = std::max(home, next);
     if (pos - home > kMaxDisplacement) {
-      // Not expected below load 0.9 (displacements stay far below the bound); handled anyway.
-      release_ring(r);
-      ++evicted_lru_;
+      drop_in_rehash(r, false);  // not expected at these loads; handled anyway
       continue;
     }
-    fresh[pos] = r;
+    rehash_scratch_[i] = static_cast<std::uint32_t>(pos);
     next = pos + 1;
     ++kept;
   }
-  slots_ = std::move(fresh);
-  home_slots_ = target;
-  max_size_ = home_slots_ * 9 / 10;
-  size_ = kept;
-  sweep_cursor_ = 0;
+  for (std::size_t i = 0; i < old_slots && kept < old_size; ++i) {
+    if (tag_of(records[i].meta) == 0) continue;
+    const std::size_t pos = rehash_scratch_[i];
+    if (pos >= i) continue;
+    records[pos] = records[i];
+    records[i] = Record{};
+    rehash_scratch_[pos] = rehash_scratch_[i];  // the slot's record changed
+  }
+  for (std::size_t i = old_slots; i-- > 0;) {
+    if (tag_of(records[i].meta) == 0) continue;
+    const std::size_t pos = rehash_scratch_[i];
+    if (pos <= i) continue;
+    records[pos] = records[i];
+    records[i] = Record{};
+  }
+  total_slots_ += homes - seg.homes;
+  seg.homes = static_cast<std::uint32_t>(homes);
+  seg.max_size = static_cast<std::uint32_t>(homes * kMaxLoad);
+  seg.size = kept;
+  if (sweep_segment_ == index) sweep_cursor_ = 0;
+  return true;
+}
+
+bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
+  const std::uint32_t depth = segments_[index].depth;
+  const std::uint32_t bit = 31 - depth;  // the selector bit that tells the halves apart
+  std::size_t keys[2] = {0, 0};
+  {
+    const Segment& seg = segments_[index];
+    for (std::size_t i = 0; i < seg.total_slots(); ++i) {
+      const Record& r = seg.records[i];
+      if (tag_of(r.meta) != 0 && !is_expired(r.meta, now_ns)) ++keys[(r.fp_hi >> bit) & 1];
+    }
+  }
+  std::size_t bytes[2];
+  std::uint32_t homes[2];
+  for (std::uint32_t half = 0; half < 2; ++half) {
+    // Capacity for the half's keys at no more than the maximum load.
+    bytes[half] = ladder_bytes(static_cast<std::size_t>((keys[half] + 1) / kMaxLoad) + 1,
+                               phase_of(depth + 1, segments_[index].prefix << 1 | half),
+                               sizeof(Record), kMaxDisplacement + 1);
+    homes[half] = static_cast<std::uint32_t>(bytes[half] / sizeof(Record) - kMaxDisplacement - 1);
+  }
+  // Half 0 is compacted in place, so it must not need more slots (keys crafted to share
+  // selector bits); the segment then grows in place instead.
+  if (bytes[0] > segments_[index].bytes) return false;
+  const bool deeper = depth == depth_;
+  std::size_t extra = bytes[1];
+  if (deeper) extra += directory_.size() * 2 * sizeof(std::uint32_t);
+  if (segments_.size() == segments_.capacity()) extra += segments_.size() * sizeof(Segment);
+  if (extra > room()) return false;
+
+  std::vector<std::uint32_t> directory;
+  try {
+    if (deeper) directory.resize(directory_.size() * 2);
+    segments_.reserve(segments_.size() + 1);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  auto* upper = static_cast<Record*>(map_zeroed(bytes[1]));
+  if (upper == nullptr) return false;
+
+  Segment& seg = segments_[index];
+  Segment halves[2];
+  halves[0] = {
+      seg.records,     bytes[0], homes[0], 0, static_cast<std::uint32_t>(homes[0] * kMaxLoad),
+      seg.prefix << 1, depth + 1};
+  halves[1] = {upper,
+               bytes[1],
+               homes[1],
+               0,
+               static_cast<std::uint32_t>(homes[1] * kMaxLoad),
+               seg.prefix << 1 | 1,
+               depth + 1};
+  // One pass in slot order: each half receives its records in order, so each is laid out as a
+  // merge. Half 0's new slots are never after the old ones, so it is compacted in place.
+  std::size_t next[2] = {0, 0};
+  const std::size_t old_slots = seg.total_slots();
+  for (std::size_t i = 0; i < old_slots; ++i) {
+    if (tag_of(seg.records[i].meta) == 0) continue;
+    Record r = seg.records[i];
+    seg.records[i] = Record{};
+    if (is_expired(r.meta, now_ns)) {
+      drop_in_rehash(r, true);
+      continue;
+    }
+    const std::uint32_t half = (r.fp_hi >> bit) & 1;
+    Segment& to = halves[half];
+    const std::size_t home = home_of(to, r.fp_lo);
+    const std::size_t pos = std::max(home, next[half]);
+    if (pos - home > kMaxDisplacement) {
+      drop_in_rehash(r, false);  // not expected at these loads; handled anyway
+      continue;
+    }
+    to.records[pos] = r;
+    next[half] = pos + 1;
+    ++to.size;
+  }
+  if (bytes[0] < seg.bytes) {
+    // Shrinking a mapping keeps it in place.
+    halves[0].records = static_cast<Record*>(remap(seg.records, seg.bytes, bytes[0]));
+  }
+  segment_bytes_ += bytes[0] + bytes[1] - seg.bytes;
+  total_slots_ += halves[0].total_slots() + halves[1].total_slots() - seg.total_slots();
+  seg = halves[0];
+  const auto upper_index = static_cast<std::uint32_t>(segments_.size());
+  segments_.push_back(halves[1]);  // capacity reserved above: no reallocation
+  if (deeper) {
+    for (std::size_t i = 0; i < directory_.size(); ++i) {
+      directory[2 * i] = directory[2 * i + 1] = directory_[i];
+    }
+    directory_.swap(directory);
+    ++depth_;
+  }
+  // The old segment's entries: the upper half of them now name the new segment.
+  const std::size_t span = std::size_t{1} << (depth_ - depth - 1);
+  const std::size_t first = (std::size_t{halves[1].prefix}) * span;
+  for (std::size_t i = first; i < first + span; ++i) directory_[i] = upper_index;
+  if (sweep_segment_ == index) sweep_cursor_ = 0;
   return true;
 }
 
@@ -212,8 +465,8 @@ std::uint64_t* CounterTable::allocate_ring(std::uint32_t ring_class) {
   return arena_.allocate(ring_class, max_bytes_ > used ? max_bytes_ - used : 0);
 }
 
-void CounterTable::place(const Record& record, std::size_t pos, std::size_t sink) {
-  Record* s = slots_.get();
+void CounterTable::place(Segment& seg, const Record& record, std::size_t pos, std::size_t sink) {
+  Record* s = seg.records;
   if (sink >= pos) {
     std::memmove(s + pos + 1, s + pos, (sink - pos) * sizeof(Record));
     s[pos] = record;
@@ -223,29 +476,37 @@ void CounterTable::place(const Record& record, std::size_t pos, std::size_t sink
   }
 }
 
-void CounterTable::erase(std::size_t pos) {
-  release_ring(slots_[pos]);
-  Record* s = slots_.get();
+void CounterTable::erase(Segment& seg, std::size_t pos) {
+  release_ring(seg.records[pos]);
+  Record* s = seg.records;
   std::size_t end = pos + 1;
-  while (end < total_slots() && tag_of(s[end].meta) != 0 && home_of(s[end].fp_lo) < end) ++end;
+  while (end < seg.total_slots() && tag_of(s[end].meta) != 0 && home_of(seg, s[end].fp_lo) < end) {
+    ++end;
+  }
   std::memmove(s + pos, s + pos + 1, (end - pos - 1) * sizeof(Record));
   s[end - 1] = Record{};
+  --seg.size;
   --size_;
 }
 
-bool CounterTable::insert(const Record& record, std::size_t pos, std::uint64_t now_ns) {
+bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_ns) {
   const KeyHash key{record.fp_lo, record.fp_hi};
   for (;;) {
-    const std::size_t home = home_of(record.fp_lo);
-    Record* s = slots_.get();
+    Segment& seg = segments_[probe.segment];
+    const std::size_t pos = probe.pos;
+    const std::size_t home = home_of(seg, record.fp_lo);
+    const std::size_t total = seg.total_slots();
+    Record* s = seg.records;
     // The run [pos, sink) can shift right only if no record in it is at the displacement bound.
     const bool right_ok = pos - home <= kMaxDisplacement;
+    // Records from pos on sort after the key, so their homes are not before its home: none can
+    // be at the bound before home + kMaxDisplacement (this skips most home computations).
     const auto at_bound = [&](std::size_t i) {
-      return i - home_of(s[i].fp_lo) >= kMaxDisplacement;
+      return i >= home + kMaxDisplacement && i - home_of(seg, s[i].fp_lo) >= kMaxDisplacement;
     };
-    if (size_ < max_size_) {
+    if (seg.size < seg.max_size) {
       // Nearest sink after pos: the first empty or expired slot. The scan ends at an empty
-      // slot at the latest (the last slot of the array is always empty).
+      // slot at the latest (the last slot of a segment is always empty).
       std::size_t sink = kNoSlot;
       for (std::size_t i = pos; right_ok; ++i) {
         if (tag_of(s[i].meta) == 0 || is_expired(s[i].meta, now_ns)) {
@@ -263,19 +524,20 @@ bool CounterTable::insert(const Record& record, std::size_t pos, std::uint64_t n
           release_ring(s[sink]);
           ++expired_;
         } else {
+          ++seg.size;
           ++size_;
         }
-        place(record, pos, sink);
+        place(seg, record, pos, sink);
         return true;
       }
     }
     // Grow when full; on a crowded run only past half load, so keys crafted to share a home
-    // slot cannot double the table up to the cap (they evict each other instead).
-    if (size_ >= max_size_ / 2 && grow(now_ns)) {
-      pos = find(key).pos;
+    // slot cannot grow the segment up to the cap (they evict each other instead).
+    if (seg.size >= seg.max_size / 2 && grow(probe.segment, now_ns)) {
+      probe = find(key);
       continue;
     }
-    if (size_ >= max_size_) {
+    if (seg.size >= seg.max_size) {
       // Full at the cap: drop the best victim (see better_victim) among kEvictionCandidates
       // records from just before the insertion point on. A victim the run can shift into
       // takes the key directly; any other is erased first.
@@ -284,8 +546,8 @@ bool CounterTable::insert(const Record& record, std::size_t pos, std::uint64_t n
       bool run_open = right_ok;  // whether slots from pos up to i can take a right shift
       std::size_t seen = 0;
       const std::size_t first = std::max(home, pos >= kLookBehind ? pos - kLookBehind : 0);
-      // Wraps to the front of the array: the victim need not be near the key.
-      for (std::size_t n = 0, i = first; n < total_slots() && seen < kEvictionCandidates; ++n) {
+      // Wraps to the front of the segment: the victim need not be near the key.
+      for (std::size_t n = 0, i = first; n < total && seen < kEvictionCandidates; ++n) {
         const bool occupied = tag_of(s[i].meta) != 0;
         if (occupied) {
           ++seen;
@@ -295,17 +557,17 @@ bool CounterTable::insert(const Record& record, std::size_t pos, std::uint64_t n
           }
         }
         if (i >= pos && (!occupied || at_bound(i))) run_open = false;
-        i = i + 1 == total_slots() ? 0 : i + 1;
+        i = i + 1 == total ? 0 : i + 1;
       }
-      if (victim == kNoSlot) return false;  // an empty table cannot be full
+      if (victim == kNoSlot) return false;  // an empty segment cannot be full
       ++(is_expired(s[victim].meta, now_ns) ? expired_ : evicted_lru_);
       if (victim_reachable) {
         release_ring(s[victim]);
-        place(record, pos, victim);
+        place(seg, record, pos, victim);
         return true;
       }
-      erase(victim);
-      pos = find(key).pos;
+      erase(seg, victim);
+      probe = find(key);
       continue;
     }
     // No sink within reach of the displacement bound: the victim must be a record the run can
@@ -321,7 +583,7 @@ bool CounterTable::insert(const Record& record, std::size_t pos, std::uint64_t n
     if (victim == kNoSlot) return false;
     ++(is_expired(s[victim].meta, now_ns) ? expired_ : evicted_lru_);
     release_ring(s[victim]);
-    place(record, pos, victim);
+    place(seg, record, pos, victim);
     return true;
   }
 }
@@ -344,16 +606,17 @@ TableAnswer CounterTable::answer_fresh(const Rule& rule, const Request& request)
   return {TableOutcome::kOk, decision};
 }
 
-TableAnswer CounterTable::update_existing(std::size_t pos, const Rule& rule,
+TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
                                           const Request& request) {
-  Record& r = slots_[pos];
+  Segment& seg = segments_[probe.segment];
+  Record& r = seg.records[probe.pos];
   const std::uint64_t now = request.now_ns;
   if (rule.algorithm != Algorithm::kSlidingLog) {
     const Decision decision = decide(rule, r.state, request);
     if (!request.peek) {
       const std::uint64_t idle_at = idle_at_ns(rule, r.state);
       if (r.state == CounterState{} || idle_at <= now) {
-        erase(pos);
+        erase(seg, probe.pos);
         return {TableOutcome::kOk, decision};
       }
       r.meta = make_meta(tag_of(r.meta), now, idle_at);
@@ -368,7 +631,7 @@ TableAnswer CounterTable::update_existing(std::size_t pos, const Rule& rule,
   if (r.state == CounterState{}) {
     std::uint64_t* ring = allocate_ring(need);
     if (ring == nullptr) {
-      erase(pos);
+      erase(seg, probe.pos);
       ++failed_inserts_;
       return {TableOutcome::kNoMemory, {}};
     }
@@ -401,7 +664,7 @@ TableAnswer CounterTable::update_existing(std::size_t pos, const Rule& rule,
   }
   const std::uint64_t idle_at = sliding_log_idle_at_ns(rule, handle.log);
   if (handle.log.count == 0 || idle_at <= now) {
-    erase(pos);
+    erase(seg, probe.pos);
     return {TableOutcome::kOk, decision};
   }
   r.state = encode_log(handle.ring, handle.ring_class, handle.log);
@@ -409,7 +672,7 @@ TableAnswer CounterTable::update_existing(std::size_t pos, const Rule& rule,
   return {TableOutcome::kOk, decision};
 }
 
-TableAnswer CounterTable::insert_new(const KeyHash& key, std::size_t pos, const Rule& rule,
+TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, const Rule& rule,
                                      const Request& request) {
   const std::uint64_t now = request.now_ns;
   Record record{key.lo, key.hi, CounterState{}, 0};
@@ -436,7 +699,7 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, std::size_t pos, const 
     record.state = encode_log(ring, ring_class, log);
     record.meta = make_meta(kSlidingLogTag, now, idle_at);
   }
-  if (!insert(record, pos, now)) {
+  if (!insert(record, probe, now)) {
     release_ring(record);
     ++failed_inserts_;
     return {TableOutcome::kNoMemory, {}};
@@ -451,9 +714,10 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
   }
   const Probe probe = find(key);
   if (!probe.found) {
-    return request.peek ? answer_fresh(rule, request) : insert_new(key, probe.pos, rule, request);
+    return request.peek ? answer_fresh(rule, request) : insert_new(key, probe, rule, request);
   }
-  Record& r = slots_[probe.pos];
+  Segment& seg = segments_[probe.segment];
+  Record& r = seg.records[probe.pos];
   const auto tag = static_cast<std::uint8_t>(rule.algorithm);
   const bool expired = is_expired(r.meta, request.now_ns);
   if (expired || tag_of(r.meta) != tag) {
@@ -461,7 +725,7 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
     // leaves a record of another algorithm alone.
     if (request.peek) {
       if (expired) {
-        erase(probe.pos);
+        erase(seg, probe.pos);
         ++expired_;
       }
       return answer_fresh(rule, request);
@@ -471,31 +735,40 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
     r.state = {};
     r.meta = tag;
   }
-  return update_existing(probe.pos, rule, request);
+  return update_existing(probe, rule, request);
 }
 
 bool CounterTable::reset(const KeyHash& key, std::uint64_t now_ns) {
   const Probe probe = find(key);
   if (!probe.found) return false;
-  const bool live = !is_expired(slots_[probe.pos].meta, now_ns);
+  Segment& seg = segments_[probe.segment];
+  const bool live = !is_expired(seg.records[probe.pos].meta, now_ns);
   if (!live) ++expired_;
-  erase(probe.pos);
+  erase(seg, probe.pos);
   return live;
 }
 
 bool CounterTable::contains(const KeyHash& key, std::uint64_t now_ns) const {
   const Probe probe = find(key);
-  return probe.found && !is_expired(slots_[probe.pos].meta, now_ns);
+  return probe.found && !is_expired(segments_[probe.segment].records[probe.pos].meta, now_ns);
 }
 
 std::size_t CounterTable::sweep(std::uint64_t now_ns, std::size_t max_slots) {
   std::size_t dropped = 0;
   for (; max_slots > 0; --max_slots) {
-    if (sweep_cursor_ >= total_slots()) sweep_cursor_ = 0;
-    const std::uint64_t meta = slots_[sweep_cursor_].meta;
+    if (sweep_segment_ >= segments_.size()) sweep_segment_ = 0;
+    Segment& seg = segments_[sweep_segment_];
+    if (sweep_cursor_ >= seg.total_slots()) {
+      // The next segment, or the first again.
+      sweep_cursor_ = 0;
+      ++sweep_segment_;
+      ++max_slots;
+      continue;
+    }
+    const std::uint64_t meta = seg.records[sweep_cursor_].meta;
     if (tag_of(meta) != 0 && is_expired(meta, now_ns)) {
       // The next record may shift into this slot: look at it again.
-      erase(sweep_cursor_);
+      erase(seg, sweep_cursor_);
       ++expired_;
       ++dropped;
     } else {
@@ -509,7 +782,8 @@ TableStats CounterTable::stats() const {
   TableStats s;
   s.keys = size_;
   s.memory_bytes = memory_bytes();
-  s.slots = total_slots();
+  s.slots = total_slots_;
+  s.segments = segments_.size();
   s.expired = expired_;
   s.evicted_lru = evicted_lru_;
   s.failed_inserts = failed_inserts_;
@@ -519,34 +793,53 @@ TableStats CounterTable::stats() const {
 std::size_t CounterTable::size() const { return size_; }
 
 std::size_t CounterTable::memory_bytes() const {
-  return total_slots() * sizeof(Record) + arena_.bytes();
+  return segment_bytes_ + metadata_bytes() + arena_.bytes();
 }
 
 bool CounterTable::TEST_check_invariants() const {
   std::size_t count = 0;
   std::size_t ring_bytes = 0;
-  std::uint64_t prev_order = 0;
-  std::size_t run_start = 0;  // first slot of the current run of occupied slots
-  for (std::size_t i = 0; i < total_slots(); ++i) {
-    const Record& r = slots_[i];
-    if (tag_of(r.meta) == 0) {
-      if (r.fp_lo != 0 || r.fp_hi != 0 || !(r.state == CounterState{})) return false;
-      run_start = i + 1;
-      continue;
+  std::size_t bytes = 0;
+  std::size_t slots = 0;
+  for (std::uint32_t index = 0; index < segments_.size(); ++index) {
+    const Segment& seg = segments_[index];
+    if (seg.depth > depth_ || seg.total_slots() * sizeof(Record) > seg.bytes) return false;
+    // The segment owns exactly the directory entries of its prefix.
+    const std::size_t span = std::size_t{1} << (depth_ - seg.depth);
+    for (std::size_t i = 0; i < directory_.size(); ++i) {
+      if ((directory_[i] == index) != (i / span == seg.prefix)) return false;
     }
-    ++count;
-    const std::size_t home = home_of(r.fp_lo);
-    if ((r.fp_lo >> 32) < prev_order) return false;             // 1. sorted
-    if (home > i || i - home > kMaxDisplacement) return false;  // 2. bounded displacement
-    if (home < run_start) return false;                         // 3. no gap since home
-    prev_order = r.fp_lo >> 32;
-    if (tag_of(r.meta) == kSlidingLogTag) {
-      if (r.state == CounterState{}) return false;  // a stored log always has a ring
-      ring_bytes += LogArena::ring_bytes(decode_log(r.state).ring_class);
+    bytes += seg.bytes;
+    slots += seg.total_slots();
+    std::size_t in_segment = 0;
+    std::uint64_t prev_order = 0;
+    std::size_t run_start = 0;  // first slot of the current run of occupied slots
+    for (std::size_t i = 0; i < seg.total_slots(); ++i) {
+      const Record& r = seg.records[i];
+      if (tag_of(r.meta) == 0) {
+        if (r.fp_lo != 0 || r.fp_hi != 0 || !(r.state == CounterState{})) return false;
+        run_start = i + 1;
+        continue;
+      }
+      ++in_segment;
+      const std::size_t home = home_of(seg, r.fp_lo);
+      if ((r.fp_lo >> 32) < prev_order) return false;             // 1. sorted
+      if (home > i || i - home > kMaxDisplacement) return false;  // 2. bounded displacement
+      if (home < run_start) return false;                         // 3. no gap since home
+      if (segment_index(KeyHash{r.fp_lo, r.fp_hi}) != index) return false;
+      prev_order = r.fp_lo >> 32;
+      if (tag_of(r.meta) == kSlidingLogTag) {
+        if (r.state == CounterState{}) return false;  // a stored log always has a ring
+        ring_bytes += LogArena::ring_bytes(decode_log(r.state).ring_class);
+      }
     }
+    if (in_segment != seg.size || seg.max_size > seg.homes) return false;
+    count += in_segment;
   }
+  if (directory_.size() != std::size_t{1} << depth_ || depth_ > max_depth_) return false;
   // Every ring handed out belongs to exactly one record: none leaked.
-  return count == size_ && ring_bytes == arena_.used_bytes() && memory_bytes() <= max_bytes_;
+  return count == size_ && bytes == segment_bytes_ && slots == total_slots_ &&
+         ring_bytes == arena_.used_bytes() && memory_bytes() <= max_bytes_;
 }
 
 }  // namespace sluice::server

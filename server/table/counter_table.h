@@ -1,6 +1,7 @@
-// A shard's counters: open addressing over fixed-size records keyed by a 128-bit fingerprint.
+// A shard's counters: open addressing over fixed-size records keyed by a 128-bit fingerprint,
+// split into segments that grow one at a time (docs/ARCHITECTURE.md, "Counter table").
 // Owned by exactly one shard thread: no locks, no atomics. No heap allocation per request or
-// per key (the slot array grows by whole tables; sliding-log rings come from a pooled arena).
+// per key (a segment grows or splits as a whole; sliding-log rings come from a pooled arena).
 // Expiry is lazy on access plus an incremental sweep(); a memory cap evicts expired records
 // first, then the least recently used among the candidates of the probe neighbourhood.
 #pragma once
@@ -8,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/algorithms.h"
 #include "core/key_hash.h"
@@ -17,15 +19,16 @@
 namespace sluice::server {
 
 struct TableConfig {
-  std::size_t max_bytes = 64u << 20;  // cap on slot array + sliding-log storage
+  std::size_t max_bytes = 64u << 20;  // cap on segments + directory + sliding-log storage
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;
   std::size_t initial_slots = 1024;
 };
 
 struct TableStats {
   std::uint64_t keys = 0;          // records stored, as size()
-  std::uint64_t memory_bytes = 0;  // slot array + sliding-log storage, as allocated
-  std::uint64_t slots = 0;
+  std::uint64_t memory_bytes = 0;  // segments + directory + sliding-log storage, as allocated
+  std::uint64_t slots = 0;         // slots of all segments, including their overflow slots
+  std::uint64_t segments = 0;
   std::uint64_t expired = 0;      // records dropped because they had expired (lazily or by sweep)
   std::uint64_t evicted_lru = 0;  // live records evicted to make room under the cap
   std::uint64_t failed_inserts = 0;  // requests answered kNoMemory
@@ -71,18 +74,22 @@ class CounterTable {
   // Hint: start loading the key's home slot into cache (call it a few requests ahead).
   void prefetch(const KeyHash& key) const;
 
-  // Test seam: checks the slot array's ordering, displacement bound and gap invariants, the
-  // record count, that every ring in use belongs to a record, and the cap. O(slots).
+  // Test seam: checks every segment's ordering, displacement bound and gap invariants, the
+  // directory, the record count, that every ring in use belongs to a record, and the cap.
+  // O(slots).
   bool TEST_check_invariants() const;
 
-  // A key lives within kMaxDisplacement slots after its home slot; the array has that many
-  // slots (plus one) past the last home, so probes never wrap.
+  // A key lives within kMaxDisplacement slots after its home slot; each segment has that many
+  // slots (plus one) past its last home, so probes never wrap.
   static constexpr std::size_t kMaxDisplacement = 63;
-  // Records examined to pick a victim when the table is full (see docs/ARCHITECTURE.md, "Counter
-  // table").
+  // Records examined to pick a victim when a segment is full (see docs/ARCHITECTURE.md,
+  // "Counter table").
   static constexpr std::size_t kEvictionCandidates = 16;
-  // Smaller caps are raised to this: the smallest table plus one arena chunk.
-  static constexpr std::size_t kMinMaxBytes = 8 << 10;
+  // A segment with this many home slots splits in two instead of growing: a growth or a split
+  // moves at most ~4,500 records (~180 KiB), whatever the table's size.
+  static constexpr std::size_t kSplitHomes = 4096;
+  // Smaller caps are raised to this: one page of records, one arena chunk and the directory.
+  static constexpr std::size_t kMinMaxBytes = 12 << 10;
 
  private:
   // One slot, 40 bytes. `meta` packs, low to high: the algorithm (3 bits, 0 = empty slot), a
@@ -95,42 +102,64 @@ class CounterTable {
     std::uint64_t meta = 0;
   };
   static_assert(sizeof(Record) == 40);
-  struct FreeRecords {
-    void operator()(Record* records) const;
+  // A small sorted Robin-Hood array of its own: homes are [0, homes), the array has
+  // homes + kMaxDisplacement + 1 slots in a page-granular mapping of `bytes`.
+  struct Segment {
+    Record* records = nullptr;
+    std::size_t bytes = 0;
+    std::uint32_t homes = 0;
+    std::uint32_t size = 0;      // records stored, expired ones included
+    std::uint32_t max_size = 0;  // records allowed before the segment grows
+    std::uint32_t prefix = 0;    // the `depth` top selector bits all its keys share
+    std::uint32_t depth = 0;
+    std::size_t total_slots() const { return homes + kMaxDisplacement + 1; }
   };
   struct Probe {
-    std::size_t pos;  // the record's slot, or where it would be inserted
+    std::uint32_t segment;  // index in segments_
+    std::size_t pos;        // the record's slot, or where it would be inserted
     bool found;
   };
 
-  std::size_t total_slots() const { return home_slots_ + kMaxDisplacement + 1; }
-  std::size_t home_of(std::uint64_t fp_lo) const;
+  static std::size_t home_of(const Segment& seg, std::uint64_t fp_lo);
+  std::uint32_t segment_index(const KeyHash& key) const;
   Probe find(const KeyHash& key) const;
-  // The most home slots the cap allows next to the arena's current size.
-  std::size_t max_home_slots() const;
-  bool grow(std::uint64_t now_ns);
-  // Stores `record` (known absent, insertion point `pos`), making room if needed.
-  bool insert(const Record& record, std::size_t pos, std::uint64_t now_ns);
+  std::size_t metadata_bytes() const;
+  // Bytes a growth may still take, keeping one arena chunk of room next to the arena.
+  std::size_t room() const;
+  // Makes room in segment `index` by growing it in place or splitting it.
+  bool grow(std::uint32_t index, std::uint64_t now_ns);
+  bool grow_in_place(std::uint32_t index, std::uint64_t now_ns);
+  // Whether the segment could split; false leaves the table untouched.
+  bool split(std::uint32_t index, std::uint64_t now_ns);
+  void drop_in_rehash(Record& record, bool expired);
+  // Stores `record` (known absent, insertion point `probe`), making room if needed.
+  bool insert(const Record& record, Probe probe, std::uint64_t now_ns);
   // Puts `record` (insertion point `pos`) using slot `sink`, which is empty or
   // holds a record already released, by shifting the records between them by one.
-  void place(const Record& record, std::size_t pos, std::size_t sink);
+  static void place(Segment& seg, const Record& record, std::size_t pos, std::size_t sink);
   // Removes the record at `pos` (releasing its ring) and closes the gap.
-  void erase(std::size_t pos);
+  void erase(Segment& seg, std::size_t pos);
   void release_ring(Record& record);
   // The answer for a key with no state; stores nothing.
   TableAnswer answer_fresh(const Rule& rule, const Request& request);
-  TableAnswer update_existing(std::size_t pos, const Rule& rule, const Request& request);
-  TableAnswer insert_new(const KeyHash& key, std::size_t pos, const Rule& rule,
+  TableAnswer update_existing(const Probe& probe, const Rule& rule, const Request& request);
+  TableAnswer insert_new(const KeyHash& key, const Probe& probe, const Rule& rule,
                          const Request& request);
   std::uint64_t* allocate_ring(std::uint32_t ring_class);
 
   std::size_t max_bytes_;
   std::uint32_t sliding_log_cap_;
   LogArena arena_;
-  std::unique_ptr<Record[], FreeRecords> slots_;
-  std::size_t home_slots_ = 0;  // homes are [0, home_slots_)
-  std::size_t max_size_ = 0;    // records allowed before the table grows (load ~0.9)
+  std::vector<Segment> segments_;
+  // Entry i names the segment of the keys whose selector's top `depth_` bits are i.
+  std::vector<std::uint32_t> directory_;
+  std::uint32_t depth_ = 0;
+  std::uint32_t max_depth_ = 0;
+  std::vector<std::uint32_t> rehash_scratch_;  // each record's new slot, during a growth
+  std::size_t segment_bytes_ = 0;
+  std::size_t total_slots_ = 0;
   std::size_t size_ = 0;
+  std::uint32_t sweep_segment_ = 0;
   std::size_t sweep_cursor_ = 0;
   std::uint64_t expired_ = 0;
   std::uint64_t evicted_lru_ = 0;
