@@ -130,10 +130,8 @@ struct RunContext {
   explicit RunContext(const LoadOptions& o) : options(o), formatter(o.key_prefix, o.keys) {}
   const LoadOptions& options;
   KeyFormatter formatter;
-  tcp::endpoint endpoint;                      // Redis, or Sluice's public port
-  std::vector<tcp::endpoint> shard_endpoints;  // Sluice: index = shard
-  std::uint32_t max_frame = protocol::kDefaultMaxFrame;
-  std::string sha;  // lua_token_bucket
+  tcp::endpoint endpoint;  // Redis
+  std::string sha;         // lua_token_bucket
   std::uint64_t start_ns = 0;
   std::uint64_t deadline_ns = 0;  // 0 = none
   std::mutex audit_mu;
@@ -145,7 +143,7 @@ struct Item {
   IncrWindowPending window;  // incr_window only
 };
 
-// One frame (Sluice) or pipelined write (Redis) in flight on a connection.
+// One pipelined write in flight on a Redis connection.
 struct Part {
   std::uint32_t id = 0;
   std::uint32_t request = 0;
@@ -156,17 +154,18 @@ struct Part {
 };
 
 struct Request {
-  std::uint64_t intended_ns = 0;  // latency is measured from here
-  std::uint32_t parts_left = 0;
-  std::uint32_t conn = 0;  // Redis: where a closed loop sends the next one
+  std::uint64_t intended_ns = 0;   // latency is measured from here
+  std::uint64_t sent_unix_ns = 0;  // Sluice, audit only
+  std::uint32_t parts_left = 0;    // Redis
+  std::uint32_t conn = 0;          // Redis: where a closed loop sends the next one
   std::uint32_t next_free = kNone;
 };
 
+// A connection to Redis. (Sluice goes through the client library.)
 struct Conn {
   explicit Conn(asio::io_context& io) : socket(io) {}
   tcp::socket socket;
   std::uint32_t index = 0;
-  std::uint32_t shard = 0;
   protocol::Bytes out;      // appended by requests, not yet written
   protocol::Bytes sending;  // the buffer async_write is sending
   bool writing = false;
@@ -180,7 +179,7 @@ struct Conn {
   std::uint32_t next = 1;
   std::uint32_t oldest = 1;
   std::size_t in_flight = 0;
-  std::uint32_t cursor = 0;  // Redis: items of the oldest part already answered
+  std::uint32_t cursor = 0;  // items of the oldest part already answered
   bool ready = false;        // handshake done
   HandlerSlot read_slot;
   HandlerSlot write_slot;
@@ -195,69 +194,77 @@ struct Published {
 
 class Worker {
  public:
+  // A Sluice worker opens `connections` spread over the node's `shards` (at least one each)
+  // through one client; a Redis worker opens `connections` sockets itself.
   Worker(RunContext& ctx, unsigned index, unsigned connections, std::uint64_t quota, double rate,
          unsigned shards)
       : ctx_(ctx),
         o_(ctx.options),
         sluice_(o_.backend == BackendKind::kSluice),
-        shards_(sluice_ ? std::max(1u, shards) : 1u),
+        per_shard_(sluice_ ? std::max(1u, (connections + shards - 1) / std::max(1u, shards)) : 0),
         quota_(quota),
         keys_(o_.dist, o_.keys, derive_seed(o_.seed, index)),
         key_buf_(ctx.formatter.max_length()),
         tick_timer_(io_),
         pace_timer_(io_) {
-    for (unsigned i = 0; i < connections; ++i) {
-      auto c = std::make_unique<Conn>(io_);
-      c->index = i;
-      c->shard = i % shards_;
-      c->in.resize(kReadChunk);
-      c->out.reserve(4096);
-      c->sending.reserve(4096);
-      conns_.push_back(std::move(c));
+    if (sluice_) {
+      connections_ = per_shard_ * std::max(1u, shards);
+      key_arena_.resize(ctx.formatter.max_length() * o_.batch);
+      acquire_items_.resize(o_.batch);
+    } else {
+      connections_ = connections;
+      for (unsigned i = 0; i < connections; ++i) {
+        auto c = std::make_unique<Conn>(io_);
+        c->index = i;
+        c->in.resize(kReadChunk);
+        c->out.reserve(4096);
+        c->sending.reserve(4096);
+        conns_.push_back(std::move(c));
+      }
     }
-    by_shard_.resize(shards_);
-    for (auto& c : conns_) by_shard_[c->shard].push_back(c.get());
-    rr_.assign(shards_, 0);
     dirty_.reserve(conns_.size());
     open_ = rate > 0;
     if (open_) interval_ns_ = static_cast<double>(o_.batch) * 1e9 / rate;
-    grow_pool(open_ ? 1024 : static_cast<std::size_t>(connections) * o_.depth);
-    draw_keys_.resize(o_.batch);
-    draw_shards_.resize(o_.batch);
-    shard_counts_.resize(shards_ + 1);
-    results_.reserve(o_.batch);
+    grow_pool(open_ ? 1024 : static_cast<std::size_t>(connections_) * o_.depth);
     writer_.reserve(256 * static_cast<std::size_t>(o_.batch));
     const std::uint64_t steps =
         static_cast<std::uint64_t>((o_.duration + o_.drain_timeout).count()) / 100 + 16;
     timeline_.reserve(std::min<std::uint64_t>(steps, 1u << 20));
   }
 
-  // Connects every connection and completes its handshake (Sluice HELLO; Redis SCRIPT LOAD or
-  // PING), all at once, within the connect timeout.
+  // Sluice: connects a client on this worker's io_context (HELLO on the public port, then on
+  // every shard connection). Redis: connects every connection and completes its handshake
+  // (SCRIPT LOAD or PING), all at once. Both within the connect timeout.
   Status connect_all() {
+    if (sluice_) {
+      client::ClientOptions copts;
+      copts.servers = {o_.servers.front()};
+      copts.connect_timeout = o_.connect_timeout;
+      copts.timeout = o_.drain_timeout;  // a reply later than this counts as an error
+      copts.client_name = "sluice-load";
+      copts.connections_per_shard = per_shard_;
+      auto connected = client::Client::connect(copts, io_);
+      if (!connected.ok()) return connected.status();
+      client_ = std::move(connected).value();
+      return Status();
+    }
     for (auto& owned : conns_) {
       Conn& c = *owned;
-      const tcp::endpoint ep = sluice_ ? ctx_.shard_endpoints.at(c.shard) : ctx_.endpoint;
+      const tcp::endpoint ep = ctx_.endpoint;
       c.socket.async_connect(ep, [this, &c, ep](const boost::system::error_code& ec) {
         if (ec)
           return setup_failed(fmt::format("connect to {}:{} failed: {}", ep.address().to_string(),
                                           ep.port(), ec.message()));
         boost::system::error_code ignored;
         c.socket.set_option(tcp::no_delay(true), ignored);
-        c.sending.clear();
-        if (sluice_) {
-          protocol::encode_hello_request(c.sending, 0,
-                                         protocol::HelloRequest{protocol::kVersion, "sluice-load"});
+        writer_.clear();
+        if (o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kLuaTokenBucket) {
+          append_script_load(writer_);
         } else {
-          writer_.clear();
-          if (o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kLuaTokenBucket) {
-            append_script_load(writer_);
-          } else {
-            writer_.command("PING");
-          }
-          const std::string_view bytes = writer_.view();
-          c.sending.assign(bytes.begin(), bytes.end());
+          writer_.command("PING");
         }
+        const std::string_view bytes = writer_.view();
+        c.sending.assign(bytes.begin(), bytes.end());
         asio::async_write(c.socket, asio::buffer(c.sending),
                           [this, &c](const boost::system::error_code& e, std::size_t) {
                             if (e) return setup_failed("handshake write failed: " + e.message());
@@ -283,6 +290,7 @@ class Worker {
     return Status();
   }
 
+  unsigned connections() const { return connections_; }
   const std::string& sha() const { return sha_; }
 
   // The thread body: runs until the bound is reached and replies are in (or the drain ends).
@@ -323,33 +331,17 @@ class Worker {
         [this, &c](const boost::system::error_code& ec, std::size_t n) {
           if (ec) return setup_failed("handshake read failed: " + ec.message());
           c.end += n;
-          if (sluice_) {
-            const protocol::DecodeResult r = decoder_.decode({c.in.data(), c.end});
-            if (r.status == protocol::DecodeStatus::kNeedMore) return read_handshake(c);
-            protocol::HelloReply hello;
-            if (r.status != protocol::DecodeStatus::kOk ||
-                r.frame.header.opcode != protocol::Opcode::kHello ||
-                !protocol::parse_hello_reply(r.frame.body, hello)) {
-              return setup_failed("HELLO refused or malformed");
-            }
-            if (hello.this_shard != c.shard) {
-              return setup_failed(fmt::format("shard port reports shard {}, expected {}",
-                                              hello.this_shard, c.shard));
-            }
-          } else {
-            const std::string_view text(reinterpret_cast<const char*>(c.in.data()), c.end);
-            const RespParseResult r = parser_.parse(text);
-            if (r.status == RespStatus::kNeedMore) return read_handshake(c);
-            if (r.status != RespStatus::kComplete)
-              return setup_failed("malformed reply from Redis");
-            if (r.value.type == RespType::kError) {
-              return setup_failed("Redis: " + std::string(r.value.text));
-            }
-            if (o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kLuaTokenBucket) {
-              const auto sha = read_script_sha(r.value);
-              if (!sha) return setup_failed("SCRIPT LOAD gave no SHA1");
-              sha_ = std::string(*sha);
-            }
+          const std::string_view text(reinterpret_cast<const char*>(c.in.data()), c.end);
+          const RespParseResult r = parser_.parse(text);
+          if (r.status == RespStatus::kNeedMore) return read_handshake(c);
+          if (r.status != RespStatus::kComplete) return setup_failed("malformed reply from Redis");
+          if (r.value.type == RespType::kError) {
+            return setup_failed("Redis: " + std::string(r.value.text));
+          }
+          if (o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kLuaTokenBucket) {
+            const auto sha = read_script_sha(r.value);
+            if (!sha) return setup_failed("SCRIPT LOAD gave no SHA1");
+            sha_ = std::string(*sha);
           }
           c.begin = c.end = 0;
           c.ready = true;
@@ -368,9 +360,9 @@ class Worker {
       pace();
       return;
     }
-    const std::size_t initial = conns_.size() * o_.depth;
+    const std::size_t initial = static_cast<std::size_t>(connections_) * o_.depth;
     for (std::size_t i = 0; i < initial && !stopping_; ++i) {
-      issue(static_cast<std::uint32_t>(i % conns_.size()), steady_ns());
+      issue(sluice_ ? kNone : static_cast<std::uint32_t>(i % conns_.size()), steady_ns());
     }
     after_handler();
   }
@@ -411,7 +403,7 @@ class Worker {
   }
 
   // Issues one request of up to --batch decisions. `conn` is where a Redis request goes
-  // (kNone: round robin); Sluice routes each item to its shard.
+  // (kNone: round robin); for Sluice the client routes each item to its shard.
   void issue(std::uint32_t conn, std::uint64_t intended_ns) {
     if (stopping_) return;
     if (ctx_.deadline_ns != 0 && intended_ns >= ctx_.deadline_ns) return begin_stop(intended_ns);
@@ -427,51 +419,74 @@ class Worker {
     const std::uint32_t base = r * o_.batch;
     const bool audit = ctx_.audit.has_value();
     const std::uint64_t sent_unix = audit ? unix_ns() : 0;
+    req.sent_unix_ns = sent_unix;
+    ++in_flight_requests_;
+    sent_ += n;
+    step(steady_ns()).sent += n;
     if (sluice_) {
-      issue_sluice(r, base, n, sent_unix);
+      issue_sluice(r, base, n);
     } else {
       if (conn == kNone) {
-        conn = rr_[0];
-        rr_[0] = (rr_[0] + 1) % static_cast<std::uint32_t>(conns_.size());
+        conn = rr_;
+        rr_ = (rr_ + 1) % static_cast<std::uint32_t>(conns_.size());
       }
       req.conn = conn;
       issue_redis(*conns_[conn], r, base, n, sent_unix);
     }
-    ++in_flight_requests_;
-    sent_ += n;
-    step(steady_ns()).sent += n;
   }
 
-  void issue_sluice(std::uint32_t r, std::uint32_t base, std::uint32_t n, std::uint64_t sent_unix) {
-    std::fill(shard_counts_.begin(), shard_counts_.end(), 0);
+  // Through the client library: one async batch (one frame per owning shard), or the probe
+  // that sends the same frames as PINGs. Keys are formatted into per-item slices of one arena;
+  // the client encodes them before returning.
+  void issue_sluice(std::uint32_t r, std::uint32_t base, std::uint32_t n) {
+    const std::size_t width = ctx_.formatter.max_length();
     for (std::uint32_t j = 0; j < n; ++j) {
       const std::uint64_t key = keys_.next();
-      std::uint32_t shard = 0;
-      if (shards_ > 1) {
-        shard = shard_for(hash_key(ctx_.formatter.format(key, key_buf_)), shards_);
+      items_[base + j].key = key;
+      acquire_items_[j] = client::AcquireRequest{
+          ctx_.formatter.format(key, std::span<char>(key_arena_.data() + j * width, width)),
+          o_.rule, o_.cost, false};
+    }
+    const std::span<const client::AcquireRequest> items(acquire_items_.data(), n);
+    auto done = [this, r](std::span<const Result<client::Decision>> results) {
+      on_sluice_results(r, results);
+    };
+    if (o_.op == Operation::kPing) {
+      client_->probe_batch_async(items, done);
+    } else {
+      client_->acquire_batch_async(items, done);
+    }
+  }
+
+  void on_sluice_results(std::uint32_t r, std::span<const Result<client::Decision>> results) {
+    if (finished_) return;  // close() failing what was in flight: already counted as lost
+    now_ns_ = steady_ns();
+    const bool audit = ctx_.audit && o_.op == Operation::kAcquire;
+    now_unix_ns_ = audit ? unix_ns() : 0;
+    TimelineEntry& t = step(now_ns_);
+    const Request& req = requests_[r];
+    const std::uint32_t base = r * o_.batch;
+    std::unique_lock<std::mutex> lock;
+    if (audit) lock = std::unique_lock(ctx_.audit_mu);
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const Result<client::Decision>& d = results[i];
+      if (!d.ok()) {
+        note_error(1, t, "Sluice: " + d.status().to_string());
+      } else if (d->allowed) {
+        ++allowed_;
+        ++t.allowed;
+        if (audit) {
+          ctx_.audit->record(items_[base + i].key, req.sent_unix_ns, now_unix_ns_, o_.cost);
+        }
+      } else {
+        ++denied_;
+        ++t.denied;
       }
-      draw_keys_[j] = key;
-      draw_shards_[j] = shard;
-      ++shard_counts_[shard + 1];
     }
-    for (std::uint32_t s = 0; s < shards_; ++s) shard_counts_[s + 1] += shard_counts_[s];
-    // shard_counts_[s] is now where shard s's items start; place items grouped by shard.
-    std::vector<std::uint32_t>& next = shard_counts_;
-    for (std::uint32_t j = 0; j < n; ++j) {
-      items_[base + next[draw_shards_[j]]++].key = draw_keys_[j];
-    }
-    // After placement next[s] is where shard s's items end; shard s starts at next[s-1].
-    std::uint32_t begin = 0;
-    for (std::uint32_t s = 0; s < shards_; ++s) {
-      const std::uint32_t end = next[s];
-      if (end > begin) {
-        std::vector<Conn*>& conns = by_shard_[s];
-        Conn& c = *conns[rr_[s]];
-        rr_[s] = (rr_[s] + 1) % static_cast<std::uint32_t>(conns.size());
-        send_sluice_part(c, r, base + begin, end - begin, sent_unix);
-      }
-      begin = end;
-    }
+    if (lock) lock.unlock();
+    complete_request(r);
+    after_handler();
+    if (stopping_ && in_flight_requests_ == 0) finish(now_ns_);
   }
 
   Part& add_part(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count,
@@ -494,28 +509,6 @@ class Worker {
       dirty_.push_back(&c);
     }
     return p;
-  }
-
-  void send_sluice_part(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count,
-                        std::uint64_t sent_unix) {
-    const Part& p = add_part(c, r, first, count, sent_unix);
-    protocol::Bytes& out = o_.op == Operation::kPing ? scratch_ : c.out;
-    if (o_.op == Operation::kPing) scratch_.clear();
-    const std::size_t start = protocol::begin_acquire_request(out, p.id);
-    for (std::uint32_t i = 0; i < count; ++i) {
-      protocol::add_acquire_item(
-          out, start,
-          protocol::AcquireItem{ctx_.formatter.format(items_[first + i].key, key_buf_), o_.rule,
-                                o_.cost, false});
-    }
-    protocol::finish_acquire_request(out, start);
-    if (o_.op == Operation::kPing) {
-      // The same bytes as the ACQUIRE it stands for, echoed back: transport without decisions.
-      protocol::encode_ping(c.out, p.id,
-                            std::span<const std::uint8_t>(scratch_.data() + protocol::kHeaderSize,
-                                                          scratch_.size() - protocol::kHeaderSize),
-                            false);
-    }
   }
 
   void issue_redis(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count,
@@ -598,68 +591,12 @@ class Worker {
           c.end += n;
           now_ns_ = steady_ns();
           now_unix_ns_ = ctx_.audit ? unix_ns() : 0;
-          const bool ok = sluice_ ? read_sluice(c) : read_redis(c);
+          const bool ok = read_redis(c);
           if (!ok || finished_) return;
           start_read(c);
           after_handler();
           if (stopping_ && in_flight_requests_ == 0) finish(now_ns_);
         }));
-  }
-
-  bool read_sluice(Conn& c) {
-    while (c.begin < c.end) {
-      const protocol::DecodeResult r = decoder_.decode({c.in.data() + c.begin, c.end - c.begin});
-      if (r.status == protocol::DecodeStatus::kNeedMore) break;
-      if (r.status == protocol::DecodeStatus::kMalformed) {
-        fail("malformed frame from Sluice: " + std::string(r.reason));
-        return false;
-      }
-      c.begin += r.frame_size;
-      const protocol::Frame& f = r.frame;
-      Part& p = c.ring[f.header.request_id & c.mask];
-      if (!p.active || p.id != f.header.request_id) {
-        fail(fmt::format("reply to unknown request {}", f.header.request_id));
-        return false;
-      }
-      TimelineEntry& t = step(now_ns_);
-      if (f.header.opcode == protocol::Opcode::kError) {
-        note_error(p.count, t, "ERROR frame from Sluice");
-      } else if (o_.op == Operation::kPing) {
-        if (f.header.opcode == protocol::Opcode::kPing) {
-          allowed_ += p.count;
-          t.allowed += p.count;
-        } else {
-          note_error(p.count, t, "unexpected reply to PING");
-        }
-      } else if (f.header.opcode != protocol::Opcode::kAcquire ||
-                 !protocol::parse_acquire_reply(f.body, results_) || results_.size() != p.count) {
-        note_error(p.count, t, "unexpected reply to ACQUIRE");
-      } else {
-        std::unique_lock<std::mutex> lock;
-        if (ctx_.audit) lock = std::unique_lock(ctx_.audit_mu);
-        for (std::uint32_t i = 0; i < p.count; ++i) {
-          switch (results_[i].status) {
-            case protocol::ItemStatus::kAllowed:
-              ++allowed_;
-              ++t.allowed;
-              if (ctx_.audit) {
-                ctx_.audit->record(items_[p.first + i].key, p.sent_unix_ns, now_unix_ns_, o_.cost);
-              }
-              break;
-            case protocol::ItemStatus::kDenied:
-              ++denied_;
-              ++t.denied;
-              break;
-            default:
-              note_error(
-                  1, t,
-                  "item status " + std::string(protocol::item_status_name(results_[i].status)));
-          }
-        }
-      }
-      complete_part(c, p);
-    }
-    return true;
   }
 
   bool read_redis(Conn& c) {
@@ -729,7 +666,7 @@ class Worker {
       if (++c.cursor == p.count) {
         c.cursor = 0;
         c.oldest = next_id(c.oldest);
-        complete_part(c, p);
+        complete_part(p, c);
       }
     }
     if (c.in_flight == 0 && c.begin < c.end) {
@@ -746,15 +683,15 @@ class Worker {
   }
 
   // The part's replies are all counted. REQUIRES: p in c's ring. `p` is invalid afterwards.
-  void complete_part(Conn& c, Part& p) {
+  void complete_part(Part& p, Conn& c) {
     p.active = false;
     --c.in_flight;
-    if (sluice_ && c.in_flight > 0) {
-      while (!c.ring[c.oldest & c.mask].active) c.oldest = next_id(c.oldest);
-    }
-    const std::uint32_t r = p.request;
+    if (--requests_[p.request].parts_left == 0) complete_request(p.request);
+  }
+
+  // Every decision of request r is counted: its latency, and (closed loop) the next request.
+  void complete_request(std::uint32_t r) {
     Request& req = requests_[r];
-    if (--req.parts_left != 0) return;
     latency_.record(now_ns_ > req.intended_ns ? (now_ns_ - req.intended_ns) / 1000 : 0);
     end_ns_ = now_ns_;
     const std::uint32_t conn = req.conn;
@@ -827,6 +764,7 @@ class Worker {
       boost::system::error_code ignored;
       c->socket.close(ignored);
     }
+    if (client_) client_->close();  // what is still in flight calls back, and is ignored
     tick_timer_.cancel();
     pace_timer_.cancel();
     after_handler();
@@ -835,24 +773,21 @@ class Worker {
   RunContext& ctx_;
   const LoadOptions& o_;
   const bool sluice_;
-  const std::uint32_t shards_;
+  const unsigned per_shard_;  // Sluice: connections to each shard
+  unsigned connections_ = 0;
   const std::uint64_t quota_;
   asio::io_context io_{1};
+  std::unique_ptr<client::Client> client_;  // Sluice; runs on io_ and is destroyed before it
   KeyGenerator keys_;
   std::vector<char> key_buf_;
+  std::vector<char> key_arena_;  // Sluice: one request's keys, max_length() bytes each
+  std::vector<client::AcquireRequest> acquire_items_;
   std::vector<std::unique_ptr<Conn>> conns_;
-  std::vector<std::vector<Conn*>> by_shard_;
-  std::vector<std::uint32_t> rr_;
+  std::uint32_t rr_ = 0;  // Redis: the next connection, open loop
   std::vector<Conn*> dirty_;
   std::vector<Request> requests_;
   std::vector<Item> items_;
   std::uint32_t free_head_ = kNone;
-  std::vector<std::uint64_t> draw_keys_;
-  std::vector<std::uint32_t> draw_shards_;
-  std::vector<std::uint32_t> shard_counts_;
-  std::vector<protocol::AcquireResult> results_;
-  protocol::Bytes scratch_;
-  protocol::FrameDecoder decoder_;
   RespWriter writer_;
   RespParser parser_;
   std::string sha_;
@@ -936,24 +871,19 @@ Result<LoadReport> run_load(const LoadOptions& options) {
     if (ctx.formatter.max_length() > info.max_key) {
       return Status(ErrorCode::kInvalidArgument, "keys are longer than the server's max key");
     }
-    for (std::uint16_t port : info.shard_ports) {
-      ctx.shard_endpoints.emplace_back(ctx.endpoint.address(), port);
-    }
     shards = static_cast<unsigned>(info.shard_ports.size());
-    ctx.max_frame = info.max_frame;
   }
   report.shards = options.backend == BackendKind::kSluice ? shards : 0;
   if (options.audit && options.op == Operation::kAcquire) {
     ctx.audit.emplace(options.rule, std::min(options.audit_keys, options.keys));
   }
 
-  // Connections and the request quota, split over the threads. Each Sluice worker needs at
+  // Connections and the request quota, split over the threads. Each Sluice worker opens at
   // least one connection per shard.
   const unsigned t_count = options.threads;
   std::vector<std::unique_ptr<Worker>> workers;
   for (unsigned t = 0; t < t_count; ++t) {
     unsigned conns = options.connections / t_count + (t < options.connections % t_count ? 1 : 0);
-    if (options.backend == BackendKind::kSluice) conns = std::max(conns, shards);
     std::uint64_t quota = 0;
     if (options.requests != 0) {
       quota = options.requests / t_count + (t < options.requests % t_count ? 1 : 0);
@@ -961,10 +891,10 @@ Result<LoadReport> run_load(const LoadOptions& options) {
     }
     workers.push_back(
         std::make_unique<Worker>(ctx, t, conns, quota, options.rate / t_count, shards));
-    report.connections += conns;
   }
   for (auto& w : workers) {
     if (Status s = w->connect_all(); !s.ok()) return s;
+    report.connections += w->connections();
   }
 
   ctx.start_ns = steady_ns();
