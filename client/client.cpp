@@ -346,11 +346,7 @@ struct Client::Impl {
     completion.policy_window_ms = request.rule.period_ms;
     return connection.submit(
         [&request](protocol::Bytes& out, std::uint32_t id) {
-          const std::size_t start = protocol::begin_acquire_request(out, id);
-          protocol::add_acquire_item(
-              out, start,
-              protocol::AcquireItem{request.key, request.rule, request.cost, request.peek});
-          protocol::finish_acquire_request(out, start);
+          detail::encode_acquire(out, id, request);
         },
         completion);
   }

@@ -55,6 +55,24 @@ Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_
   return Result<Decision>(ErrorCode::kProtocolError, "unknown item status in ACQUIRE reply");
 }
 
+void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request) {
+  const std::size_t start = protocol::begin_acquire_request(out, request_id);
+  protocol::add_acquire_item(
+      out, start, protocol::AcquireItem{request.key, request.rule, request.cost, request.peek});
+  protocol::finish_acquire_request(out, start);
+}
+
+Result<Decision> decision_from_reply(const Frame& reply,
+                                     std::vector<protocol::AcquireResult>& scratch,
+                                     std::uint32_t policy_quota, std::uint64_t policy_window_ms) {
+  if (reply.header.opcode == Opcode::kError) return server_error_status(reply.body);
+  if (reply.header.opcode != Opcode::kAcquire ||
+      !protocol::parse_acquire_reply(reply.body, scratch) || scratch.size() != 1) {
+    return Result<Decision>(ErrorCode::kProtocolError, "unexpected reply to ACQUIRE");
+  }
+  return to_decision(scratch[0], policy_quota, policy_window_ms);
+}
+
 Status server_error_status(std::span<const std::uint8_t> body) {
   protocol::ErrorReply error;
   if (!protocol::parse_error(body, error)) {
@@ -395,12 +413,14 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
   if (!p.callback) return;
   if (reply == nullptr) {
     p.callback(Result<Decision>(error));
-  } else if (reply->header.opcode != Opcode::kAcquire ||
-             !protocol::parse_acquire_reply(reply->body, results_) || results_.size() != 1) {
-    p.callback(Result<Decision>(ErrorCode::kProtocolError,
-                                "unexpected reply to ACQUIRE from " + config_.name));
   } else {
-    p.callback(to_decision(results_[0], p.policy_quota, p.policy_window_ms));
+    Result<Decision> decision =
+        decision_from_reply(*reply, results_, p.policy_quota, p.policy_window_ms);
+    if (!decision.ok() && decision.status().code() == ErrorCode::kProtocolError) {
+      decision = Result<Decision>(ErrorCode::kProtocolError,
+                                  "unexpected reply to ACQUIRE from " + config_.name);
+    }
+    p.callback(std::move(decision));
   }
   p.callback = nullptr;
 }

@@ -253,6 +253,16 @@ class Connection {
   std::vector<protocol::AcquireResult> results_;
 };
 
+// The client's per-call wire work, shared by the calls and bench/client_bench.cpp: appends one
+// ACQUIRE frame of one item to `out`.
+void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request);
+
+// The decision in a one-item ACQUIRE reply (an ERROR frame's status for an ERROR frame).
+// `scratch` is reused between calls.
+Result<Decision> decision_from_reply(const protocol::Frame& reply,
+                                     std::vector<protocol::AcquireResult>& scratch,
+                                     std::uint32_t policy_quota, std::uint64_t policy_window_ms);
+
 // Maps one acquire reply item to the client's result.
 Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_t policy_quota,
                              std::uint64_t policy_window_ms);
