@@ -138,8 +138,10 @@ R W6_redis_incr_window_sliding $D --depth 16 --redis-design incr_window \
   --algorithm sliding_window "${RULE[@]}"
 
 # sluice-load's INCR vs redis-benchmark's at the same connections and pipeline depth.
+# redis-benchmark -P p writes p commands at once and waits for all p replies before the next
+# write: in sluice-load's terms that is --batch p (commands per pipelined write), depth 1.
 for p in 1 16; do
-  R "incr_P${p}_sluice_load" $D --depth "$p" --op incr
+  R "incr_P${p}_sluice_load" $D --batch "$p" --op incr
   n=$((SECS * (p == 1 ? 40000 : 200000)))
   redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$CONNS" -P "$p" -r "$KEYS" -n "$n" -t incr \
     --csv 2>/dev/null | tail -1 >"$WORK/incr_P${p}_redis_benchmark.csv"
