@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/key_hash.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -110,6 +111,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Scratch reused by the handlers (no allocation per frame once grown).
   std::vector<protocol::AcquireItem> acquire_items_;
   std::vector<protocol::AcquireResult> acquire_results_;
+  std::vector<KeyHash> acquire_hashes_;     // by item index, for the items this shard owns
+  std::vector<std::uint32_t> local_items_;  // their indices
   std::vector<std::string_view> reset_keys_;
   std::vector<protocol::ResetStatus> reset_results_;
 };

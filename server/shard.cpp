@@ -328,6 +328,7 @@ void Shard::run_task(HandoverTask* task) {
   const std::uint64_t now_ns = context_.clock->now_ns();
   PendingFrame& frame = *task->frame;
   if (task->opcode == protocol::Opcode::kAcquire) {
+    for (const HandoverItem& item : task->items) table_.prefetch(item.hash);
     for (const HandoverItem& item : task->items) {
       frame.acquire_results[item.index] =
           acquire_local(item.hash, item.rule, item.cost, item.peek, now_ns);

@@ -122,6 +122,8 @@ class Shard {
   protocol::AcquireResult acquire_local(const KeyHash& hash, const Rule& rule, std::uint32_t cost,
                                         bool peek, std::uint64_t now_ns);
   protocol::ResetStatus reset_local(const KeyHash& hash, std::uint64_t now_ns);
+  // Starts loading the key's record into cache; a batch prefetches all its keys before deciding.
+  void prefetch(const KeyHash& hash) const { table_.prefetch(hash); }
   // Copies the table's statistics into the counters other threads read.
   void publish_table_stats();
 
