@@ -232,6 +232,7 @@ CounterTable::CounterTable(const TableConfig& config)
     total_slots_ += seg.total_slots();
   }
   rehash_scratch_.resize(segments_[0].total_slots());
+  peak_bytes_ = memory_bytes();
 }
 
 CounterTable::~CounterTable() {
@@ -265,7 +266,7 @@ void CounterTable::prefetch(const KeyHash& key) const {
 
 std::size_t CounterTable::metadata_bytes() const {
   return directory_.capacity() * sizeof(std::uint32_t) + segments_.capacity() * sizeof(Segment) +
-         rehash_scratch_.capacity() * sizeof(std::uint32_t);
+         rehash_scratch_.capacity();
 }
 
 std::size_t CounterTable::room() const {
@@ -289,21 +290,23 @@ void CounterTable::drop_in_rehash(Record& record, bool expired) {
 bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
   Segment& seg = segments_[index];
   // The next rung of the ladder at least half a step up (page rounding can leave a rung close).
-  const std::size_t bytes =
+  std::size_t bytes =
       ladder_bytes(static_cast<std::size_t>(seg.homes * (1 + (kGrowth - 1) / 2)) + 1,
                    phase_of(seg.depth, seg.prefix), sizeof(Record), kMaxDisplacement + 1);
+  const std::size_t old_slots = seg.total_slots();
+  const std::size_t scratch =
+      rehash_scratch_.capacity() < old_slots ? old_slots - rehash_scratch_.capacity() : 0;
+  if (scratch > room()) return false;
+  // Near the cap, the largest whole-page step that still fits.
+  bytes = std::min(bytes, seg.bytes + (room() - scratch) / page_bytes() * page_bytes());
+  if (bytes <= seg.bytes) return false;
   const std::size_t homes = bytes / sizeof(Record) - kMaxDisplacement - 1;
   if (homes > (std::size_t{1} << 32) - 1) return false;  // slot_for() scales 32 bits
-  const std::size_t old_slots = seg.total_slots();
-  std::size_t extra = bytes - seg.bytes;
-  if (rehash_scratch_.size() < old_slots) {
-    extra += (old_slots - rehash_scratch_.capacity()) * sizeof(std::uint32_t);
-  }
-  if (extra > room()) return false;
   if (rehash_scratch_.size() < old_slots) rehash_scratch_.resize(old_slots);
   auto* records = static_cast<Record*>(remap(seg.records, seg.bytes, bytes));
   if (records == nullptr) return false;
   segment_bytes_ += bytes - seg.bytes;
+  peak_bytes_ = std::max(peak_bytes_, memory_bytes());
   seg.records = records;
   seg.bytes = bytes;
   const Segment grown{records, bytes, static_cast<std::uint32_t>(homes), 0, 0, 0, 0};
@@ -327,13 +330,13 @@ bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
       drop_in_rehash(r, false);  // not expected at these loads; handled anyway
       continue;
     }
-    rehash_scratch_[i] = static_cast<std::uint32_t>(pos);
+    rehash_scratch_[i] = static_cast<std::uint8_t>(pos - home);
     next = pos + 1;
     ++kept;
   }
   for (std::size_t i = 0; i < old_slots && kept < old_size; ++i) {
     if (tag_of(records[i].meta) == 0) continue;
-    const std::size_t pos = rehash_scratch_[i];
+    const std::size_t pos = home_of(grown, records[i].fp_lo) + rehash_scratch_[i];
     if (pos >= i) continue;
     records[pos] = records[i];
     records[i] = Record{};
@@ -341,7 +344,7 @@ bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
   }
   for (std::size_t i = old_slots; i-- > 0;) {
     if (tag_of(records[i].meta) == 0) continue;
-    const std::size_t pos = rehash_scratch_[i];
+    const std::size_t pos = home_of(grown, records[i].fp_lo) + rehash_scratch_[i];
     if (pos <= i) continue;
     records[pos] = records[i];
     records[i] = Record{};
@@ -392,6 +395,9 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
   }
   auto* upper = static_cast<Record*>(map_zeroed(bytes[1]));
   if (upper == nullptr) return false;
+  // Until the old segment shrinks, both it and the upper half are held.
+  peak_bytes_ = std::max(peak_bytes_,
+                         memory_bytes() + bytes[1] + directory.capacity() * sizeof(std::uint32_t));
 
   Segment& seg = segments_[index];
   Segment halves[2];

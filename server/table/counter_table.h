@@ -78,6 +78,8 @@ class CounterTable {
   // directory, the record count, that every ring in use belongs to a record, and the cap.
   // O(slots).
   bool TEST_check_invariants() const;
+  // Test seam: the most memory the table has held at once, growth steps included.
+  std::size_t TEST_peak_memory_bytes() const { return peak_bytes_; }
 
   // A key lives within kMaxDisplacement slots after its home slot; each segment has that many
   // slots (plus one) past its last home, so probes never wrap.
@@ -155,8 +157,9 @@ class CounterTable {
   std::vector<std::uint32_t> directory_;
   std::uint32_t depth_ = 0;
   std::uint32_t max_depth_ = 0;
-  std::vector<std::uint32_t> rehash_scratch_;  // each record's new slot, during a growth
+  std::vector<std::uint8_t> rehash_scratch_;  // each record's new displacement, in a growth
   std::size_t segment_bytes_ = 0;
+  std::size_t peak_bytes_ = 0;
   std::size_t total_slots_ = 0;
   std::size_t size_ = 0;
   std::uint32_t sweep_segment_ = 0;

@@ -1,5 +1,6 @@
 #include "server/table/counter_table.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <random>
@@ -504,4 +505,117 @@ TEST_CASE("random operations under a small cap keep the table consistent and lea
   }
   CHECK(table.TEST_check_invariants());
   CHECK(table.stats().evicted_lru > 0);
+}
+
+TEST_CASE("a growing table splits into segments and keeps every key and its state") {
+  CounterTable table(config(256 << 20, 16));
+  constexpr int kKeys = 300'000;
+  for (int i = 0; i < kKeys; ++i) {
+    allowed(table, key(i), kHourly, at(kT0));
+    if (i % 50'000 == 0) REQUIRE(table.TEST_check_invariants());
+  }
+  const auto stats = table.stats();
+  CHECK(stats.keys == kKeys);
+  // ~4,000 keys per segment at most: at least 64 segments.
+  CHECK(stats.segments >= kKeys / 4'000);
+  CHECK(stats.evicted_lru == 0);
+  CHECK(table.TEST_check_invariants());
+  for (int i = 0; i < kKeys; ++i) {
+    REQUIRE(table.contains(key(i), kT0));
+    REQUIRE(allowed(table, key(i), kHourly, at(kT0)).remaining == 98);
+  }
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("memory per key follows the key count in small steps") {
+  CounterTable table(config(256 << 20, 16));
+  double worst = 0;
+  double best = 1e9;
+  for (int i = 1; i <= 400'000; ++i) {
+    allowed(table, key(i), kHourly, at(kT0));
+    if (i >= 100'000 && i % 1'000 == 0) {
+      const double per_key = static_cast<double>(table.memory_bytes()) / i;
+      worst = std::max(worst, per_key);
+      best = std::min(best, per_key);
+    }
+  }
+  INFO("bytes per key from 100k to 400k keys: " << best << " to " << worst);
+  // 40-byte records at loads between 0.92 / 1.1 and 0.92, spread over the segments.
+  CHECK(worst <= 48.0);
+  CHECK(worst - best <= 3.0);
+}
+
+TEST_CASE("memory never exceeds the cap, growth steps included") {
+  constexpr std::size_t kCap = 4 << 20;  // room for ~90k keys
+  CounterTable table(config(kCap, 16));
+  std::uint64_t now = kT0;
+  for (int i = 0; i < 200'000; ++i) {
+    if (i % 1'000 == 0) now += 100 * kMs;
+    allowed(table, key(i), kHourly, at(now));
+    REQUIRE(table.memory_bytes() <= kCap);
+    if (i % 20'000 == 0) REQUIRE(table.TEST_check_invariants());
+  }
+  const auto stats = table.stats();
+  CHECK(table.TEST_peak_memory_bytes() <= kCap);
+  CHECK(stats.segments > 1);
+  CHECK(stats.evicted_lru > 0);
+  CHECK(stats.failed_inserts == 0);
+  // The cap is put to use: at 48 bytes per key, 87k keys would fill it.
+  CHECK(stats.keys >= 75'000);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("a small cap is put to use as before: growth needs no second copy of a segment") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  for (int i = 0; i < 5'000; ++i) allowed(table, key(i), kHourly, at(kT0));
+  CHECK(table.TEST_peak_memory_bytes() <= kCap);
+  CHECK(table.stats().segments == 1);
+  // 60 KiB of records at load 0.92, less a growth step.
+  CHECK(table.size() >= 1'200);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("growth and splits drop expired records and keep live ones with their state") {
+  CounterTable table(config(256 << 20, 16));
+  const Rule short_lived{Algorithm::kFixedWindow, 10, 1000, 0};
+  const Rule log{Algorithm::kSlidingLog, 20, 3'600'000, 0};
+  constexpr int kOld = 20'000;
+  for (int i = 0; i < kOld; ++i) {
+    const Rule& rule = i % 3 == 0 ? short_lived : i % 3 == 1 ? kHourly : log;
+    allowed(table, key(i), rule, at(kT0));
+  }
+  // Later, the short-lived third has expired; new keys make every segment grow or split.
+  const std::uint64_t later = kT0 + 5 * kSec;
+  for (int i = kOld; i < 10 * kOld; ++i) allowed(table, key(i), kHourly, at(later));
+  const auto stats = table.stats();
+  CHECK(stats.expired > 0);
+  CHECK(stats.evicted_lru == 0);
+  CHECK(table.TEST_check_invariants());
+  for (int i = 0; i < kOld; ++i) {
+    if (i % 3 == 0) {
+      REQUIRE_FALSE(table.contains(key(i), later));
+    } else {
+      REQUIRE(allowed(table, key(i), i % 3 == 1 ? kHourly : log, at(later)).remaining ==
+              (i % 3 == 1 ? 98u : 18u));
+    }
+  }
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("sweep covers every segment of a split table") {
+  CounterTable table(config(256 << 20, 16));
+  const Rule short_lived{Algorithm::kFixedWindow, 10, 1000, 0};
+  constexpr int kKeys = 50'000;
+  for (int i = 0; i < kKeys; ++i) allowed(table, key(i), short_lived, at(kT0));
+  REQUIRE(table.stats().segments > 1);
+  const std::uint64_t later = kT0 + 10 * kSec;
+  const std::size_t slots = table.stats().slots;
+  std::size_t dropped = 0;
+  for (std::size_t calls = 0; calls < (slots + kKeys) / 64 + 2 && table.size() > 0; ++calls) {
+    dropped += table.sweep(later, 64);
+  }
+  CHECK(dropped == static_cast<std::size_t>(kKeys));
+  CHECK(table.size() == 0);
+  CHECK(table.TEST_check_invariants());
 }
