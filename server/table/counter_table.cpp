@@ -389,7 +389,7 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
   std::vector<std::uint32_t> directory;
   try {
     if (deeper) directory.resize(directory_.size() * 2);
-    segments_.reserve(segments_.size() + 1);
+    if (segments_.size() == segments_.capacity()) segments_.reserve(2 * segments_.size());
   } catch (const std::bad_alloc&) {
     return false;
   }
