@@ -12,6 +12,9 @@
 #   COMPARE_W5_KEYS   key counts for the memory workload (default "1000000 10000000")
 #   COMPARE_REDIS_W5_KEYS  the same for Redis (default "1000000 10000000"; the 10M Lua buckets
 #                     take about 4 minutes here, at ~42,000 EVALSHA/s)
+#   COMPARE_SHARDS    sluiced's --shards (default 1: on this 2-core machine Redis, being
+#                     single-threaded, gets one core and the load generator the other; one
+#                     shard gives sluiced the same one core. 2 shards oversubscribe the cores.)
 #   BUILD_DIR         where sluice-load and sluiced are built (default build-bench, built if
 #                     missing, RelWithDebInfo)
 set -euo pipefail
@@ -19,6 +22,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECS="${COMPARE_SECONDS:-10}"
 W4_SECS="${COMPARE_W4_SECONDS:-10}"
+SHARDS="${COMPARE_SHARDS:-1}"
 W5_KEYS="${COMPARE_W5_KEYS:-1000000 10000000}"
 REDIS_W5_KEYS="${COMPARE_REDIS_W5_KEYS:-1000000 10000000}"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-bench}"
@@ -93,7 +97,7 @@ stop_pid() {
 start_sluice() {
   SLUICE_PORT="$(free_port)"
   # Shard ports are ephemeral too (--shard-base-port 0 with --port P: P+1+i); HELLO tells them.
-  "$SLUICED" --bind 127.0.0.1 --port "$SLUICE_PORT" --max-memory "${1:-1GiB}" \
+  "$SLUICED" --bind 127.0.0.1 --port "$SLUICE_PORT" --shards "$SHARDS" --max-memory "${1:-1GiB}" \
     --idle-timeout 0 >"$WORK/sluiced.log" 2>&1 &
   SLUICE_PID=$!
   PIDS+=("$SLUICE_PID")
@@ -180,7 +184,7 @@ for n in $REDIS_W5_KEYS; do
 done
 
 mkdir -p "$OUT_DIR"
-python3 - "$WORK" "$OUT_DIR/latest.json" "$SECS" <<'EOF'
+python3 - "$WORK" "$OUT_DIR/latest.json" "$SECS" "$SHARDS" <<'EOF'
 import json, os, platform, subprocess, sys, time
 work, out_path, secs = sys.argv[1], sys.argv[2], sys.argv[3]
 
@@ -312,6 +316,7 @@ doc = {
     "machine": {"cpu": cpu(), "cores": os.cpu_count(), "kernel": platform.release()},
     "redis": redis_version(),
     "seconds_per_workload": int(secs),
+    "sluiced_shards": int(sys.argv[4]),
     "connections": 50,
     "keys": 1000000,
     "table": rows,
