@@ -336,17 +336,25 @@ struct Client::Impl {
     return Status();
   }
 
-  // On failure `done` was not moved from and nothing was queued.
-  Status submit_acquire(const AcquireRequest& request, AcquireCallback& done) {
+  // On failure `done` was not moved from and nothing was queued. Exactly one of `done` and
+  // `batch_done` is given.
+  // `probe` sends the ACQUIRE frame's bytes as a PING (probe_batch_async of one item).
+  Status submit_acquire(const AcquireRequest& request, AcquireCallback* done,
+                        BatchCallback* batch_done = nullptr, bool probe = false) {
     if (Status key_ok = check_key(request.key); !key_ok.ok()) return key_ok;
     Connection& connection = router->connection(router->route(hash_key(request.key)));
     Completion completion;
-    completion.callback = &done;
+    completion.callback = done;
+    completion.batch_callback = batch_done;
+    completion.probe = probe;
     completion.policy_quota = request.rule.limit;
     completion.policy_window_ms = request.rule.period_ms;
     return connection.submit(
-        [&request](protocol::Bytes& out, std::uint32_t id) {
+        [&request, probe](protocol::Bytes& out, std::uint32_t id) {
+          const std::size_t start = out.size();
           detail::encode_acquire(out, id, request);
+          // The same bytes, sent as a PING: the shard echoes them without deciding.
+          if (probe) protocol::set_opcode(out, start, protocol::Opcode::kPing);
         },
         completion);
   }
@@ -354,7 +362,7 @@ struct Client::Impl {
   Result<Decision> acquire_sync(const AcquireRequest& request) {
     DecisionWaiter waiter;
     AcquireCallback done = [&waiter](Result<Decision> r) { waiter.set(std::move(r)); };
-    if (Status queued = submit_acquire(request, done); !queued.ok()) return queued;
+    if (Status queued = submit_acquire(request, &done); !queued.ok()) return queued;
     return waiter.wait();
   }
 
@@ -568,7 +576,14 @@ void BatchPool::give(AsyncBatch& batch) {
 
 void Client::Impl::batch_async(std::span<const AcquireRequest> items, bool probe,
                                BatchCallback& done) {
-  batches.take().run(items, probe, done);
+  if (items.size() != 1) return batches.take().run(items, probe, done);
+  // One item: a plain acquire whose callback takes a span of one; no batch state to touch.
+  Status queued = submit_acquire(items[0], nullptr, &done, probe);
+  if (queued.ok()) return;
+  asio::post(io, [done = std::move(done), queued = std::move(queued)]() mutable {
+    const Result<Decision> refused(std::move(queued));
+    done(std::span<const Result<Decision>>(&refused, 1));
+  });
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -675,7 +690,7 @@ Result<Decision> Client::peek(std::string_view key, const Rule& rule, std::uint3
 }
 
 void Client::acquire_async(const AcquireRequest& request, AcquireCallback done) {
-  Status queued = impl_->submit_acquire(request, done);
+  Status queued = impl_->submit_acquire(request, &done);
   if (queued.ok()) return;
   // Refused before sending: still answer on the I/O thread, as promised.
   asio::post(impl_->io, [done = std::move(done), queued = std::move(queued)]() mutable {

@@ -73,6 +73,15 @@ Result<Decision> decision_from_reply(const Frame& reply,
   return to_decision(scratch[0], policy_quota, policy_window_ms);
 }
 
+Result<Decision> probe_echo(const Frame& reply) {
+  if (reply.header.opcode != Opcode::kPing) {
+    return Result<Decision>(ErrorCode::kProtocolError, "unexpected reply to PING");
+  }
+  Decision echoed;
+  echoed.allowed = true;
+  return echoed;
+}
+
 Status server_error_status(std::span<const std::uint8_t> body) {
   protocol::ErrorReply error;
   if (!protocol::parse_error(body, error)) {
@@ -142,6 +151,9 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion) {
   p.deadline_ns = steady_now_ns() + config_.timeout_ns;
   p.sink = completion.sink;
   if (completion.callback != nullptr) p.callback = std::move(*completion.callback);
+  if (completion.batch_callback != nullptr)
+    p.batch_callback = std::move(*completion.batch_callback);
+  p.probe = completion.probe;
   p.policy_quota = completion.policy_quota;
   p.policy_window_ms = completion.policy_window_ms;
   ++in_flight_;
@@ -410,19 +422,24 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
     }
     return;
   }
-  if (!p.callback) return;
-  if (reply == nullptr) {
-    p.callback(Result<Decision>(error));
-  } else {
-    Result<Decision> decision =
-        decision_from_reply(*reply, results_, p.policy_quota, p.policy_window_ms);
-    if (!decision.ok() && decision.status().code() == ErrorCode::kProtocolError) {
-      decision = Result<Decision>(ErrorCode::kProtocolError,
-                                  "unexpected reply to ACQUIRE from " + config_.name);
-    }
-    p.callback(std::move(decision));
+  if (!p.callback && !p.batch_callback) return;
+  Result<Decision> decision =
+      reply == nullptr ? Result<Decision>(error)
+      : p.probe        ? probe_echo(*reply)
+                       : decision_from_reply(*reply, results_, p.policy_quota, p.policy_window_ms);
+  if (reply != nullptr && !decision.ok() && decision.status().code() == ErrorCode::kProtocolError) {
+    decision = Result<Decision>(ErrorCode::kProtocolError,
+                                std::string(p.probe ? "unexpected reply to PING from "
+                                                    : "unexpected reply to ACQUIRE from ") +
+                                    config_.name);
   }
-  p.callback = nullptr;
+  if (p.callback) {
+    p.callback(std::move(decision));
+    p.callback = nullptr;
+  } else {
+    p.batch_callback(std::span<const Result<Decision>>(&decision, 1));
+    p.batch_callback = nullptr;
+  }
 }
 
 void Connection::take_all_pending_locked() {

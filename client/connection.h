@@ -46,12 +46,15 @@ class ReplySink {
   ~ReplySink() = default;
 };
 
-// Who is told about a request's outcome: a sink (sync calls, batch parts) or an acquire
-// callback. For the callback, the rule's quota and window go into the Decision.
+// Who is told about a request's outcome: a sink (sync calls, batch parts), an acquire callback,
+// or the callback of a one-item batch (which then needs no batch state at all). For the
+// callbacks, the rule's quota and window go into the Decision.
 struct Completion {
   ReplySink* sink = nullptr;
   std::uint32_t part = 0;
-  AcquireCallback* callback = nullptr;  // moved from only when submit() succeeds
+  AcquireCallback* callback = nullptr;      // moved from only when submit() succeeds
+  BatchCallback* batch_callback = nullptr;  // likewise
+  bool probe = false;  // the request is a probe's PING: an echo counts as allowed
   std::uint32_t policy_quota = 0;
   std::uint64_t policy_window_ms = 0;
 };
@@ -186,6 +189,8 @@ class Connection {
     std::uint64_t deadline_ns = 0;
     ReplySink* sink = nullptr;
     AcquireCallback callback;
+    BatchCallback batch_callback;
+    bool probe = false;
     std::uint32_t policy_quota = 0;
     std::uint64_t policy_window_ms = 0;
   };
@@ -262,6 +267,9 @@ void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const Acquir
 Result<Decision> decision_from_reply(const protocol::Frame& reply,
                                      std::vector<protocol::AcquireResult>& scratch,
                                      std::uint32_t policy_quota, std::uint64_t policy_window_ms);
+
+// What a probe reports for one item of an echoed PING: allowed, every other field zero.
+Result<Decision> probe_echo(const protocol::Frame& reply);
 
 // Maps one acquire reply item to the client's result.
 Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_t policy_quota,

@@ -209,6 +209,12 @@ void encode_ping(Bytes& out, std::uint32_t request_id, std::span<const std::uint
 
 // ---- ACQUIRE -------------------------------------------------------------------------------
 
+void set_opcode(Bytes& out, std::size_t frame_start, Opcode opcode) {
+  assert(frame_start + kHeaderSize <= out.size());
+  out[frame_start + 3] = static_cast<std::uint8_t>(opcode);
+}
+
+
 std::string_view item_status_name(ItemStatus status) {
   switch (status) {
     case ItemStatus::kDenied:

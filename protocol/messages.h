@@ -111,6 +111,10 @@ void finish_acquire_request(Bytes& out, std::size_t frame_start);
 void encode_acquire_request(Bytes& out, std::uint32_t request_id,
                             std::span<const AcquireItem> items);
 
+// Changes the opcode of the frame that starts at out[frame_start] (the client's probe sends an
+// encoded ACQUIRE as a PING with the same body). REQUIRES: a whole frame starts there.
+void set_opcode(Bytes& out, std::size_t frame_start, Opcode opcode);
+
 // Items reuse `out`'s capacity; key views point into `body`. Keys are not checked against the
 // max key here (the server answers kInvalidKey per item); item count is checked against
 // max_batch (ErrorCode::kBatchTooLarge).

@@ -168,6 +168,32 @@ TEST_CASE("the probe echoes the batch's frames and decides nothing") {
   CHECK(d->allowed);
 }
 
+TEST_CASE("a one-item batch (its own fast path) decides and probes like a bigger one") {
+  TestServer server;
+  auto client = connect_or_fail(options_for(server.address()));
+  const std::vector<AcquireRequest> one = {{"one:1", rule_of(2), 1}};
+  for (int round = 0; round < 3; ++round) {
+    Answer answer;
+    client->acquire_batch_async(one, answer.callback());
+    REQUIRE(answer.latch.wait_for(1, 10s));
+    CHECK(answer.calls == 1);
+    CHECK(answer.thread != std::this_thread::get_id());
+    REQUIRE(answer.results.size() == 1);
+    REQUIRE(answer.results[0].ok());
+    CHECK(answer.results[0]->allowed == (round < 2));
+    CHECK(answer.results[0]->policy_quota == 2);
+  }
+  const std::vector<AcquireRequest> other = {{"one:2", rule_of(1), 1}};
+  Answer probed;
+  client->probe_batch_async(other, probed.callback());
+  REQUIRE(probed.latch.wait_for(1, 10s));
+  REQUIRE(probed.results.size() == 1);
+  REQUIRE(probed.results[0].ok());
+  CHECK(probed.results[0]->allowed);
+  CHECK(probed.results[0]->limit == 0);
+  CHECK(stat(*client, "total.keys") == 1);  // only one:1; the probe stored nothing
+}
+
 TEST_CASE("connections_per_shard opens that many connections to each shard and uses them") {
   TestServer server;
   ClientOptions options = options_for(server.address());
