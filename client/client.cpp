@@ -507,23 +507,14 @@ class AsyncBatch final : public ReplySink {
   // Runs under the connection's mutex, on the submitting thread.
   void encode(std::span<const AcquireRequest> items, const Part& part, protocol::Bytes& out,
               std::uint32_t id) {
-    protocol::Bytes& frame_out = probe_ ? probe_frame_ : out;
-    if (probe_) probe_frame_.clear();
-    const std::size_t frame = protocol::begin_acquire_request(frame_out, id);
+    const std::size_t frame = protocol::begin_acquire_request(out, id);
     for (std::uint32_t k = part.begin; k < part.end; ++k) {
       const AcquireRequest& r = items[order_[k]];
-      protocol::add_acquire_item(frame_out, frame,
-                                 protocol::AcquireItem{r.key, r.rule, r.cost, r.peek});
+      protocol::add_acquire_item(out, frame, protocol::AcquireItem{r.key, r.rule, r.cost, r.peek});
     }
-    protocol::finish_acquire_request(frame_out, frame);
-    if (probe_) {
-      // The ACQUIRE's own body, echoed back by the shard: the same bytes both ways.
-      protocol::encode_ping(
-          out, id,
-          std::span<const std::uint8_t>(probe_frame_.data() + protocol::kHeaderSize,
-                                        probe_frame_.size() - protocol::kHeaderSize),
-          false);
-    }
+    protocol::finish_acquire_request(out, frame);
+    // A probe sends the same bytes as a PING, which the shard echoes without deciding.
+    if (probe_) protocol::set_opcode(out, frame, Opcode::kPing);
   }
 
   void release() {
@@ -548,7 +539,6 @@ class AsyncBatch final : public ReplySink {
   std::vector<std::uint32_t> next_;
   std::vector<std::uint32_t> order_;  // item indices grouped by owner, then by part
   std::vector<Part> parts_;
-  protocol::Bytes probe_frame_;                   // submitting thread
   std::vector<protocol::AcquireResult> scratch_;  // I/O thread
   detail::HandlerSlot post_slot_;
 };
