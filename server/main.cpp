@@ -91,7 +91,8 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "close a connection silent this long (e.g. 30s, 5m; 0 = never)")(
       "sliding-log-cap", po::value<std::string>()->default_value("10000"),
       "largest limit a sliding_log rule may have")(
-      "node-id", po::value<std::string>()->default_value(""), "node name (default bind:port)");
+      "node-id", po::value<std::string>()->default_value(""), "node name (default bind:port)")(
+      "busy-poll", "shard threads poll instead of sleeping (each keeps a core busy)");
 
   po::variables_map vm;
   try {
@@ -136,6 +137,7 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   config.sliding_log_cap = static_cast<std::uint32_t>(parse_number(
       "sliding-log-cap", text("sliding-log-cap"), 1, std::numeric_limits<std::uint32_t>::max()));
   config.node_id = text("node-id");
+  config.busy_poll = vm.count("busy-poll") != 0;
   return config;
 }
 

@@ -129,7 +129,12 @@ void Shard::spawn() {
 void Shard::run() {
   for (;;) {
     try {
-      io_.run();
+      if (context_.config.busy_poll) {
+        // Never sleeps: the shard keeps its core and skips the wake-up on every event.
+        while (!io_.stopped()) io_.poll();
+      } else {
+        io_.run();
+      }
       return;
     } catch (...) {
       // Handlers do not throw by design; if one does, log it and keep the shard serving.

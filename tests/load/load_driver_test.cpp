@@ -25,11 +25,12 @@ using tcp = asio::ip::tcp;
 
 class LiveServer {
  public:
-  explicit LiveServer(unsigned shards = 2) {
+  explicit LiveServer(unsigned shards = 2, bool busy_poll = false) {
     server::ServerConfig config;
     config.bind = "127.0.0.1";
     config.port = 0;
     config.shards = shards;
+    config.busy_poll = busy_poll;
     config.max_memory = 16u << 20;
     config.idle_timeout = std::chrono::milliseconds(0);
     server_ = std::make_unique<server::Server>(config);
@@ -117,6 +118,23 @@ TEST_CASE("an open-loop run sends on schedule and stops at its duration", "[driv
   CHECK(result->errors == 0);
   check_consistent(*result);
   CHECK(report_json(o, *result).find("\"mode\":\"open\"") != std::string::npos);
+}
+
+TEST_CASE("busy polling on both sides answers the same run, and both stop", "[driver]") {
+  LiveServer server(/*shards=*/2, /*busy_poll=*/true);
+  LoadOptions o = bounded(server.address());
+  o.busy_poll = true;
+  o.audit = true;
+  const auto result = run_load(o);
+  REQUIRE(result.ok());
+  CHECK(result->sent == 3000);
+  CHECK(result->errors == 0);
+  CHECK(result->allowed > 0);
+  CHECK(result->denied > 0);
+  check_consistent(*result);
+  REQUIRE(result->audit.has_value());
+  CHECK(result->audit->max_overshoot_ratio == 0.0);
+  // ~LiveServer stops the polling shards: the test ending at all is the check.
 }
 
 TEST_CASE("ping sends the transport floor through the same path", "[driver]") {

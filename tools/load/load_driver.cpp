@@ -296,7 +296,11 @@ class Worker {
   // The thread body: runs until the bound is reached and replies are in (or the drain ends).
   void run() {
     asio::post(io_, [this] { start(); });
-    io_.run();
+    if (!o_.busy_poll) {
+      io_.run();
+      return;
+    }
+    while (!io_.stopped()) io_.poll();  // stops by itself once the run leaves no work
   }
 
   Published& published() { return published_; }

@@ -61,6 +61,9 @@ struct LoadOptions {
   std::string key_prefix = "k:";
   std::chrono::milliseconds connect_timeout{2'000};  // connect + handshake, all connections
   std::chrono::milliseconds drain_timeout{2'000};    // after the bound, for replies in flight
+  // Workers spin on io_context::poll() instead of sleeping: each takes a whole core, and no
+  // wake-up latency of the generator lands in the measured latency.
+  bool busy_poll = false;
   // Called about once a second from the thread that called run_load(), with the totals so far.
   std::function<void(double elapsed_s, std::uint64_t sent, std::uint64_t allowed,
                      std::uint64_t denied, std::uint64_t errors)>

@@ -75,6 +75,7 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "audit-keys", po::value<std::string>()->default_value("100000"),
       "audit keys [0, N) (memory bound)")("drain", po::value<std::string>()->default_value("2s"),
                                           "wait for replies after the bound")(
+      "busy-poll", "worker threads poll their sockets instead of sleeping in epoll_wait")(
       "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr");
   po::variables_map vm;
   po::store(po::command_line_parser(argc, argv).options(flags).run(), vm);
@@ -127,6 +128,7 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   o.audit = vm.count("audit") != 0;
   o.audit_keys = parse_number("audit-keys", text("audit-keys"), 1, 100'000'000);
   o.drain_timeout = std::chrono::milliseconds(parse_ms("drain", text("drain")));
+  o.busy_poll = vm.count("busy-poll") != 0;
   json = vm.count("json") != 0;
   if (vm.count("quiet") == 0) {
     o.progress = [](double elapsed_s, std::uint64_t sent, std::uint64_t allowed,
