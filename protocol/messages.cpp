@@ -214,7 +214,6 @@ void set_opcode(Bytes& out, std::size_t frame_start, Opcode opcode) {
   out[frame_start + 3] = static_cast<std::uint8_t>(opcode);
 }
 
-
 std::string_view item_status_name(ItemStatus status) {
   switch (status) {
     case ItemStatus::kDenied:
