@@ -30,6 +30,17 @@ std::optional<std::uint64_t> parse_count(std::string_view text) {
   return parts->first;
 }
 
+std::uint64_t count_flag(std::string_view flag, std::string_view text, std::uint64_t min,
+                         std::uint64_t max) {
+  const auto value = parse_count(text);
+  if (!value || *value < min || *value > max) {
+    throw FlagError("--" + std::string(flag) + ": expected a whole number from " +
+                    std::to_string(min) + " to " + std::to_string(max) + ", got '" +
+                    std::string(text) + "'");
+  }
+  return *value;
+}
+
 std::optional<std::uint64_t> parse_size(std::string_view text) {
   auto parts = split_number(text);
   if (!parts) return std::nullopt;

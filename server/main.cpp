@@ -23,20 +23,8 @@ namespace {
 namespace po = boost::program_options;
 using sluice::server::ServerConfig;
 
-struct FlagError {
-  std::string message;
-};
-
-// A whole decimal number in [min, max]; anything else (sign, suffix, overflow) is an error.
-std::uint64_t parse_number(const std::string& flag, const std::string& text, std::uint64_t min,
-                           std::uint64_t max) {
-  const auto value = sluice::parse_count(text);
-  if (!value || *value < min || *value > max) {
-    throw FlagError{
-        fmt::format("--{}: expected a whole number from {} to {}, got '{}'", flag, min, max, text)};
-  }
-  return *value;
-}
+using sluice::count_flag;
+using sluice::FlagError;
 
 std::uint64_t parse_size_flag(const std::string& flag, const std::string& text, std::uint64_t min,
                               std::uint64_t max) {
@@ -112,18 +100,18 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
 
   ServerConfig config;
   config.bind = text("bind");
-  config.port = static_cast<std::uint16_t>(parse_number("port", text("port"), 0, 65535));
-  config.shard_base_port = static_cast<std::uint16_t>(
-      parse_number("shard-base-port", text("shard-base-port"), 0, 65535));
-  config.shards = static_cast<unsigned>(parse_number("shards", text("shards"), 0, 1024));
+  config.port = static_cast<std::uint16_t>(count_flag("port", text("port"), 0, 65535));
+  config.shard_base_port =
+      static_cast<std::uint16_t>(count_flag("shard-base-port", text("shard-base-port"), 0, 65535));
+  config.shards = static_cast<unsigned>(count_flag("shards", text("shards"), 0, 1024));
   config.max_memory =
       parse_size_flag("max-memory", text("max-memory"), 1, std::numeric_limits<std::size_t>::max());
   config.max_frame = static_cast<std::uint32_t>(parse_size_flag(
       "max-frame", text("max-frame"), 64, std::numeric_limits<std::uint32_t>::max()));
-  config.max_key = static_cast<std::uint16_t>(parse_number("max-key", text("max-key"), 1, 65535));
+  config.max_key = static_cast<std::uint16_t>(count_flag("max-key", text("max-key"), 1, 65535));
   config.max_batch =
-      static_cast<std::uint16_t>(parse_number("max-batch", text("max-batch"), 1, 65535));
-  config.max_connections = static_cast<std::uint32_t>(parse_number(
+      static_cast<std::uint16_t>(count_flag("max-batch", text("max-batch"), 1, 65535));
+  config.max_connections = static_cast<std::uint32_t>(count_flag(
       "max-connections", text("max-connections"), 1, std::numeric_limits<std::uint32_t>::max()));
   const auto idle = sluice::parse_duration_ms(text("idle-timeout"));
   constexpr std::uint64_t kMaxIdleMs = 366ull * 24 * 3600 * 1000;
@@ -134,7 +122,7 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
                     text("idle-timeout"))};
   }
   config.idle_timeout = std::chrono::milliseconds(*idle);
-  config.sliding_log_cap = static_cast<std::uint32_t>(parse_number(
+  config.sliding_log_cap = static_cast<std::uint32_t>(count_flag(
       "sliding-log-cap", text("sliding-log-cap"), 1, std::numeric_limits<std::uint32_t>::max()));
   config.node_id = text("node-id");
   config.busy_poll = vm.count("busy-poll") != 0;
@@ -148,7 +136,7 @@ int main(int argc, char** argv) {
   try {
     config = parse_flags(argc, argv);
   } catch (const FlagError& e) {
-    fmt::print(stderr, "sluiced: {}\nTry 'sluiced --help'.\n", e.message);
+    fmt::print(stderr, "sluiced: {}\nTry 'sluiced --help'.\n", e.what());
     return 2;
   }
   if (!config) return 0;

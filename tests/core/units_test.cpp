@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <string_view>
+
 #include "core/units.h"
 
 namespace sluice {
@@ -16,6 +19,24 @@ TEST_CASE("parse_count reads whole decimal numbers only", "[units]") {
   CHECK_FALSE(parse_count(" 1").has_value());
   CHECK_FALSE(parse_count("1 ").has_value());
   CHECK_FALSE(parse_count("10k").has_value());
+}
+
+TEST_CASE("count_flag keeps a whole number within its bounds and names the flag otherwise",
+          "[units]") {
+  CHECK(count_flag("port", "0", 0, 65535) == 0u);
+  CHECK(count_flag("port", "65535", 0, 65535) == 65535u);
+  const auto message = [](std::string_view text) {
+    try {
+      count_flag("port", text, 1, 65535);
+    } catch (const FlagError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message("65536") == "--port: expected a whole number from 1 to 65535, got '65536'");
+  CHECK(message("0") == "--port: expected a whole number from 1 to 65535, got '0'");
+  CHECK(message("80x") == "--port: expected a whole number from 1 to 65535, got '80x'");
+  CHECK(message("") == "--port: expected a whole number from 1 to 65535, got ''");
 }
 
 TEST_CASE("parse_size reads bytes with binary suffixes", "[units]") {

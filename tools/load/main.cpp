@@ -18,19 +18,8 @@ namespace {
 namespace po = boost::program_options;
 using namespace sluice::load;
 
-struct FlagError {
-  std::string message;
-};
-
-std::uint64_t parse_number(const std::string& flag, const std::string& text, std::uint64_t min,
-                           std::uint64_t max) {
-  const auto value = sluice::parse_count(text);
-  if (!value || *value < min || *value > max) {
-    throw FlagError{
-        fmt::format("--{}: expected a whole number from {} to {}, got '{}'", flag, min, max, text)};
-  }
-  return *value;
-}
+using sluice::count_flag;
+using sluice::FlagError;
 
 std::uint64_t parse_ms(const std::string& flag, const std::string& text) {
   const auto value = sluice::parse_duration_ms(text);
@@ -104,29 +93,29 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
     if (comma > at) o.servers.push_back(servers.substr(at, comma - at));
     at = comma + 1;
   }
-  o.connections = static_cast<unsigned>(parse_number("connections", text("connections"), 1, 10000));
-  o.depth = static_cast<unsigned>(parse_number("depth", text("depth"), 1, 100000));
-  o.batch = static_cast<unsigned>(parse_number("batch", text("batch"), 1, 65535));
-  o.threads = static_cast<unsigned>(parse_number("threads", text("threads"), 1, 256));
-  o.rate = static_cast<double>(parse_number("rate", text("rate"), 0, 1'000'000'000));
-  o.keys = parse_number("keys", text("keys"), 1, 1'000'000'000'000);
+  o.connections = static_cast<unsigned>(count_flag("connections", text("connections"), 1, 10000));
+  o.depth = static_cast<unsigned>(count_flag("depth", text("depth"), 1, 100000));
+  o.batch = static_cast<unsigned>(count_flag("batch", text("batch"), 1, 65535));
+  o.threads = static_cast<unsigned>(count_flag("threads", text("threads"), 1, 256));
+  o.rate = static_cast<double>(count_flag("rate", text("rate"), 0, 1'000'000'000));
+  o.keys = count_flag("keys", text("keys"), 1, 1'000'000'000'000);
   std::string error;
   const auto dist = parse_distribution(text("dist"), &error);
   if (!dist) throw FlagError{"--dist: " + error};
   o.dist = *dist;
-  o.seed = parse_number("seed", text("seed"), 0, UINT64_MAX);
+  o.seed = count_flag("seed", text("seed"), 0, UINT64_MAX);
   o.key_prefix = text("key-prefix");
   const auto algorithm = sluice::parse_algorithm(text("algorithm"));
   if (!algorithm) throw FlagError{"--algorithm: unknown algorithm '" + text("algorithm") + "'"};
   o.rule.algorithm = *algorithm;
-  o.rule.limit = static_cast<std::uint32_t>(parse_number("limit", text("limit"), 0, UINT32_MAX));
+  o.rule.limit = static_cast<std::uint32_t>(count_flag("limit", text("limit"), 0, UINT32_MAX));
   o.rule.period_ms = parse_ms("period", text("period"));
-  o.rule.burst = static_cast<std::uint32_t>(parse_number("burst", text("burst"), 0, UINT32_MAX));
-  o.cost = static_cast<std::uint32_t>(parse_number("cost", text("cost"), 1, UINT32_MAX));
+  o.rule.burst = static_cast<std::uint32_t>(count_flag("burst", text("burst"), 0, UINT32_MAX));
+  o.cost = static_cast<std::uint32_t>(count_flag("cost", text("cost"), 1, UINT32_MAX));
   o.duration = std::chrono::milliseconds(parse_ms("duration", text("duration")));
-  o.requests = parse_number("requests", text("requests"), 0, UINT64_MAX);
+  o.requests = count_flag("requests", text("requests"), 0, UINT64_MAX);
   o.audit = vm.count("audit") != 0;
-  o.audit_keys = parse_number("audit-keys", text("audit-keys"), 1, 100'000'000);
+  o.audit_keys = count_flag("audit-keys", text("audit-keys"), 1, 100'000'000);
   o.drain_timeout = std::chrono::milliseconds(parse_ms("drain", text("drain")));
   o.busy_poll = vm.count("busy-poll") != 0;
   json = vm.count("json") != 0;
@@ -153,7 +142,7 @@ int main(int argc, char** argv) {
     if (!parsed) return 0;
     options = std::move(*parsed);
   } catch (const FlagError& e) {
-    std::cerr << "sluice-load: " << e.message << "\n";
+    std::cerr << "sluice-load: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "sluice-load: " << e.what() << "\n";
