@@ -149,7 +149,6 @@ struct Part {
   std::uint32_t request = 0;
   std::uint32_t first = 0;  // into Worker::items_
   std::uint32_t count = 0;
-  std::uint64_t sent_unix_ns = 0;  // audit only
   bool active = false;
 };
 
@@ -165,7 +164,6 @@ struct Request {
 struct Conn {
   explicit Conn(asio::io_context& io) : socket(io) {}
   tcp::socket socket;
-  std::uint32_t index = 0;
   protocol::Bytes out;      // appended by requests, not yet written
   protocol::Bytes sending;  // the buffer async_write is sending
   bool writing = false;
@@ -215,7 +213,6 @@ class Worker {
       connections_ = connections;
       for (unsigned i = 0; i < connections; ++i) {
         auto c = std::make_unique<Conn>(io_);
-        c->index = i;
         c->in.resize(kReadChunk);
         c->out.reserve(4096);
         c->sending.reserve(4096);
@@ -421,9 +418,7 @@ class Worker {
     req.intended_ns = intended_ns;
     req.parts_left = 0;
     const std::uint32_t base = r * o_.batch;
-    const bool audit = ctx_.audit.has_value();
-    const std::uint64_t sent_unix = audit ? unix_ns() : 0;
-    req.sent_unix_ns = sent_unix;
+    req.sent_unix_ns = sluice_ && ctx_.audit ? unix_ns() : 0;  // Redis audits by server time
     ++in_flight_requests_;
     sent_ += n;
     step(steady_ns()).sent += n;
@@ -435,7 +430,7 @@ class Worker {
         rr_ = (rr_ + 1) % static_cast<std::uint32_t>(conns_.size());
       }
       req.conn = conn;
-      issue_redis(*conns_[conn], r, base, n, sent_unix);
+      issue_redis(*conns_[conn], r, base, n);
     }
   }
 
@@ -493,8 +488,7 @@ class Worker {
     if (stopping_ && in_flight_requests_ == 0) finish(now_ns_);
   }
 
-  Part& add_part(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count,
-                 std::uint64_t sent_unix) {
+  void add_part(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count) {
     const std::uint32_t id = c.next;
     c.next = next_id(c.next);
     while (c.ring[id & c.mask].active) grow_ring(c);
@@ -504,7 +498,6 @@ class Worker {
     p.request = r;
     p.first = first;
     p.count = count;
-    p.sent_unix_ns = sent_unix;
     p.active = true;
     ++c.in_flight;
     ++requests_[r].parts_left;
@@ -512,11 +505,9 @@ class Worker {
       c.dirty = true;
       dirty_.push_back(&c);
     }
-    return p;
   }
 
-  void issue_redis(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count,
-                   std::uint64_t sent_unix) {
+  void issue_redis(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count) {
     writer_.clear();
     const bool incr_window =
         o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kIncrWindow;
@@ -541,7 +532,7 @@ class Worker {
           break;
       }
     }
-    add_part(c, r, first, count, sent_unix);
+    add_part(c, r, first, count);
     const std::string_view bytes = writer_.view();
     c.out.insert(c.out.end(), bytes.begin(), bytes.end());
   }
