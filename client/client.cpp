@@ -422,9 +422,8 @@ class AsyncBatch final : public ReplySink {
     const Part& p = parts_[part];
     const std::size_t count = p.end - p.begin;
     if (probe_) {
-      if (reply.header.opcode != Opcode::kPing) return on_failure(part, unexpected_reply("PING"));
-      Decision echoed;
-      echoed.allowed = true;
+      const Result<Decision> echoed = detail::probe_echo(reply);
+      if (!echoed.ok()) return on_failure(part, unexpected_reply("PING"));
       for (std::uint32_t i = p.begin; i < p.end; ++i) results_[order_[i]] = echoed;
     } else {
       if (reply.header.opcode != Opcode::kAcquire ||
