@@ -375,8 +375,9 @@ struct Client::Impl {
   bool timer_armed = false;  // I/O thread
   detail::HandlerSlot timer_slot;
   std::chrono::milliseconds tick{10};
-  BatchPool batches;          // outlives the connections: failing them completes batches
-  std::mutex connections_mu;  // guards the list; connections live until ~Impl
+  BatchPool batches;  // outlives the connections: failing them completes batches
+  std::vector<Result<Decision>> completed_results;  // I/O thread: a finished batch's results
+  std::mutex connections_mu;                        // guards the list; connections live until ~Impl
   std::vector<std::unique_ptr<Connection>> connections;
   std::vector<Connection*> io_connections;  // I/O thread: snapshot()'s buffer
   std::unique_ptr<detail::Router> router;
@@ -520,11 +521,17 @@ class AsyncBatch final : public ReplySink {
     if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) complete();
   }
 
-  // I/O thread, once: runs the callback, then returns the batch to the pool.
+  // I/O thread, once. The batch goes back to the pool before the callback runs, so a caller
+  // that submits again from the callback (or as soon as it sees it) reuses it: the pool never
+  // needs more batches than are in flight. The results move to the I/O thread's scratch
+  // (vectors swapped, no copy) so they stay valid for the callback.
   void complete() {
-    done_(std::span<const Result<Decision>>(results_));
+    const BatchCallback done = std::move(done_);
     done_ = nullptr;
+    std::vector<Result<Decision>>& results = impl_.completed_results;
+    results.swap(results_);
     impl_.batches.give(*this);
+    done(std::span<const Result<Decision>>(results));
   }
 
   Client::Impl& impl_;
