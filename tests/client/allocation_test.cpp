@@ -21,8 +21,8 @@
 #if SLUICE_COUNT_ALLOCATIONS
 namespace {
 thread_local std::uint64_t tl_allocations = 0;
-std::atomic<std::uint64_t> g_allocations{
-    0};  // every thread: the caller's, the client's, the server's
+// Every thread's: the caller's, the client's I/O thread's and the in-process server's.
+std::atomic<std::uint64_t> g_allocations{0};
 }  // namespace
 
 void* operator new(std::size_t n) {
@@ -132,27 +132,30 @@ TEST_CASE("100,000 decisions through client and server allocate nothing in the w
       (d.ok() ? decided : failed).fetch_add(1, std::memory_order_relaxed);
     }
   } tally;
-  // One round: 250 single acquires and 5 batches of 50 in flight together = 500 decisions.
+  // One round: 250 single acquires and 5 batches of 50 in flight together = 500 decisions;
+  // `scale` times that for the warm-up, so that every buffer and pool (the client's batches,
+  // the server's output buffers) has grown past what a measured round can need, whatever the
+  // timing.
   // Callbacks capture at most two pointers, so std::function stores them in place.
-  auto round = [&](std::size_t r) {
+  auto round = [&](std::size_t r, std::size_t scale = 1) {
     CallbackLatch latch;
-    for (std::size_t i = 0; i < 250; ++i) {
+    for (std::size_t i = 0; i < 250 * scale; ++i) {
       client->acquire_async(keys[(r * 250 + i) % keys.size()], rule, 1,
                             [&tally, &latch](Result<Decision> d) {
                               tally.add(d);
                               latch.count_down();
                             });
     }
-    for (int b = 0; b < 5; ++b) {
+    for (std::size_t b = 0; b < 5 * scale; ++b) {
       client->acquire_batch_async(batch,
                                   [&tally, &latch](std::span<const Result<Decision>> results) {
                                     for (const auto& d : results) tally.add(d);
                                     latch.count_down();
                                   });
     }
-    return latch.wait_for(255, 10s);
+    return latch.wait_for(255 * scale, 10s);
   };
-  for (std::size_t r = 0; r < 40; ++r) REQUIRE(round(r));  // warm-up: every key stored
+  for (std::size_t r = 0; r < 40; ++r) REQUIRE(round(r, 4));  // warm-up: every key stored
 
   tally.decided = 0;
   const std::uint64_t before = g_allocations.load();
