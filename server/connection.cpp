@@ -31,8 +31,6 @@ constexpr std::size_t kInitialInput = 32 * 1024;
 // many frames wait for other shards, so a client that pipelines without reading cannot grow
 // memory without bound.
 constexpr std::uint32_t kMaxFramesPending = 4096;
-// How many items ahead a batch prefetches the records it is about to decide.
-constexpr std::size_t kPrefetchAhead = 8;
 // How long a closing connection may take to send its last bytes and see the peer close.
 constexpr auto kCloseGrace = std::chrono::seconds(1);
 
@@ -349,22 +347,16 @@ void Connection::handle_acquire(std::uint32_t request_id, std::span<const std::u
     local_items_.push_back(static_cast<std::uint32_t>(i));
   }
   if (!local_items_.empty()) {
-    // Decide in a second pass with each record prefetched kPrefetchAhead items before it is
-    // needed: the cache and TLB misses of a batch overlap with the work on earlier items
-    // instead of coming one after another (bench/table_bench.cpp, BM_FindExistingPrefetched).
-    const std::size_t n = local_items_.size();
-    for (std::size_t k = 0; k < std::min(n, kPrefetchAhead); ++k) {
-      shard_.prefetch(acquire_hashes_[local_items_[k]]);
-    }
+    // The owned items are decided in a second pass, with their records prefetched ahead.
     const std::uint64_t now_ns = context.clock->now_ns();
-    for (std::size_t k = 0; k < n; ++k) {
-      if (k + kPrefetchAhead < n)
-        shard_.prefetch(acquire_hashes_[local_items_[k + kPrefetchAhead]]);
-      const std::uint32_t i = local_items_[k];
-      const protocol::AcquireItem& item = acquire_items_[i];
-      acquire_results_[i] =
-          shard_.acquire_local(acquire_hashes_[i], item.rule, item.cost, item.peek, now_ns);
-    }
+    shard_.decide_prefetched(
+        local_items_.size(), [&](std::size_t k) { return acquire_hashes_[local_items_[k]]; },
+        [&](std::size_t k) {
+          const std::uint32_t i = local_items_[k];
+          const protocol::AcquireItem& item = acquire_items_[i];
+          acquire_results_[i] =
+              shard_.acquire_local(acquire_hashes_[i], item.rule, item.cost, item.peek, now_ns);
+        });
   }
   if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
   if (!handed_over) {

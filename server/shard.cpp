@@ -333,16 +333,14 @@ void Shard::run_task(HandoverTask* task) {
   const std::uint64_t now_ns = context_.clock->now_ns();
   PendingFrame& frame = *task->frame;
   if (task->opcode == protocol::Opcode::kAcquire) {
-    // Records prefetched a few items ahead, as Connection::handle_acquire does.
     const std::vector<HandoverItem>& items = task->items;
-    constexpr std::size_t kAhead = 8;
-    for (std::size_t k = 0; k < std::min(items.size(), kAhead); ++k) table_.prefetch(items[k].hash);
-    for (std::size_t k = 0; k < items.size(); ++k) {
-      if (k + kAhead < items.size()) table_.prefetch(items[k + kAhead].hash);
-      const HandoverItem& item = items[k];
-      frame.acquire_results[item.index] =
-          acquire_local(item.hash, item.rule, item.cost, item.peek, now_ns);
-    }
+    decide_prefetched(
+        items.size(), [&](std::size_t k) { return items[k].hash; },
+        [&](std::size_t k) {
+          const HandoverItem& item = items[k];
+          frame.acquire_results[item.index] =
+              acquire_local(item.hash, item.rule, item.cost, item.peek, now_ns);
+        });
   } else {
     for (const HandoverItem& item : task->items) {
       frame.reset_results[item.index] = reset_local(item.hash, now_ns);
