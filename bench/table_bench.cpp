@@ -49,10 +49,11 @@ std::vector<KeyHash> random_keys(std::size_t n, std::uint64_t seed) {
   return keys;
 }
 
-TableConfig roomy(std::size_t initial_slots) {
+TableConfig roomy(std::size_t initial_slots, bool huge_pages = true) {
   TableConfig c;
   c.max_bytes = std::size_t{1} << 30;
   c.initial_slots = initial_slots;
+  c.huge_pages = huge_pages;
   return c;
 }
 
@@ -61,11 +62,12 @@ void fill(CounterTable& table, const std::vector<KeyHash>& keys, const Rule& rul
   for (const KeyHash& k : keys) table.acquire(k, rule, Request{now, 1, false});
 }
 
-// Arg: keys stored. 10k fits in cache and shows the CPU cost; 1M pays a memory miss.
+// Args: keys stored, and whether records are in huge pages. 10k fits in cache and shows the CPU
+// cost; 1M pays a memory miss, and with 4 KiB pages a TLB miss too.
 void BM_FindExisting(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const auto keys = random_keys(n, 1);
-  CounterTable table(roomy(16));
+  CounterTable table(roomy(16, state.range(1) != 0));
   fill(table, keys, kBucket, kT0);
   std::uint64_t now = kT0;
   std::size_t i = 0;
@@ -77,13 +79,17 @@ void BM_FindExisting(benchmark::State& state) {
   }
   state.counters["load"] = static_cast<double>(table.size()) / table.stats().slots;
 }
-BENCHMARK(BM_FindExisting)->Arg(10'000)->Arg(kKeys);
+BENCHMARK(BM_FindExisting)
+    ->Args({10'000, 1})
+    ->Args({kKeys, 0})
+    ->Args({kKeys, 1})
+    ->ArgNames({"keys", "huge"});
 
 // As above, with prefetch() issued 8 requests ahead, as a server draining a batch would.
 void BM_FindExistingPrefetched(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   const auto keys = random_keys(n, 1);
-  CounterTable table(roomy(16));
+  CounterTable table(roomy(16, state.range(1) != 0));
   fill(table, keys, kBucket, kT0);
   std::uint64_t now = kT0;
   std::size_t i = 0;
@@ -94,7 +100,10 @@ void BM_FindExistingPrefetched(benchmark::State& state) {
     ++i;
   }
 }
-BENCHMARK(BM_FindExistingPrefetched)->Arg(kKeys);
+BENCHMARK(BM_FindExistingPrefetched)
+    ->Args({kKeys, 0})
+    ->Args({kKeys, 1})
+    ->ArgNames({"keys", "huge"});
 
 // Inserts into a table sized for kKeys up front (no growth); refilled every kKeys inserts.
 void BM_InsertPresized(benchmark::State& state) {

@@ -91,9 +91,12 @@ Shard::Shard(ServerContext& context, unsigned index)
       io_(1),
       work_(asio::make_work_guard(io_)),
       table_(TableConfig{.max_bytes = context.config.max_memory / context.shard_count,
-                         .sliding_log_cap = context.config.sliding_log_cap}),
+                         .sliding_log_cap = context.config.sliding_log_cap,
+                         .huge_pages = context.config.huge_pages}),
       sweep_timer_(io_),
-      staging_(context.shard_count) {}
+      staging_(context.shard_count) {
+  publish_table_stats();  // STATS shows the empty table (and its page size) from the start
+}
 
 Shard::~Shard() {
   // Normally empty: shutdown waits for every task to come home. Free stragglers anyway (the
@@ -254,6 +257,7 @@ void Shard::publish_table_stats() {
   counters_[Stat::kExpired].set(stats.expired);
   counters_[Stat::kEvictedLru].set(stats.evicted_lru);
   counters_[Stat::kFailedInserts].set(stats.failed_inserts);
+  counters_[Stat::kHugePages].set(stats.huge_pages ? 1 : 0);
 }
 
 PendingFrame* Shard::new_pending_frame() {

@@ -46,6 +46,7 @@ enum class Stat : std::size_t {
   kProtocolErrors,
   kIdleClosed,
   kRejectedConnections,
+  kHugePages,
   kCount,
 };
 
@@ -65,6 +66,7 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCo
     "protocol_errors",
     "idle_closed",
     "rejected_connections",
+    "huge_pages",
 };
 
 // Padded so that two shards' counters never share a cache line.

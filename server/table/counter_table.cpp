@@ -7,20 +7,13 @@
 // Insertions shift a run of records by one slot towards a "sink" (an empty slot, an expired
 // record or an evicted one), as long as no shifted record passes the displacement bound; deletions
 // shift the run after the hole back (backward-shift deletion), so there are no tombstones.
-// A segment grows in place (its mapping is extended, then records move right, last first) and
+// A segment grows in place (chunks are appended, then records move right, last first) and
 // splits by one more selector bit; neither ever holds two copies of the segment.
 #include "server/table/counter_table.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <new>
-
-#ifdef __linux__
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
 
 namespace sluice::server {
 namespace {
@@ -122,81 +115,31 @@ double phase_of(std::uint32_t depth, std::uint32_t prefix) {
   return static_cast<double>(splitmix64(std::uint64_t{depth} << 32 | prefix) >> 11) * 0x1p-53;
 }
 
-std::size_t page_bytes() {
-#ifdef __linux__
-  static const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  return page;
-#else
-  return 4096;
-#endif
-}
-
-std::size_t round_up_pages(std::size_t bytes) {
-  const std::size_t page = page_bytes();
-  return (bytes + page - 1) / page * page;
-}
-
-// Zeroed memory (zeroed slots are empty), page-granular so that what is counted is what the
-// process holds, or nullptr.
-void* map_zeroed(std::size_t bytes) {
-#ifdef __linux__
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
-#else
-  return std::calloc(bytes, 1);
-#endif
-}
-
-// Resizes a mapping, keeping its contents (new bytes are zero), or nullptr (the old mapping is
-// then unchanged). On Linux the pages are moved, not copied, so there is never a second copy.
-void* remap(void* p, std::size_t old_bytes, std::size_t new_bytes) {
-#ifdef __linux__
-  void* q = mremap(p, old_bytes, new_bytes, MREMAP_MAYMOVE);
-  return q == MAP_FAILED ? nullptr : q;
-#else
-  void* q = std::realloc(p, new_bytes);
-  if (q != nullptr && new_bytes > old_bytes) {
-    std::memset(static_cast<char*>(q) + old_bytes, 0, new_bytes - old_bytes);
-  }
-  return q;
-#endif
-}
-
-void unmap(void* p, std::size_t bytes) {
-#ifdef __linux__
-  munmap(p, bytes);
-#else
-  (void)bytes;
-  std::free(p);
-#endif
-}
-
 }  // namespace
 
-std::size_t CounterTable::home_of(const Segment& seg, std::uint64_t fp_lo) {
-  return static_cast<std::size_t>(slot_for(KeyHash{fp_lo, 0}, seg.homes));
+std::size_t CounterTable::home_of(std::uint32_t homes, std::uint64_t fp_lo) {
+  return static_cast<std::size_t>(slot_for(KeyHash{fp_lo, 0}, homes));
 }
 
 namespace {
 
-// The bytes of a segment with at least `homes` home slots, on the ladder of `phase`: the
-// smallest kLadderBase * kGrowth^(j + phase), j an integer, then rounded up to whole pages.
-std::size_t ladder_bytes(std::size_t homes, double phase, std::size_t record_bytes,
-                         std::size_t extra_slots) {
+// The slots of a segment with at least `homes` home slots, on the ladder of `phase`: the
+// smallest kLadderBase * kGrowth^(j + phase), j an integer, plus `extra_slots`. Callers round
+// up to whole chunks.
+std::size_t ladder_slots(std::size_t homes, double phase, std::size_t extra_slots) {
   const double steps =
       std::ceil(std::log(static_cast<double>(homes) / kLadderBase) / std::log(kGrowth) - phase);
   const double rung = std::ceil(kLadderBase * std::pow(kGrowth, steps + phase));
-  const std::size_t slots = std::max(homes, static_cast<std::size_t>(rung)) + extra_slots;
-  return round_up_pages(slots * record_bytes);
+  return std::max(homes, static_cast<std::size_t>(rung)) + extra_slots;
 }
 
 }  // namespace
 
 CounterTable::CounterTable(const TableConfig& config)
-    : max_bytes_(
-          std::max({config.max_bytes, kMinMaxBytes, 2 * page_bytes() + (std::size_t{4} << 10)})),
+    : max_bytes_(std::max(config.max_bytes, kMinMaxBytes)),
       sliding_log_cap_(std::min(config.sliding_log_cap, LogArena::kMaxRingEntries)),
-      arena_(arena_chunk_bytes(max_bytes_)) {
+      arena_(arena_chunk_bytes(max_bytes_)),
+      pool_(config.huge_pages && max_bytes_ >= kHugePagesMinBytes) {
   // Enough selector bits for the segments the cap can hold, and a directory of at most
   // 1/256 of the cap.
   while (max_depth_ < 32 && (std::size_t{8} << max_depth_) <= max_bytes_ / 256) ++max_depth_;
@@ -204,39 +147,62 @@ CounterTable::CounterTable(const TableConfig& config)
   std::uint32_t depth = 0;
   while (depth < max_depth_ && (want >> depth) > kSplitHomes) ++depth;
   std::size_t count = std::size_t{1} << depth;
-  std::size_t bytes = 0;
+  std::size_t chunks = 0;
   for (;; --depth, count /= 2) {
     const std::size_t meta = count * (sizeof(std::uint32_t) + sizeof(Segment));
-    const std::size_t budget = room() > meta ? (room() - meta) / count : 0;
     const std::size_t homes = (want + count - 1) / count;
-    bytes = std::min(round_up_pages((homes + kMaxDisplacement + 1) * sizeof(Record)),
-                     budget / page_bytes() * page_bytes());
-    if (bytes / sizeof(Record) >= kMaxDisplacement + 1 + 16 || depth == 0) break;
+    chunks = chunks_for(homes + kMaxDisplacement + 1);
+    // Each chunk also takes a pointer in its segment's chunk list.
+    const std::size_t per_chunk = ChunkPool::kChunkBytes + sizeof(Record*);
+    const std::size_t budget = room() > meta ? room() - meta : 0;
+    chunks = std::min(chunks, std::min(pool_.affordable(budget), budget / per_chunk) / count);
+    if (chunks * kChunkRecords >= kMaxDisplacement + 1 + 16 || depth == 0) break;
   }
-  bytes = std::max(bytes, round_up_pages((kMaxDisplacement + 1 + 16) * sizeof(Record)));
+  chunks = std::max(chunks, chunks_for(kMaxDisplacement + 1 + 16));
   depth_ = depth;
   directory_.resize(count);
   segments_.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
     Segment seg;
-    seg.records = static_cast<Record*>(map_zeroed(bytes));
-    if (seg.records == nullptr) throw std::bad_alloc();
-    seg.bytes = bytes;
-    seg.homes = static_cast<std::uint32_t>(bytes / sizeof(Record) - kMaxDisplacement - 1);
+    if (!add_chunks(seg, chunks)) throw std::bad_alloc();
+    seg.homes = static_cast<std::uint32_t>(chunks * kChunkRecords - kMaxDisplacement - 1);
     seg.max_size = static_cast<std::uint32_t>(seg.homes * kMaxLoad);
     seg.prefix = i;
     seg.depth = depth;
-    segments_.push_back(seg);
-    directory_[i] = i;
-    segment_bytes_ += bytes;
     total_slots_ += seg.total_slots();
+    segments_.push_back(std::move(seg));
+    directory_[i] = i;
   }
   rehash_scratch_.resize(segments_[0].total_slots());
   peak_bytes_ = memory_bytes();
 }
 
-CounterTable::~CounterTable() {
-  for (Segment& seg : segments_) unmap(seg.records, seg.bytes);  // the arena frees the rings
+CounterTable::~CounterTable() = default;  // the pool unmaps the chunks, the arena the rings
+
+bool CounterTable::add_chunks(Segment& seg, std::size_t n) {
+  const std::size_t capacity = seg.chunks.capacity();
+  try {
+    seg.chunks.reserve(seg.chunks.size() + n);
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  chunk_index_bytes_ += (seg.chunks.capacity() - capacity) * sizeof(Record*);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto* chunk = static_cast<Record*>(pool_.take());
+    if (chunk == nullptr) {
+      drop_chunks(seg, seg.chunks.size() - i);
+      return false;
+    }
+    seg.chunks.push_back(chunk);
+  }
+  return true;
+}
+
+void CounterTable::drop_chunks(Segment& seg, std::size_t keep) {
+  while (seg.chunks.size() > keep) {
+    pool_.give(seg.chunks.back());
+    seg.chunks.pop_back();
+  }
 }
 
 std::uint32_t CounterTable::segment_index(const KeyHash& key) const {
@@ -250,23 +216,37 @@ CounterTable::Probe CounterTable::find(const KeyHash& key) const {
   const std::uint32_t index = segment_index(key);
   const Segment& seg = segments_[index];
   const std::uint64_t order = key.lo >> 32;
+  const std::size_t home = home_of(seg, key.lo);
+  std::size_t chunk = home / kChunkRecords;
+  std::size_t offset = home % kChunkRecords;
+  const Record* records = seg.chunks[chunk];
   // Terminates within kMaxDisplacement + 1 slots: a record past that window has a later home,
   // hence a larger `order` (invariants 1 and 2).
-  for (std::size_t i = home_of(seg, key.lo);; ++i) {
-    const Record& r = seg.records[i];
-    if (tag_of(r.meta) == 0 || (r.fp_lo >> 32) > order) return {index, i, false};
-    if (r.fp_lo == key.lo && r.fp_hi == key.hi) return {index, i, true};
+  for (;;) {
+    const Record& r = records[offset];
+    if (tag_of(r.meta) == 0 || (r.fp_lo >> 32) > order) {
+      return {index, chunk * kChunkRecords + offset, false};
+    }
+    if (r.fp_lo == key.lo && r.fp_hi == key.hi)
+      return {index, chunk * kChunkRecords + offset, true};
+    if (++offset == kChunkRecords) {
+      offset = 0;
+      records = seg.chunks[++chunk];
+    }
   }
 }
 
 void CounterTable::prefetch(const KeyHash& key) const {
   const Segment& seg = segments_[segment_index(key)];
-  __builtin_prefetch(&seg.records[home_of(seg, key.lo)]);
+  // Both cache lines a record may straddle.
+  const auto* record = reinterpret_cast<const char*>(&at(seg, home_of(seg, key.lo)));
+  __builtin_prefetch(record);
+  __builtin_prefetch(record + sizeof(Record) - 1);
 }
 
 std::size_t CounterTable::metadata_bytes() const {
   return directory_.capacity() * sizeof(std::uint32_t) + segments_.capacity() * sizeof(Segment) +
-         rehash_scratch_.capacity();
+         rehash_scratch_.capacity() + chunk_index_bytes_;
 }
 
 std::size_t CounterTable::room() const {
@@ -289,27 +269,28 @@ void CounterTable::drop_in_rehash(Record& record, bool expired) {
 
 bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
   Segment& seg = segments_[index];
-  // The next rung of the ladder at least half a step up (page rounding can leave a rung close).
-  std::size_t bytes =
-      ladder_bytes(static_cast<std::size_t>(seg.homes * (1 + (kGrowth - 1) / 2)) + 1,
-                   phase_of(seg.depth, seg.prefix), sizeof(Record), kMaxDisplacement + 1);
+  // The next rung of the ladder at least half a step up (chunk rounding can leave a rung close).
+  const std::size_t want =
+      chunks_for(ladder_slots(static_cast<std::size_t>(seg.homes * (1 + (kGrowth - 1) / 2)) + 1,
+                              phase_of(seg.depth, seg.prefix), kMaxDisplacement + 1));
   const std::size_t old_slots = seg.total_slots();
   const std::size_t scratch =
       rehash_scratch_.capacity() < old_slots ? old_slots - rehash_scratch_.capacity() : 0;
   if (scratch > room()) return false;
-  // Near the cap, the largest whole-page step that still fits.
-  bytes = std::min(bytes, seg.bytes + (room() - scratch) / page_bytes() * page_bytes());
-  if (bytes <= seg.bytes) return false;
-  const std::size_t homes = bytes / sizeof(Record) - kMaxDisplacement - 1;
+  // Near the cap, the largest step that still fits. Each new chunk also takes a pointer in the
+  // segment's chunk list.
+  const std::size_t budget = room() - scratch;
+  std::size_t add = want > seg.chunks.size() ? want - seg.chunks.size() : 0;
+  const std::size_t list_bytes = add * sizeof(Record*);
+  add = std::min(add, pool_.affordable(budget > list_bytes ? budget - list_bytes : 0));
+  if (add == 0) return false;
+  const std::size_t homes = (seg.chunks.size() + add) * kChunkRecords - kMaxDisplacement - 1;
   if (homes > (std::size_t{1} << 32) - 1) return false;  // slot_for() scales 32 bits
   if (rehash_scratch_.size() < old_slots) rehash_scratch_.resize(old_slots);
-  auto* records = static_cast<Record*>(remap(seg.records, seg.bytes, bytes));
-  if (records == nullptr) return false;
-  segment_bytes_ += bytes - seg.bytes;
+  if (!add_chunks(seg, add)) return false;
   peak_bytes_ = std::max(peak_bytes_, memory_bytes());
-  seg.records = records;
-  seg.bytes = bytes;
-  const Segment grown{records, bytes, static_cast<std::uint32_t>(homes), 0, 0, 0, 0};
+  const auto grown_homes = static_cast<std::uint32_t>(homes);
+  const auto record = [&seg](std::size_t i) -> Record& { return at(seg, i); };
   const std::uint32_t old_size = seg.size;
   // The first pass computes each kept record's new displacement, dropping expired records
   // (and any record the bound would not allow). New homes are never before old ones, so a
@@ -318,13 +299,13 @@ bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
   std::size_t next = 0;
   std::uint32_t kept = 0;
   for (std::size_t i = 0; i < old_slots; ++i) {
-    Record& r = records[i];
+    Record& r = record(i);
     if (tag_of(r.meta) == 0) continue;
     if (is_expired(r.meta, now_ns)) {
       drop_in_rehash(r, true);
       continue;
     }
-    const std::size_t home = home_of(grown, r.fp_lo);
+    const std::size_t home = home_of(grown_homes, r.fp_lo);
     const std::size_t pos = std::max(home, next);
     if (pos - home > kMaxDisplacement) {
       drop_in_rehash(r, false);  // not expected at these loads; handled anyway
@@ -335,19 +316,19 @@ bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
     ++kept;
   }
   for (std::size_t i = 0; i < old_slots && kept < old_size; ++i) {
-    if (tag_of(records[i].meta) == 0) continue;
-    const std::size_t pos = home_of(grown, records[i].fp_lo) + rehash_scratch_[i];
+    if (tag_of(record(i).meta) == 0) continue;
+    const std::size_t pos = home_of(grown_homes, record(i).fp_lo) + rehash_scratch_[i];
     if (pos >= i) continue;
-    records[pos] = records[i];
-    records[i] = Record{};
+    record(pos) = record(i);
+    record(i) = Record{};
     rehash_scratch_[pos] = rehash_scratch_[i];  // the slot's record changed
   }
   for (std::size_t i = old_slots; i-- > 0;) {
-    if (tag_of(records[i].meta) == 0) continue;
-    const std::size_t pos = home_of(grown, records[i].fp_lo) + rehash_scratch_[i];
+    if (tag_of(record(i).meta) == 0) continue;
+    const std::size_t pos = home_of(grown_homes, record(i).fp_lo) + rehash_scratch_[i];
     if (pos <= i) continue;
-    records[pos] = records[i];
-    records[i] = Record{};
+    record(pos) = record(i);
+    record(i) = Record{};
   }
   total_slots_ += homes - seg.homes;
   seg.homes = static_cast<std::uint32_t>(homes);
@@ -364,24 +345,24 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
   {
     const Segment& seg = segments_[index];
     for (std::size_t i = 0; i < seg.total_slots(); ++i) {
-      const Record& r = seg.records[i];
+      const Record& r = at(seg, i);
       if (tag_of(r.meta) != 0 && !is_expired(r.meta, now_ns)) ++keys[(r.fp_hi >> bit) & 1];
     }
   }
-  std::size_t bytes[2];
+  std::size_t chunks[2];
   std::uint32_t homes[2];
   for (std::uint32_t half = 0; half < 2; ++half) {
     // Capacity for the half's keys at no more than the maximum load.
-    bytes[half] = ladder_bytes(static_cast<std::size_t>((keys[half] + 1) / kMaxLoad) + 1,
-                               phase_of(depth + 1, segments_[index].prefix << 1 | half),
-                               sizeof(Record), kMaxDisplacement + 1);
-    homes[half] = static_cast<std::uint32_t>(bytes[half] / sizeof(Record) - kMaxDisplacement - 1);
+    chunks[half] = chunks_for(ladder_slots(
+        static_cast<std::size_t>((keys[half] + 1) / kMaxLoad) + 1,
+        phase_of(depth + 1, segments_[index].prefix << 1 | half), kMaxDisplacement + 1));
+    homes[half] = static_cast<std::uint32_t>(chunks[half] * kChunkRecords - kMaxDisplacement - 1);
   }
   // Half 0 is compacted in place, so it must not need more slots (keys crafted to share
   // selector bits); the segment then grows in place instead.
-  if (bytes[0] > segments_[index].bytes) return false;
+  if (chunks[0] > segments_[index].chunks.size()) return false;
   const bool deeper = depth == depth_;
-  std::size_t extra = bytes[1];
+  std::size_t extra = pool_.cost(chunks[1]) + chunks[1] * sizeof(Record*);
   if (deeper) extra += directory_.size() * 2 * sizeof(std::uint32_t);
   if (segments_.size() == segments_.capacity()) extra += segments_.size() * sizeof(Segment);
   if (extra > room()) return false;
@@ -393,57 +374,57 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
   } catch (const std::bad_alloc&) {
     return false;
   }
-  auto* upper = static_cast<Record*>(map_zeroed(bytes[1]));
-  if (upper == nullptr) return false;
-  // Until the old segment shrinks, both it and the upper half are held.
-  peak_bytes_ = std::max(peak_bytes_,
-                         memory_bytes() + bytes[1] + directory.capacity() * sizeof(std::uint32_t));
+  Segment upper;
+  if (!add_chunks(upper, chunks[1])) {
+    chunk_index_bytes_ -= upper.chunks.capacity() * sizeof(Record*);
+    return false;
+  }
+  // Until the old segment gives back its spare chunks, both it and the upper half are held.
+  peak_bytes_ =
+      std::max(peak_bytes_, memory_bytes() + directory.capacity() * sizeof(std::uint32_t));
 
   Segment& seg = segments_[index];
-  Segment halves[2];
-  halves[0] = {
-      seg.records,     bytes[0], homes[0], 0, static_cast<std::uint32_t>(homes[0] * kMaxLoad),
-      seg.prefix << 1, depth + 1};
-  halves[1] = {upper,
-               bytes[1],
-               homes[1],
-               0,
-               static_cast<std::uint32_t>(homes[1] * kMaxLoad),
-               seg.prefix << 1 | 1,
-               depth + 1};
+  upper.homes = homes[1];
+  upper.max_size = static_cast<std::uint32_t>(homes[1] * kMaxLoad);
+  upper.prefix = seg.prefix << 1 | 1;
+  upper.depth = depth + 1;
+  std::uint32_t sizes[2] = {0, 0};
   // One pass in slot order: each half receives its records in order, so each is laid out as a
   // merge. Half 0's new slots are never after the old ones, so it is compacted in place.
   std::size_t next[2] = {0, 0};
   const std::size_t old_slots = seg.total_slots();
   for (std::size_t i = 0; i < old_slots; ++i) {
-    if (tag_of(seg.records[i].meta) == 0) continue;
-    Record r = seg.records[i];
-    seg.records[i] = Record{};
+    Record& from = at(seg, i);
+    if (tag_of(from.meta) == 0) continue;
+    Record r = from;
+    from = Record{};
     if (is_expired(r.meta, now_ns)) {
       drop_in_rehash(r, true);
       continue;
     }
     const std::uint32_t half = (r.fp_hi >> bit) & 1;
-    Segment& to = halves[half];
-    const std::size_t home = home_of(to, r.fp_lo);
+    const std::size_t home = home_of(homes[half], r.fp_lo);
     const std::size_t pos = std::max(home, next[half]);
     if (pos - home > kMaxDisplacement) {
       drop_in_rehash(r, false);  // not expected at these loads; handled anyway
       continue;
     }
-    to.records[pos] = r;
+    slot(half == 0 ? seg.chunks : upper.chunks, pos) = r;
     next[half] = pos + 1;
-    ++to.size;
+    ++sizes[half];
   }
-  if (bytes[0] < seg.bytes) {
-    // Shrinking a mapping keeps it in place.
-    halves[0].records = static_cast<Record*>(remap(seg.records, seg.bytes, bytes[0]));
-  }
-  segment_bytes_ += bytes[0] + bytes[1] - seg.bytes;
-  total_slots_ += halves[0].total_slots() + halves[1].total_slots() - seg.total_slots();
-  seg = halves[0];
+  // The slots past half 0's were all emptied above: the pool takes those chunks back zeroed.
+  drop_chunks(seg, chunks[0]);
+  total_slots_ += std::size_t{homes[0]} + homes[1] + kMaxDisplacement + 1 - seg.homes;
+  seg.homes = homes[0];
+  seg.size = sizes[0];
+  seg.max_size = static_cast<std::uint32_t>(homes[0] * kMaxLoad);
+  seg.prefix <<= 1;
+  seg.depth = depth + 1;
+  upper.size = sizes[1];
+  const std::uint32_t upper_prefix = upper.prefix;
   const auto upper_index = static_cast<std::uint32_t>(segments_.size());
-  segments_.push_back(halves[1]);  // capacity reserved above: no reallocation
+  segments_.push_back(std::move(upper));  // capacity reserved above: no reallocation
   if (deeper) {
     for (std::size_t i = 0; i < directory_.size(); ++i) {
       directory[2 * i] = directory[2 * i + 1] = directory_[i];
@@ -453,7 +434,7 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
   }
   // The old segment's entries: the upper half of them now name the new segment.
   const std::size_t span = std::size_t{1} << (depth_ - depth - 1);
-  const std::size_t first = (std::size_t{halves[1].prefix}) * span;
+  const std::size_t first = std::size_t{upper_prefix} * span;
   for (std::size_t i = first; i < first + span; ++i) directory_[i] = upper_index;
   if (sweep_segment_ == index) sweep_cursor_ = 0;
   return true;
@@ -472,25 +453,24 @@ std::uint64_t* CounterTable::allocate_ring(std::uint32_t ring_class) {
 }
 
 void CounterTable::place(Segment& seg, const Record& record, std::size_t pos, std::size_t sink) {
-  Record* s = seg.records;
   if (sink >= pos) {
-    std::memmove(s + pos + 1, s + pos, (sink - pos) * sizeof(Record));
-    s[pos] = record;
+    for (std::size_t i = sink; i > pos; --i) at(seg, i) = at(seg, i - 1);
+    at(seg, pos) = record;
   } else {
-    std::memmove(s + sink, s + sink + 1, (pos - sink - 1) * sizeof(Record));
-    s[pos - 1] = record;
+    for (std::size_t i = sink; i + 1 < pos; ++i) at(seg, i) = at(seg, i + 1);
+    at(seg, pos - 1) = record;
   }
 }
 
 void CounterTable::erase(Segment& seg, std::size_t pos) {
-  release_ring(seg.records[pos]);
-  Record* s = seg.records;
+  release_ring(at(seg, pos));
   std::size_t end = pos + 1;
-  while (end < seg.total_slots() && tag_of(s[end].meta) != 0 && home_of(seg, s[end].fp_lo) < end) {
+  while (end < seg.total_slots() && tag_of(at(seg, end).meta) != 0 &&
+         home_of(seg, at(seg, end).fp_lo) < end) {
     ++end;
   }
-  std::memmove(s + pos, s + pos + 1, (end - pos - 1) * sizeof(Record));
-  s[end - 1] = Record{};
+  for (std::size_t i = pos; i + 1 < end; ++i) at(seg, i) = at(seg, i + 1);
+  at(seg, end - 1) = Record{};
   --seg.size;
   --size_;
 }
@@ -502,20 +482,20 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
     const std::size_t pos = probe.pos;
     const std::size_t home = home_of(seg, record.fp_lo);
     const std::size_t total = seg.total_slots();
-    Record* s = seg.records;
+    const auto s = [&seg](std::size_t i) -> Record& { return at(seg, i); };
     // The run [pos, sink) can shift right only if no record in it is at the displacement bound.
     const bool right_ok = pos - home <= kMaxDisplacement;
     // Records from pos on sort after the key, so their homes are not before its home: none can
     // be at the bound before home + kMaxDisplacement (this skips most home computations).
     const auto at_bound = [&](std::size_t i) {
-      return i >= home + kMaxDisplacement && i - home_of(seg, s[i].fp_lo) >= kMaxDisplacement;
+      return i >= home + kMaxDisplacement && i - home_of(seg, s(i).fp_lo) >= kMaxDisplacement;
     };
     if (seg.size < seg.max_size) {
       // Nearest sink after pos: the first empty or expired slot. The scan ends at an empty
       // slot at the latest (the last slot of a segment is always empty).
       std::size_t sink = kNoSlot;
       for (std::size_t i = pos; right_ok; ++i) {
-        if (tag_of(s[i].meta) == 0 || is_expired(s[i].meta, now_ns)) {
+        if (tag_of(s(i).meta) == 0 || is_expired(s(i).meta, now_ns)) {
           sink = i;
           break;
         }
@@ -523,11 +503,11 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
       }
       // Else an expired record in [home, pos), whose records all sort before this one.
       for (std::size_t i = pos; sink == kNoSlot && i > home; --i) {
-        if (is_expired(s[i - 1].meta, now_ns)) sink = i - 1;
+        if (is_expired(s(i - 1).meta, now_ns)) sink = i - 1;
       }
       if (sink != kNoSlot) {
-        if (tag_of(s[sink].meta) != 0) {
-          release_ring(s[sink]);
+        if (tag_of(s(sink).meta) != 0) {
+          release_ring(s(sink));
           ++expired_;
         } else {
           ++seg.size;
@@ -554,10 +534,10 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
       const std::size_t first = std::max(home, pos >= kLookBehind ? pos - kLookBehind : 0);
       // Wraps to the front of the segment: the victim need not be near the key.
       for (std::size_t n = 0, i = first; n < total && seen < kEvictionCandidates; ++n) {
-        const bool occupied = tag_of(s[i].meta) != 0;
+        const bool occupied = tag_of(s(i).meta) != 0;
         if (occupied) {
           ++seen;
-          if (victim == kNoSlot || better_victim(s[i].meta, s[victim].meta, now_ns)) {
+          if (victim == kNoSlot || better_victim(s(i).meta, s(victim).meta, now_ns)) {
             victim = i;
             victim_reachable = i >= home && (i < pos || run_open);
           }
@@ -566,9 +546,9 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
         i = i + 1 == total ? 0 : i + 1;
       }
       if (victim == kNoSlot) return false;  // an empty segment cannot be full
-      ++(is_expired(s[victim].meta, now_ns) ? expired_ : evicted_lru_);
+      ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_lru_);
       if (victim_reachable) {
-        release_ring(s[victim]);
+        release_ring(s(victim));
         place(seg, record, pos, victim);
         return true;
       }
@@ -582,13 +562,13 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
     const std::size_t first = std::max(home, pos >= kLookBehind ? pos - kLookBehind : 0);
     for (std::size_t i = first; i < first + kEvictionCandidates; ++i) {
       if (i >= pos && !right_ok) break;
-      if (tag_of(s[i].meta) == 0) break;  // not reached: the sink scan would have taken it
-      if (victim == kNoSlot || better_victim(s[i].meta, s[victim].meta, now_ns)) victim = i;
+      if (tag_of(s(i).meta) == 0) break;  // not reached: the sink scan would have taken it
+      if (victim == kNoSlot || better_victim(s(i).meta, s(victim).meta, now_ns)) victim = i;
       if (i >= pos && at_bound(i)) break;
     }
     if (victim == kNoSlot) return false;
-    ++(is_expired(s[victim].meta, now_ns) ? expired_ : evicted_lru_);
-    release_ring(s[victim]);
+    ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_lru_);
+    release_ring(s(victim));
     place(seg, record, pos, victim);
     return true;
   }
@@ -615,7 +595,7 @@ TableAnswer CounterTable::answer_fresh(const Rule& rule, const Request& request)
 TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
                                           const Request& request) {
   Segment& seg = segments_[probe.segment];
-  Record& r = seg.records[probe.pos];
+  Record& r = at(seg, probe.pos);
   const std::uint64_t now = request.now_ns;
   if (rule.algorithm != Algorithm::kSlidingLog) {
     const Decision decision = decide(rule, r.state, request);
@@ -723,7 +703,7 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
     return request.peek ? answer_fresh(rule, request) : insert_new(key, probe, rule, request);
   }
   Segment& seg = segments_[probe.segment];
-  Record& r = seg.records[probe.pos];
+  Record& r = at(seg, probe.pos);
   const auto tag = static_cast<std::uint8_t>(rule.algorithm);
   const bool expired = is_expired(r.meta, request.now_ns);
   if (expired || tag_of(r.meta) != tag) {
@@ -748,7 +728,7 @@ bool CounterTable::reset(const KeyHash& key, std::uint64_t now_ns) {
   const Probe probe = find(key);
   if (!probe.found) return false;
   Segment& seg = segments_[probe.segment];
-  const bool live = !is_expired(seg.records[probe.pos].meta, now_ns);
+  const bool live = !is_expired(at(seg, probe.pos).meta, now_ns);
   if (!live) ++expired_;
   erase(seg, probe.pos);
   return live;
@@ -756,7 +736,7 @@ bool CounterTable::reset(const KeyHash& key, std::uint64_t now_ns) {
 
 bool CounterTable::contains(const KeyHash& key, std::uint64_t now_ns) const {
   const Probe probe = find(key);
-  return probe.found && !is_expired(segments_[probe.segment].records[probe.pos].meta, now_ns);
+  return probe.found && !is_expired(at(segments_[probe.segment], probe.pos).meta, now_ns);
 }
 
 std::size_t CounterTable::sweep(std::uint64_t now_ns, std::size_t max_slots) {
@@ -771,7 +751,7 @@ std::size_t CounterTable::sweep(std::uint64_t now_ns, std::size_t max_slots) {
       ++max_slots;
       continue;
     }
-    const std::uint64_t meta = seg.records[sweep_cursor_].meta;
+    const std::uint64_t meta = at(seg, sweep_cursor_).meta;
     if (tag_of(meta) != 0 && is_expired(meta, now_ns)) {
       // The next record may shift into this slot: look at it again.
       erase(seg, sweep_cursor_);
@@ -790,6 +770,7 @@ TableStats CounterTable::stats() const {
   s.memory_bytes = memory_bytes();
   s.slots = total_slots_;
   s.segments = segments_.size();
+  s.huge_pages = pool_.huge_pages();
   s.expired = expired_;
   s.evicted_lru = evicted_lru_;
   s.failed_inserts = failed_inserts_;
@@ -799,29 +780,31 @@ TableStats CounterTable::stats() const {
 std::size_t CounterTable::size() const { return size_; }
 
 std::size_t CounterTable::memory_bytes() const {
-  return segment_bytes_ + metadata_bytes() + arena_.bytes();
+  return pool_.bytes() + metadata_bytes() + arena_.bytes();
 }
 
 bool CounterTable::TEST_check_invariants() const {
   std::size_t count = 0;
   std::size_t ring_bytes = 0;
-  std::size_t bytes = 0;
+  std::size_t chunks = 0;
+  std::size_t list_bytes = 0;
   std::size_t slots = 0;
   for (std::uint32_t index = 0; index < segments_.size(); ++index) {
     const Segment& seg = segments_[index];
-    if (seg.depth > depth_ || seg.total_slots() * sizeof(Record) > seg.bytes) return false;
+    if (seg.depth > depth_ || seg.total_slots() > seg.chunks.size() * kChunkRecords) return false;
     // The segment owns exactly the directory entries of its prefix.
     const std::size_t span = std::size_t{1} << (depth_ - seg.depth);
     for (std::size_t i = 0; i < directory_.size(); ++i) {
       if ((directory_[i] == index) != (i / span == seg.prefix)) return false;
     }
-    bytes += seg.bytes;
+    chunks += seg.chunks.size();
+    list_bytes += seg.chunks.capacity() * sizeof(Record*);
     slots += seg.total_slots();
     std::size_t in_segment = 0;
     std::uint64_t prev_order = 0;
     std::size_t run_start = 0;  // first slot of the current run of occupied slots
     for (std::size_t i = 0; i < seg.total_slots(); ++i) {
-      const Record& r = seg.records[i];
+      const Record& r = at(seg, i);
       if (tag_of(r.meta) == 0) {
         if (r.fp_lo != 0 || r.fp_hi != 0 || !(r.state == CounterState{})) return false;
         run_start = i + 1;
@@ -844,8 +827,8 @@ bool CounterTable::TEST_check_invariants() const {
   }
   if (directory_.size() != std::size_t{1} << depth_ || depth_ > max_depth_) return false;
   // Every ring handed out belongs to exactly one record: none leaked.
-  return count == size_ && bytes == segment_bytes_ && slots == total_slots_ &&
-         ring_bytes == arena_.used_bytes() && memory_bytes() <= max_bytes_;
+  return count == size_ && chunks == pool_.chunks_in_use() && list_bytes == chunk_index_bytes_ &&
+         slots == total_slots_ && ring_bytes == arena_.used_bytes() && memory_bytes() <= max_bytes_;
 }
 
 }  // namespace sluice::server

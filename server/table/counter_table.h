@@ -14,6 +14,7 @@
 #include "core/algorithms.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "server/table/chunk_pool.h"
 #include "server/table/log_arena.h"
 
 namespace sluice::server {
@@ -22,6 +23,9 @@ struct TableConfig {
   std::size_t max_bytes = 64u << 20;  // cap on segments + directory + sliding-log storage
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;
   std::size_t initial_slots = 1024;
+  // Records in 2 MiB transparent huge pages, when max_bytes is at least
+  // CounterTable::kHugePagesMinBytes (below that, a 2 MiB block would be a large share of the cap).
+  bool huge_pages = true;
 };
 
 struct TableStats {
@@ -29,6 +33,7 @@ struct TableStats {
   std::uint64_t memory_bytes = 0;  // segments + directory + sliding-log storage, as allocated
   std::uint64_t slots = 0;         // slots of all segments, including their overflow slots
   std::uint64_t segments = 0;
+  bool huge_pages = false;        // records are in 2 MiB blocks advised for huge pages
   std::uint64_t expired = 0;      // records dropped because they had expired (lazily or by sweep)
   std::uint64_t evicted_lru = 0;  // live records evicted to make room under the cap
   std::uint64_t failed_inserts = 0;  // requests answered kNoMemory
@@ -90,8 +95,10 @@ class CounterTable {
   // A segment with this many home slots splits in two instead of growing: a growth or a split
   // moves at most ~4,500 records (~180 KiB), whatever the table's size.
   static constexpr std::size_t kSplitHomes = 4096;
-  // Smaller caps are raised to this: one page of records, one arena chunk and the directory.
+  // Smaller caps are raised to this: one chunk of records, one arena chunk and the directory.
   static constexpr std::size_t kMinMaxBytes = 12 << 10;
+  // The smallest cap for which TableConfig::huge_pages takes effect: 32 blocks of 2 MiB.
+  static constexpr std::size_t kHugePagesMinBytes = std::size_t{64} << 20;
 
  private:
   // One slot, 40 bytes. `meta` packs, low to high: the algorithm (3 bits, 0 = empty slot), a
@@ -104,11 +111,15 @@ class CounterTable {
     std::uint64_t meta = 0;
   };
   static_assert(sizeof(Record) == 40);
+  // Slot i of a segment is record i % kChunkRecords of chunk i / kChunkRecords.
+  static constexpr std::size_t kChunkRecords = ChunkPool::kChunkBytes / sizeof(Record);
+  static constexpr std::size_t chunks_for(std::size_t slots) {
+    return (slots + kChunkRecords - 1) / kChunkRecords;
+  }
   // A small sorted Robin-Hood array of its own: homes are [0, homes), the array has
-  // homes + kMaxDisplacement + 1 slots in a page-granular mapping of `bytes`.
+  // homes + kMaxDisplacement + 1 slots, stored in `chunks`.
   struct Segment {
-    Record* records = nullptr;
-    std::size_t bytes = 0;
+    std::vector<Record*> chunks;
     std::uint32_t homes = 0;
     std::uint32_t size = 0;      // records stored, expired ones included
     std::uint32_t max_size = 0;  // records allowed before the segment grows
@@ -122,10 +133,21 @@ class CounterTable {
     bool found;
   };
 
-  static std::size_t home_of(const Segment& seg, std::uint64_t fp_lo);
+  static std::size_t home_of(std::uint32_t homes, std::uint64_t fp_lo);
+  static std::size_t home_of(const Segment& seg, std::uint64_t fp_lo) {
+    return home_of(seg.homes, fp_lo);
+  }
+  static Record& slot(const std::vector<Record*>& chunks, std::size_t i) {
+    return chunks[i / kChunkRecords][i % kChunkRecords];
+  }
+  static Record& at(const Segment& seg, std::size_t i) { return slot(seg.chunks, i); }
   std::uint32_t segment_index(const KeyHash& key) const;
   Probe find(const KeyHash& key) const;
   std::size_t metadata_bytes() const;
+  // Appends `n` zeroed chunks to the segment; on failure it holds the chunks it had.
+  bool add_chunks(Segment& seg, std::size_t n);
+  // Gives the segment's chunks from index `keep` on back to the pool.
+  void drop_chunks(Segment& seg, std::size_t keep);
   // Bytes a growth may still take, keeping one arena chunk of room next to the arena.
   std::size_t room() const;
   // Makes room in segment `index` by growing it in place or splitting it.
@@ -152,13 +174,14 @@ class CounterTable {
   std::size_t max_bytes_;
   std::uint32_t sliding_log_cap_;
   LogArena arena_;
+  ChunkPool pool_;
   std::vector<Segment> segments_;
   // Entry i names the segment of the keys whose selector's top `depth_` bits are i.
   std::vector<std::uint32_t> directory_;
   std::uint32_t depth_ = 0;
   std::uint32_t max_depth_ = 0;
   std::vector<std::uint8_t> rehash_scratch_;  // each record's new displacement, in a growth
-  std::size_t segment_bytes_ = 0;
+  std::size_t chunk_index_bytes_ = 0;         // the segments' chunk lists, as allocated
   std::size_t peak_bytes_ = 0;
   std::size_t total_slots_ = 0;
   std::size_t size_ = 0;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/table/counter_table.h"
 #include "tests/integration/raw_client.h"
 #include "tests/integration/test_server.h"
 
@@ -233,6 +234,25 @@ TEST_CASE("STATS counts decisions, connections and errors per shard and in total
   CHECK(stats.count("total.failed_inserts") == 1);
   CHECK(stats.count("total.idle_closed") == 1);
   CHECK(stats.count("total.rejected_connections") == 1);
+  CHECK(stats.at("total.huge_pages") == 0);  // 8 MiB a shard is below the huge-page minimum
+}
+
+TEST_CASE("STATS tells which shards keep their counters in huge pages", "[stats]") {
+  server::ServerConfig config = test_config(2);
+  config.max_memory = 2 * server::CounterTable::kHugePagesMinBytes;
+  SECTION("on by default from 64 MiB a shard") {
+    TestServer server(config);
+    RawClient client(server.port());
+    const auto stats = client.stats();
+    CHECK(stats.at("shard.0.huge_pages") == 1);
+    CHECK(stats.at("total.huge_pages") == 2);
+  }
+  SECTION("off when the operator turns it off") {
+    config.huge_pages = false;
+    TestServer server(config);
+    RawClient client(server.port());
+    CHECK(client.stats().at("total.huge_pages") == 0);
+  }
 }
 
 TEST_CASE("the periodic sweep drops keys that have expired", "[stats][sweep]") {

@@ -32,10 +32,12 @@ const Rule kFixed10{Algorithm::kFixedWindow, 10, 1000, 0};
 const Rule kBucket10{Algorithm::kTokenBucket, 10, 1000, 0};
 const Rule kHourly{Algorithm::kGcra, 100, 3600 * 1000, 0};
 
-TableConfig config(std::size_t max_bytes, std::size_t initial_slots = 1024) {
+TableConfig config(std::size_t max_bytes, std::size_t initial_slots = 1024,
+                   bool huge_pages = true) {
   TableConfig c;
   c.max_bytes = max_bytes;
   c.initial_slots = initial_slots;
+  c.huge_pages = huge_pages;
   return c;
 }
 
@@ -528,7 +530,8 @@ TEST_CASE("a growing table splits into segments and keeps every key and its stat
 }
 
 TEST_CASE("memory per key follows the key count in small steps") {
-  CounterTable table(config(256 << 20, 16));
+  CounterTable table(config(256 << 20, 16, /*huge_pages=*/false));
+  REQUIRE_FALSE(table.stats().huge_pages);
   double worst = 0;
   double best = 1e9;
   for (int i = 1; i <= 400'000; ++i) {
@@ -543,6 +546,57 @@ TEST_CASE("memory per key follows the key count in small steps") {
   // 40-byte records at loads between 0.92 / 1.1 and 0.92, spread over the segments.
   CHECK(worst <= 48.0);
   CHECK(worst - best <= 3.0);
+}
+
+TEST_CASE("huge pages take effect from kHugePagesMinBytes, and can be turned off") {
+  constexpr std::size_t kMin = CounterTable::kHugePagesMinBytes;
+  CHECK_FALSE(CounterTable(config(kMin - 1)).stats().huge_pages);
+  CHECK(CounterTable(config(kMin)).stats().huge_pages);
+  CHECK_FALSE(CounterTable(config(kMin, 1024, /*huge_pages=*/false)).stats().huge_pages);
+}
+
+TEST_CASE("with huge pages the same records are counted in whole 2 MiB blocks") {
+  constexpr std::size_t kBlock = std::size_t{2} << 20;
+  CounterTable huge(config(256 << 20, 16));
+  CounterTable small(config(256 << 20, 16, /*huge_pages=*/false));
+  REQUIRE(huge.stats().huge_pages);
+  for (int i = 1; i <= 300'000; ++i) {
+    allowed(huge, key(i), kHourly, at(kT0));
+    allowed(small, key(i), kHourly, at(kT0));
+    if (i % 10'000 == 0) {
+      // Both carve the same chunks; the huge table also counts the rest of its newest block.
+      INFO(i << " keys: " << huge.memory_bytes() << " vs " << small.memory_bytes());
+      REQUIRE(huge.memory_bytes() >= small.memory_bytes());
+      REQUIRE(huge.memory_bytes() - small.memory_bytes() < kBlock);
+    }
+  }
+  CHECK(huge.stats().slots == small.stats().slots);
+  CHECK(huge.TEST_check_invariants());
+  CHECK(small.TEST_check_invariants());
+}
+
+TEST_CASE("with huge pages memory never exceeds the cap, growth steps included") {
+  constexpr std::size_t kCap = CounterTable::kHugePagesMinBytes;  // room for ~1.4M keys
+  CounterTable table(config(kCap, 16));
+  REQUIRE(table.stats().huge_pages);
+  std::uint64_t now = kT0;
+  // Until the cap is reached (after about 1.4M keys), then 50k keys more.
+  int last = 2'000'000;
+  for (int i = 0; i < last; ++i) {
+    if (i % 10'000 == 0) {
+      now += 100 * kMs;
+      REQUIRE(table.memory_bytes() <= kCap);
+      if (last == 2'000'000 && table.stats().evicted_lru > 0) last = i + 50'000;
+    }
+    allowed(table, key(i), kHourly, at(now));
+  }
+  REQUIRE(last < 2'000'000);
+  const auto stats = table.stats();
+  CHECK(table.TEST_peak_memory_bytes() <= kCap);
+  CHECK(stats.evicted_lru > 0);
+  CHECK(stats.failed_inserts == 0);
+  CHECK(stats.keys >= 1'250'000);
+  CHECK(table.TEST_check_invariants());
 }
 
 TEST_CASE("memory never exceeds the cap, growth steps included") {
