@@ -18,6 +18,7 @@ u128 load_tat(const CounterState& state, std::uint64_t limit) {
 }
 
 void store_tat(CounterState& state, u128 tat, std::uint64_t limit) {
+  // tat is about now * limit, beyond 64 bits: one 128-bit division gives both parts.
   const u128 tat_ns = tat / limit;
   state.a = static_cast<std::uint64_t>(tat_ns);
   state.b = detail::pack32(static_cast<std::uint32_t>(tat % limit),
@@ -47,8 +48,9 @@ Decision gcra(const Rule& rule, CounterState& state, const Request& request) {
   d.allowed = allowed;
   d.limit = rule.capacity();
   const u128 used_until = allowed ? new_tat : base;
-  d.remaining =
-      horizon > used_until ? static_cast<std::uint32_t>((horizon - used_until) / period) : 0;
+  d.remaining = horizon > used_until
+                    ? static_cast<std::uint32_t>(detail::div64(horizon - used_until, period))
+                    : 0;
   d.reset_after_ns = detail::wait_ns(detail::ceil_div(tat_after, limit), request.now_ns);
   if (allowed) {
     d.retry_after_ns = 0;

@@ -58,13 +58,13 @@ u128 first_fit_time(const WindowView& v, std::uint64_t limit, std::uint64_t cost
     // In this window: need ceil(previous * (period - e) / period) <= room, that is
     // e >= period - floor(room * period / previous).
     const u128 room = limit - cost - v.current;
-    const u128 e = period - room * period / v.previous;
+    const u128 e = period - detail::div64(room * period, v.previous);
     if (e < period) return start + e;
   }
   // In the next window `current` becomes the previous count and decays the same way.
   const u128 room = limit - cost;
   if (v.current <= room) return start + period;
-  const u128 e = period - room * period / v.current;
+  const u128 e = period - detail::div64(room * period, v.current);
   if (e < period) return start + period + e;
   return start + 2 * u128{period};
 }

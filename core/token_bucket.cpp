@@ -28,13 +28,13 @@ Bucket refill(const CounterState& state, std::uint64_t now, std::uint64_t limit,
   if (b.used == 0 || now <= b.last) return b;
   const u128 elapsed = u128{now - b.last} * limit;  // in units of 1/limit ns
   if (elapsed <= b.frac) return b;
-  const u128 gained = (elapsed - b.frac) / period;
+  const u128 gained = detail::div64(elapsed - b.frac, period);
   if (gained >= b.used) return Bucket{};
   b.used -= static_cast<std::uint64_t>(gained);
   // gained * period <= elapsed - frac, so the new position is at most `now`.
   const u128 position = b.frac + gained * period;
-  b.last += static_cast<std::uint64_t>(position / limit);
-  b.frac = static_cast<std::uint64_t>(position % limit);
+  b.last += static_cast<std::uint64_t>(detail::div64(position, limit));
+  b.frac = detail::mod64(position, limit);
   return b;
 }
 
