@@ -132,15 +132,26 @@ for w in "W1 --depth 1 --batch 1" "W2 --depth 16 --batch 1" "W3 --depth 1 --batc
   R "${name}_redis_incr_window" $D "$@" --redis-design incr_window --algorithm fixed_window \
     "${RULE[@]}"
 done
+# W3's target is a ratio to the ping floor, and one pair of 10 s runs here swings by 15 % or
+# more with the host's load: two more alternating pairs, and the median of the three ratios.
+for round in 2 3; do
+  S "W3_sluice_r$round" $D --depth 1 --batch 64 "${RULE[@]}"
+  S "W3_ping_r$round" $D --depth 1 --batch 64 --op ping
+done
 
 # W4: open loop at 50,000 decisions/s. Latency, so nobody sleeps: on this VM a thread that
 # sleeps in epoll_wait can take milliseconds to wake (Redis PING at 10,000/s showed p99 4-5 ms
 # with a sleeping generator), so sluiced runs with --busy-poll and sluice-load with
 # --busy-poll for both backends (Redis has no such mode).
+# The tail depends on what else the host runs at that moment (one run gave p99 5.5 ms, the
+# same command by hand minutes later 0.2-0.7 ms), so W4 runs three times, each on a fresh
+# sluiced, and the medians are judged.
 stop_pid "$SLUICE_PID"
-start_sluice 1GiB --busy-poll
-S W4_sluice --busy-poll --duration "${W4_SECS}s" --rate 50000 "${RULE[@]}"
-stop_pid "$SLUICE_PID"  # a polling shard would take a core from everything after it
+for round in 1 2 3; do
+  start_sluice 1GiB --busy-poll
+  S "W4_sluice_r$round" --busy-poll --duration "${W4_SECS}s" --rate 50000 "${RULE[@]}"
+  stop_pid "$SLUICE_PID"  # a polling shard would take a core from everything after it
+done
 start_sluice
 R W4_redis_lua --busy-poll --duration "${W4_SECS}s" --rate 50000 "${RULE[@]}"
 
@@ -253,6 +264,10 @@ def row(workload, what, value, target=None, met=None):
 def ratio(a, b):
     return a / b if b and b == b and b > 0 else float("nan")
 
+def median(values):
+    values = sorted(v for v in values if v == v)
+    return values[len(values) // 2] if values else float("nan")
+
 for w in ("W1", "W2", "W3"):
     s, p = tput(f"{w}_sluice"), tput(f"{w}_ping")
     lua, iw = tput(f"{w}_redis_lua"), tput(f"{w}_redis_incr_window")
@@ -269,18 +284,27 @@ for w in ("W1", "W2", "W3"):
         row(w, "sluice / redis incr_window", ratio(s, iw), ">= 1.5", ratio(s, iw) >= 1.5)
         row(w, "sluice / ping floor", ratio(s, p))
     if w == "W3":
-        row(w, "sluice / ping floor", ratio(s, p), ">= 0.70", ratio(s, p) >= 0.70)
+        rounds = [ratio(s, p)] + [ratio(tput(f"W3_sluice_r{k}"), tput(f"W3_ping_r{k}"))
+                                  for k in (2, 3)]
+        m = median(rounds)
+        row(w, "sluice / ping floor (median of 3)", m, ">= 0.70", m >= 0.70)
+        row(w, "rounds sluice / ping floor", " ".join(f"{x:.2f}" for x in rounds))
         row(w, "sluice / redis lua", ratio(s, lua))
 
-for who in ("sluice", "redis_lua"):
-    l = lat(f"W4_{who}")
-    r = load(f"W4_{who}") or {}
-    row("W4", f"{who} open 50k/s achieved /s", r.get("throughput_per_s", float("nan")))
-    row("W4", f"{who} p50 us", l.get("p50"), "<= 200" if who == "sluice" else None,
-        (l.get("p50", 1e18) <= 200) if who == "sluice" else None)
-    row("W4", f"{who} p99 us", l.get("p99"), "<= 1000" if who == "sluice" else None,
-        (l.get("p99", 1e18) <= 1000) if who == "sluice" else None)
-    row("W4", f"{who} p99.9 us", l.get("p999"))
+nan = float("nan")
+w4 = [lat(f"W4_sluice_r{k}") for k in (1, 2, 3)]
+row("W4", "sluice open 50k/s achieved /s",
+    median([(load(f"W4_sluice_r{k}") or {}).get("throughput_per_s", nan) for k in (1, 2, 3)]))
+for q, target in (("p50", 200), ("p99", 1000)):
+    m = median([l.get(q, nan) for l in w4])
+    row("W4", f"sluice {q} us (median of 3)", m, f"<= {target}", m <= target)
+    row("W4", f"rounds sluice {q} us", " ".join(str(l.get(q, "n/a")) for l in w4))
+row("W4", "sluice p99.9 us (median of 3)", median([l.get("p999", nan) for l in w4]))
+l = lat("W4_redis_lua")
+row("W4", "redis_lua open 50k/s achieved /s",
+    (load("W4_redis_lua") or {}).get("throughput_per_s", nan))
+for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+    row("W4", f"redis_lua {name} us", l.get(q))
 
 w5 = {}
 with open(os.path.join(work, "w5.txt")) as f:
@@ -308,10 +332,6 @@ def redis_benchmark_rps(name):
             return float(fields[1])
     except Exception:
         return float("nan")
-
-def median(values):
-    values = sorted(v for v in values if v == v)
-    return values[len(values) // 2] if values else float("nan")
 
 bench = {}
 for p in (1, 16):
