@@ -132,11 +132,17 @@ for w in "W1 --depth 1 --batch 1" "W2 --depth 16 --batch 1" "W3 --depth 1 --batc
   R "${name}_redis_incr_window" $D "$@" --redis-design incr_window --algorithm fixed_window \
     "${RULE[@]}"
 done
-# W3's target is a ratio to the ping floor, and one pair of 10 s runs here swings by 15 % or
-# more with the host's load: two more alternating pairs, and the median of the three ratios.
+# W1's and W3's targets are ratios to the ping floor, and one pair of 10 s runs here swings by
+# 10-15 % or more with the host's load: two more alternating pairs each, and the median of the
+# three ratios is judged.
 for round in 2 3; do
-  S "W3_sluice_r$round" $D --depth 1 --batch 64 "${RULE[@]}"
-  S "W3_ping_r$round" $D --depth 1 --batch 64 --op ping
+  for w in "W1 --depth 1 --batch 1" "W3 --depth 1 --batch 64"; do
+    set -- $w
+    name="$1"
+    shift
+    S "${name}_sluice_r$round" $D "$@" "${RULE[@]}"
+    S "${name}_ping_r$round" $D "$@" --op ping
+  done
 done
 
 # W4: open loop at 50,000 decisions/s. Latency, so nobody sleeps: on this VM a thread that
@@ -275,19 +281,21 @@ for w in ("W1", "W2", "W3"):
     row(w, "sluice ping floor /s", p)
     row(w, "redis lua_token_bucket /s", lua)
     row(w, "redis incr_window (fixed) /s", iw)
+    if w in ("W1", "W3"):
+        rounds = [ratio(s, p)] + [ratio(tput(f"{w}_sluice_r{k}"), tput(f"{w}_ping_r{k}"))
+                                  for k in (2, 3)]
+        m, target = median(rounds), 0.90 if w == "W1" else 0.70
     if w == "W1":
         row(w, "sluice / redis incr_window", ratio(s, iw), ">= 1.0", ratio(s, iw) >= 1.0)
-        row(w, "sluice / ping floor", ratio(s, p), ">= 0.90", ratio(s, p) >= 0.90)
+        row(w, "sluice / ping floor (median of 3)", m, f">= {target:.2f}", m >= target)
+        row(w, "rounds sluice / ping floor", " ".join(f"{x:.2f}" for x in rounds))
         row(w, "sluice / redis lua", ratio(s, lua))
     if w == "W2":
         row(w, "sluice / redis lua", ratio(s, lua), ">= 8", ratio(s, lua) >= 8)
         row(w, "sluice / redis incr_window", ratio(s, iw), ">= 1.5", ratio(s, iw) >= 1.5)
         row(w, "sluice / ping floor", ratio(s, p))
     if w == "W3":
-        rounds = [ratio(s, p)] + [ratio(tput(f"W3_sluice_r{k}"), tput(f"W3_ping_r{k}"))
-                                  for k in (2, 3)]
-        m = median(rounds)
-        row(w, "sluice / ping floor (median of 3)", m, ">= 0.70", m >= 0.70)
+        row(w, "sluice / ping floor (median of 3)", m, f">= {target:.2f}", m >= target)
         row(w, "rounds sluice / ping floor", " ".join(f"{x:.2f}" for x in rounds))
         row(w, "sluice / redis lua", ratio(s, lua))
 
