@@ -413,7 +413,7 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
     next[half] = pos + 1;
     ++sizes[half];
   }
-  // The slots past half 0's were all emptied above: the pool takes those chunks back zeroed.
+  // Half 0 needs only its first chunks[0] chunks; the rest go back to the pool.
   drop_chunks(seg, chunks[0]);
   total_slots_ += std::size_t{homes[0]} + homes[1] + kMaxDisplacement + 1 - seg.homes;
   seg.homes = homes[0];
