@@ -66,13 +66,17 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
-wait_port() {  # bounded: 10 s
+listening() {  # bounded: 10 s
   for _ in $(seq 1 100); do
     if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then
       return 0
     fi
     sleep 0.1
   done
+  return 1
+}
+wait_port() {
+  listening "$1" && return 0
   log "nothing listens on port $1"
   exit 1
 }
@@ -96,13 +100,20 @@ stop_pid() {
   kill -9 "$1" 2>/dev/null || true
 }
 start_sluice() {
-  SLUICE_PORT="$(free_port)"
-  # Shard ports are ephemeral too (--shard-base-port 0 with --port P: P+1+i); HELLO tells them.
-  "$SLUICED" --bind 127.0.0.1 --port "$SLUICE_PORT" --shards "$SHARDS" --max-memory "${1:-1GiB}" \
-    --idle-timeout 0 "${@:2}" >"$WORK/sluiced.log" 2>&1 &
-  SLUICE_PID=$!
-  PIDS+=("$SLUICE_PID")
-  wait_port "$SLUICE_PORT"
+  # Shard ports are P+1+i for --port P (HELLO tells them). P is free when picked, but P+1 may
+  # not be (another listener, or a connection's local port), and then sluiced exits: up to
+  # three tries, each on a new port.
+  for attempt in 1 2 3; do
+    SLUICE_PORT="$(free_port)"
+    "$SLUICED" --bind 127.0.0.1 --port "$SLUICE_PORT" --shards "$SHARDS" \
+      --max-memory "${1:-1GiB}" --idle-timeout 0 "${@:2}" >"$WORK/sluiced.log" 2>&1 &
+    SLUICE_PID=$!
+    PIDS+=("$SLUICE_PID")
+    listening "$SLUICE_PORT" && return 0
+    log "sluiced did not start on port $SLUICE_PORT (try $attempt): $(tail -c 300 "$WORK/sluiced.log")"
+    stop_pid "$SLUICE_PID"
+  done
+  exit 1
 }
 
 # run NAME ARGS...: one sluice-load run, JSON kept in $WORK/NAME.json.
