@@ -25,7 +25,7 @@ struct TableConfig {
   std::size_t initial_slots = 1024;
   // Records in 2 MiB transparent huge pages, when max_bytes is at least
   // CounterTable::kHugePagesMinBytes (below that, a 2 MiB block would be a large share of the cap).
-  bool huge_pages = true;
+  bool huge_pages = false;
 };
 
 struct TableStats {

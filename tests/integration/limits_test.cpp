@@ -234,21 +234,28 @@ TEST_CASE("STATS counts decisions, connections and errors per shard and in total
   CHECK(stats.count("total.failed_inserts") == 1);
   CHECK(stats.count("total.idle_closed") == 1);
   CHECK(stats.count("total.rejected_connections") == 1);
-  CHECK(stats.at("total.huge_pages") == 0);  // 8 MiB a shard is below the huge-page minimum
+  CHECK(stats.at("total.huge_pages") == 0);  // off by default
 }
 
 TEST_CASE("STATS tells which shards keep their counters in huge pages", "[stats]") {
   server::ServerConfig config = test_config(2);
   config.max_memory = 2 * server::CounterTable::kHugePagesMinBytes;
-  SECTION("on by default from 64 MiB a shard") {
+  SECTION("off by default") {
+    TestServer server(config);
+    RawClient client(server.port());
+    CHECK(client.stats().at("total.huge_pages") == 0);
+  }
+  SECTION("on when asked, from 64 MiB a shard") {
+    config.huge_pages = true;
     TestServer server(config);
     RawClient client(server.port());
     const auto stats = client.stats();
     CHECK(stats.at("shard.0.huge_pages") == 1);
     CHECK(stats.at("total.huge_pages") == 2);
   }
-  SECTION("off when the operator turns it off") {
-    config.huge_pages = false;
+  SECTION("off below 64 MiB a shard, even when asked") {
+    config.huge_pages = true;
+    config.max_memory = 2 * server::CounterTable::kHugePagesMinBytes - 2;
     TestServer server(config);
     RawClient client(server.port());
     CHECK(client.stats().at("total.huge_pages") == 0);

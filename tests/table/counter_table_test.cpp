@@ -548,8 +548,9 @@ TEST_CASE("memory per key follows the key count in small steps") {
   CHECK(worst - best <= 3.0);
 }
 
-TEST_CASE("huge pages take effect from kHugePagesMinBytes, and can be turned off") {
+TEST_CASE("huge pages are off by default and take effect from kHugePagesMinBytes when asked") {
   constexpr std::size_t kMin = CounterTable::kHugePagesMinBytes;
+  CHECK_FALSE(CounterTable(TableConfig{.max_bytes = kMin}).stats().huge_pages);  // off by default
   CHECK_FALSE(CounterTable(config(kMin - 1)).stats().huge_pages);
   CHECK(CounterTable(config(kMin)).stats().huge_pages);
   CHECK_FALSE(CounterTable(config(kMin, 1024, /*huge_pages=*/false)).stats().huge_pages);
