@@ -134,13 +134,21 @@ start_sluice 1GiB --huge-pages
 RULE=(--limit 100 --period 1s)
 D="--duration ${SECS}s"
 
+# sluice_and_ping NAME SUFFIX ARGS...: the decision run and its ping floor at the same settings.
+sluice_and_ping() {
+  S "$1_sluice$2" $D "${@:3}" "${RULE[@]}"
+  S "$1_ping$2" $D "${@:3}" --op ping
+}
+
 # W1: depth 1, batch 1. W2: depth 16. W3: batch 64.
-for w in "W1 --depth 1 --batch 1" "W2 --depth 16 --batch 1" "W3 --depth 1 --batch 64"; do
+W1="W1 --depth 1 --batch 1"
+W2="W2 --depth 16 --batch 1"
+W3="W3 --depth 1 --batch 64"
+for w in "$W1" "$W2" "$W3"; do
   set -- $w
   name="$1"
   shift
-  S "${name}_sluice" $D "$@" "${RULE[@]}"
-  S "${name}_ping" $D "$@" --op ping
+  sluice_and_ping "$name" "" "$@"
   R "${name}_redis_lua" $D "$@" "${RULE[@]}" --redis-design lua_token_bucket
   R "${name}_redis_incr_window" $D "$@" --redis-design incr_window --algorithm fixed_window \
     "${RULE[@]}"
@@ -149,12 +157,9 @@ done
 # 10-15 % or more with the host's load: two more alternating pairs each, and the median of the
 # three ratios is judged.
 for round in 2 3; do
-  for w in "W1 --depth 1 --batch 1" "W3 --depth 1 --batch 64"; do
+  for w in "$W1" "$W3"; do
     set -- $w
-    name="$1"
-    shift
-    S "${name}_sluice_r$round" $D "$@" "${RULE[@]}"
-    S "${name}_ping_r$round" $D "$@" --op ping
+    sluice_and_ping "$1" "_r$round" "${@:2}"
   done
 done
 
