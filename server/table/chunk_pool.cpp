@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #ifdef __linux__
 #include <sys/mman.h>
@@ -54,7 +55,15 @@ ChunkPool::~ChunkPool() {
 
 bool ChunkPool::map_block() {
   const std::size_t bytes = block_chunks() * kChunkBytes;
-  if (blocks_.size() == blocks_.capacity()) blocks_.reserve(2 * blocks_.size() + 8);
+  // Room for the block's entry first, so that a mapped block is never lost to a failed
+  // push_back; like a refused mapping, a refused entry is a nullptr from take().
+  if (blocks_.size() == blocks_.capacity()) {
+    try {
+      blocks_.reserve(2 * blocks_.size() + 8);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
+  }
   char* block = map_aligned(bytes, huge_ ? kHugeBlockBytes : kChunkBytes, huge_);
   if (block == nullptr) return false;
   blocks_.push_back(block);
