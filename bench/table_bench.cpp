@@ -232,10 +232,10 @@ double thread_cpu_ns() {
 
 // Inserts up to state.range(0) keys into a table that starts at 1024 slots (records in huge
 // pages when state.range(1) is 1: the first touch of each 2 MiB block is a page fault that
-// zeroes it), timing each insert
-// alone: the longest one is the growth pause. Reported: max_us (wall) and the insert count at
-// which it happened, how many inserts took over 100 us and over 1 ms (wall), and max_cpu_us,
-// the longest in thread CPU time: on a shared machine wall time also counts preemption.
+// zeroes it), timing each insert alone: the longest one is the growth pause. Reported: max_us
+// (wall) and the insert count at which it happened, how many inserts took over 100 us and over
+// 1 ms (wall), and max_cpu_us, the longest in thread CPU time: on a shared machine wall time
+// also counts preemption.
 void BM_InsertMaxPause(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   using Clock = std::chrono::steady_clock;
