@@ -101,6 +101,9 @@ std::size_t arena_chunk_bytes(std::size_t max_bytes) {
 // follows the key count smoothly (docs/ARCHITECTURE.md, "Growth").
 constexpr double kMaxLoad = 0.92;
 constexpr double kGrowth = 1.1;
+// A full segment with fewer live records than this share of its maximum is compacted (its
+// expired records dropped) instead of grown: short-lived keys must not grow the table.
+constexpr double kCompactBelow = 0.5;
 constexpr double kLadderBase = 16;
 
 std::uint64_t splitmix64(std::uint64_t x) {
@@ -255,9 +258,49 @@ std::size_t CounterTable::room() const {
 }
 
 bool CounterTable::grow(std::uint32_t index, std::uint64_t now_ns) {
-  const Segment& seg = segments_[index];
+  Segment& seg = segments_[index];
+  // Mostly expired records (short-lived keys the sweep has not reached yet): dropping them
+  // makes the room, and takes no memory. Only when it drops something, so the caller's retry
+  // ends.
+  if (live_records(seg, now_ns) < seg.max_size * kCompactBelow && compact(seg, now_ns) > 0) {
+    if (sweep_segment_ == index) sweep_cursor_ = 0;
+    return true;
+  }
   if (seg.homes >= kSplitHomes && seg.depth < max_depth_ && split(index, now_ns)) return true;
   return grow_in_place(index, now_ns);
+}
+
+std::size_t CounterTable::live_records(const Segment& seg, std::uint64_t now_ns) {
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < seg.total_slots(); ++i) {
+    const std::uint64_t meta = at(seg, i).meta;
+    live += tag_of(meta) != 0 && !is_expired(meta, now_ns);
+  }
+  return live;
+}
+
+std::size_t CounterTable::compact(Segment& seg, std::uint64_t now_ns) {
+  // Homes do not change, so each kept record moves left (past dropped ones) or stays: one pass
+  // in slot order, each record to the first free slot at or after its home.
+  std::size_t next = 0;
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < seg.total_slots(); ++i) {
+    Record& r = at(seg, i);
+    if (tag_of(r.meta) == 0) continue;
+    if (is_expired(r.meta, now_ns)) {
+      drop_in_rehash(r, true);
+      ++dropped;
+      continue;
+    }
+    const std::size_t pos = std::max(home_of(seg, r.fp_lo), next);
+    if (pos != i) {
+      at(seg, pos) = r;
+      r = Record{};
+    }
+    next = pos + 1;
+  }
+  seg.size -= static_cast<std::uint32_t>(dropped);
+  return dropped;
 }
 
 void CounterTable::drop_in_rehash(Record& record, bool expired) {

@@ -153,6 +153,9 @@ class CounterTable {
   // Makes room in segment `index` by growing it in place or splitting it.
   bool grow(std::uint32_t index, std::uint64_t now_ns);
   bool grow_in_place(std::uint32_t index, std::uint64_t now_ns);
+  static std::size_t live_records(const Segment& seg, std::uint64_t now_ns);
+  // Drops the segment's expired records and closes the gaps. Returns how many it dropped.
+  std::size_t compact(Segment& seg, std::uint64_t now_ns);
   // Whether the segment could split; false leaves the table untouched.
   bool split(std::uint32_t index, std::uint64_t now_ns);
   void drop_in_rehash(Record& record, bool expired);

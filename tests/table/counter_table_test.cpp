@@ -674,3 +674,32 @@ TEST_CASE("sweep covers every segment of a split table") {
   CHECK(table.size() == 0);
   CHECK(table.TEST_check_invariants());
 }
+
+TEST_CASE("short-lived keys are compacted away instead of growing the table") {
+  // A token bucket of 10 per 10 ms is full again, so idle, 1 ms after one request. One new key
+  // every 10 us keeps about 100 of them live; every 1000th key is long-lived instead. The sweep
+  // never runs: a full segment must drop its expired records rather than grow (without that,
+  // this table grew from 1,122 slots to 3,570).
+  const Rule short_lived{Algorithm::kTokenBucket, 10, 10, 0};
+  CounterTable table(config(256 << 20, 1024));
+  const std::uint64_t slots = table.stats().slots;
+  constexpr int kKeys = 200'000;
+  constexpr std::uint64_t kStepNs = 10'000;
+  for (int i = 0; i < kKeys; ++i) {
+    allowed(table, key(i), i % 1000 == 0 ? kHourly : short_lived, at(kT0 + i * kStepNs));
+  }
+  const std::uint64_t end = kT0 + kKeys * kStepNs;
+  const auto stats = table.stats();
+  CHECK(stats.slots == slots);
+  CHECK(stats.evicted_lru == 0);
+  CHECK(stats.expired + stats.keys == static_cast<std::uint64_t>(kKeys));
+  CHECK(table.TEST_check_invariants());
+  // The long-lived keys kept their state; the short-lived keys of the last 0.5 ms are live.
+  for (int i = 0; i < kKeys; i += 1000) {
+    REQUIRE(allowed(table, key(i), kHourly, at(end)).remaining == 98u);
+  }
+  for (int i = kKeys - 50; i < kKeys; ++i) {
+    if (i % 1000 != 0) REQUIRE(table.contains(key(i), end - 50 * kStepNs));
+  }
+  CHECK(table.TEST_check_invariants());
+}
