@@ -13,6 +13,8 @@
 #include <cstring>
 #include <exception>
 
+#include <sys/socket.h>
+
 #include "core/key_hash.h"
 #include "core/rule.h"
 #include "server/shard.h"
@@ -120,6 +122,19 @@ void Connection::fail(std::uint32_t request_id, ErrorCode code, std::string_view
 
 void Connection::wake_writer() { write_signal_.cancel(); }
 
+void Connection::flush() {
+  if (out_queued_.empty()) return;
+  if (!writing_ && !closed_) {
+    // Never blocks; an error (the socket full, or broken) leaves the bytes to the writer.
+    const ssize_t sent = ::send(socket_.native_handle(), out_queued_.data(), out_queued_.size(),
+                                MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent > 0) out_queued_.erase(out_queued_.begin(), out_queued_.begin() + sent);
+    // All sent: nothing for the writer, unless it is to close the connection after it.
+    if (out_queued_.empty() && !closing_) return;
+  }
+  wake_writer();
+}
+
 bool Connection::should_pause_reading() const {
   return out_queued_.size() >= shard_.context().config.max_queued_output ||
          frames_pending_ >= kMaxFramesPending;
@@ -189,7 +204,9 @@ asio::awaitable<void> Connection::write_loop() {
       continue;
     }
     std::swap(out_queued_, out_writing_);
+    writing_ = true;
     co_await asio::async_write(socket_, asio::buffer(out_writing_), redirect(ec));
+    writing_ = false;
     out_writing_.clear();
     if (ec) {
       close();
@@ -238,7 +255,7 @@ void Connection::after_input(bool handled_any) {
     shard_.publish_table_stats();
   }
   shard_.TEST_record_queued_output(out_queued_.size());
-  if (!out_queued_.empty()) wake_writer();
+  flush();
 }
 
 bool Connection::handle_input() {
@@ -445,7 +462,7 @@ void Connection::finish_frame(PendingFrame& frame) {
     } else {
       protocol::encode_reset_reply(out_queued_, frame.request_id, frame.reset_results);
     }
-    wake_writer();
+    flush();
   }
   read_resume_.cancel();  // a reader paused on pending frames may go on
 }

@@ -75,6 +75,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void begin_closing();
   bool should_pause_reading() const;
   void wake_writer();
+  // Sends the queued output now, without blocking, when no write is in flight: a reply usually
+  // leaves without a turn of the writer. What the socket does not take, and any error, is left
+  // to the writer.
+  void flush();
 
   Shard& shard_;
   boost::asio::ip::tcp::socket socket_;
@@ -107,6 +111,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reader_done_ = false;    // the peer closed its side (or the read failed)
   bool shutdown_sent_ = false;  // our side is shut down: everything queued was written
   bool closed_ = false;
+  bool writing_ = false;  // the writer has out_writing_ in flight: flush() must not overtake it
 
   // Scratch reused by the handlers (no allocation per frame once grown).
   std::vector<protocol::AcquireItem> acquire_items_;
