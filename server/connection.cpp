@@ -123,12 +123,21 @@ void Connection::fail(std::uint32_t request_id, ErrorCode code, std::string_view
 void Connection::wake_writer() { write_signal_.cancel(); }
 
 void Connection::flush() {
+  if (out_queued_.empty() || flush_queued_) return;
+  flush_queued_ = true;
+  shard_.queue_flush(shared_from_this());
+}
+
+void Connection::flush_now() {
+  flush_queued_ = false;
   if (out_queued_.empty()) return;
   if (!writing_ && !closed_) {
     // Never blocks; an error (the socket full, or broken) leaves the bytes to the writer.
     const ssize_t sent = ::send(socket_.native_handle(), out_queued_.data(), out_queued_.size(),
                                 MSG_DONTWAIT | MSG_NOSIGNAL);
     if (sent > 0) out_queued_.erase(out_queued_.begin(), out_queued_.begin() + sent);
+    // The reader may have paused on this output since it queued the flush.
+    if (read_paused_ && !should_pause_reading()) read_resume_.cancel();
     // All sent: nothing for the writer, unless it is to close the connection after it.
     if (out_queued_.empty() && !closing_) return;
   }
@@ -146,7 +155,9 @@ asio::awaitable<void> Connection::read_loop() {
     boost::system::error_code ec;
     if (!closing_ && should_pause_reading()) {
       read_resume_.expires_at(Clock::time_point::max());
+      read_paused_ = true;
       co_await read_resume_.async_wait(redirect(ec));
+      read_paused_ = false;
       if (closed_) break;
       continue;
     }

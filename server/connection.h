@@ -46,6 +46,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // A frame whose hand-over tasks are all back: encode its reply (unless closed) and forget it.
   void finish_frame(PendingFrame& frame);
+  // Sends the queued output now, without blocking, when no write is in flight: a reply usually
+  // leaves without a turn of the writer. What the socket does not take, and any error, is left
+  // to the writer.
+  void flush_now();
 
  private:
   boost::asio::awaitable<void> read_loop();
@@ -75,9 +79,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void begin_closing();
   bool should_pause_reading() const;
   void wake_writer();
-  // Sends the queued output now, without blocking, when no write is in flight: a reply usually
-  // leaves without a turn of the writer. What the socket does not take, and any error, is left
-  // to the writer.
+  // Has the queued output sent once the handlers already queued on the shard have run
+  // (Shard::queue_flush), by flush_now().
   void flush();
 
   Shard& shard_;
@@ -111,6 +114,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reader_done_ = false;    // the peer closed its side (or the read failed)
   bool shutdown_sent_ = false;  // our side is shut down: everything queued was written
   bool closed_ = false;
+  bool read_paused_ = false;   // the reader waits on read_resume_ for output to drain
+  bool flush_queued_ = false;  // flush_now() is due: flush() need not queue it again
   bool writing_ = false;  // the writer has out_writing_ in flight: flush() must not overtake it
 
   // Scratch reused by the handlers (no allocation per frame once grown).

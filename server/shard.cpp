@@ -216,6 +216,32 @@ void Shard::on_connection_closed(Connection* connection, bool counted) {
   }
 }
 
+namespace {
+
+// The posted flush_queued(), with its operation in the shard's slot (no heap per post).
+struct FlushHandler {
+  using allocator_type = OneSlotAllocator<void>;
+  Shard* shard;
+  HandlerSlot* slot;
+  allocator_type get_allocator() const noexcept { return allocator_type(*slot); }
+  void operator()() const;
+};
+
+}  // namespace
+
+void Shard::queue_flush(std::shared_ptr<Connection> connection) {
+  if (to_flush_.empty()) asio::post(io_, FlushHandler{this, &flush_slot_});
+  to_flush_.push_back(std::move(connection));
+}
+
+void FlushHandler::operator()() const { shard->flush_queued(); }
+
+void Shard::flush_queued() {
+  flushing_.swap(to_flush_);  // a flush_now() may queue again (it does not today)
+  for (const std::shared_ptr<Connection>& connection : flushing_) connection->flush_now();
+  flushing_.clear();
+}
+
 asio::awaitable<void> Shard::sweep_loop() {
   while (!stopping_) {
     boost::system::error_code ec;

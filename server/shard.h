@@ -26,6 +26,7 @@
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/mpsc_queue.h"
+#include "server/one_slot_allocator.h"
 #include "server/server.h"
 #include "server/shard_counters.h"
 #include "server/table/counter_table.h"
@@ -147,6 +148,12 @@ class Shard {
   void send(unsigned to, HandoverTask* task);
 
   void on_connection_closed(Connection* connection, bool counted);
+  // Calls connection->flush_now() after the handlers already queued on this shard, such as the
+  // other reads of the same wake-up, have run: the replies of one wake-up leave together, and
+  // the client wakes once for them rather than once per reply.
+  void queue_flush(std::shared_ptr<Connection> connection);
+  // What queue_flush() posts: flushes every connection queued since.
+  void flush_queued();
 
   // Test seam (Server::TEST_peak_queued_output): shard thread records, any thread reads.
   void TEST_record_queued_output(std::size_t bytes) {
@@ -170,6 +177,8 @@ class Shard {
 
   ServerContext& context_;
   const unsigned index_;
+  // Before io_: a flush still posted when io_ is destroyed gives its slot back.
+  HandlerSlot flush_slot_;
   boost::asio::io_context io_;  // declared early: destroyed after everything bound to it
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   CounterTable table_;
@@ -190,6 +199,10 @@ class Shard {
   std::vector<std::vector<HandoverItem>> staging_;
   std::vector<std::unique_ptr<PendingFrame>> free_frames_;
   std::vector<std::unique_ptr<HandoverTask>> free_tasks_;
+  // Connections waiting for flush_queued(), which is posted while the list is not empty: one
+  // post at a time, its operation in flush_slot_ (above).
+  std::vector<std::shared_ptr<Connection>> to_flush_;
+  std::vector<std::shared_ptr<Connection>> flushing_;
 };
 
 }  // namespace sluice::server
