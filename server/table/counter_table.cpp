@@ -104,6 +104,7 @@ constexpr double kGrowth = 1.1;
 // A full segment with fewer live records than this share of its maximum is compacted (its
 // expired records dropped) instead of grown: short-lived keys must not grow the table.
 constexpr double kCompactBelow = 0.5;
+constexpr double kRecountShare = 1.0 / 16;
 constexpr double kLadderBase = 16;
 
 std::uint64_t splitmix64(std::uint64_t x) {
@@ -261,10 +262,14 @@ bool CounterTable::grow(std::uint32_t index, std::uint64_t now_ns) {
   Segment& seg = segments_[index];
   // Mostly expired records (short-lived keys the sweep has not reached yet): dropping them
   // makes the room, and takes no memory. Only when it drops something, so the caller's retry
-  // ends.
-  if (live_records(seg, now_ns) < seg.max_size * kCompactBelow && compact(seg, now_ns) > 0) {
-    if (sweep_segment_ == index) sweep_cursor_ = 0;
-    return true;
+  // ends. The count scans the segment, so it waits for kRecountShare of max_size insertions
+  // since the last one: at the cap, where every insertion may come here, it is not repeated
+  // for each. (The sweep cursor stays: records only move left, and those are live.)
+  if (seg.uncounted >= seg.max_size * kRecountShare) {
+    seg.uncounted = 0;
+    if (live_records(seg, now_ns) < seg.max_size * kCompactBelow && compact(seg, now_ns) > 0) {
+      return true;
+    }
   }
   if (seg.homes >= kSplitHomes && seg.depth < max_depth_ && split(index, now_ns)) return true;
   return grow_in_place(index, now_ns);
@@ -496,6 +501,7 @@ std::uint64_t* CounterTable::allocate_ring(std::uint32_t ring_class) {
 }
 
 void CounterTable::place(Segment& seg, const Record& record, std::size_t pos, std::size_t sink) {
+  ++seg.uncounted;
   if (sink >= pos) {
     for (std::size_t i = sink; i > pos; --i) at(seg, i) = at(seg, i - 1);
     at(seg, pos) = record;

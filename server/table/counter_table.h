@@ -83,6 +83,8 @@ class CounterTable {
   // directory, the record count, that every ring in use belongs to a record, and the cap.
   // O(slots).
   bool TEST_check_invariants() const;
+  // Test seam: whether a record for the key is stored, expired or not.
+  bool TEST_holds(const KeyHash& key) const { return find(key).found; }
   // Test seam: the most memory the table has held at once, growth steps included.
   std::size_t TEST_peak_memory_bytes() const { return peak_bytes_; }
 
@@ -125,6 +127,7 @@ class CounterTable {
     std::uint32_t max_size = 0;  // records allowed before the segment grows
     std::uint32_t prefix = 0;    // the `depth` top selector bits all its keys share
     std::uint32_t depth = 0;
+    std::uint32_t uncounted = 0;  // insertions since grow() last counted the live records
     std::size_t total_slots() const { return homes + kMaxDisplacement + 1; }
   };
   struct Probe {
@@ -162,7 +165,8 @@ class CounterTable {
   // Stores `record` (known absent, insertion point `probe`), making room if needed.
   bool insert(const Record& record, Probe probe, std::uint64_t now_ns);
   // Puts `record` (insertion point `pos`) using slot `sink`, which is empty or
-  // holds a record already released, by shifting the records between them by one.
+  // holds a record already released, by shifting the records between them by one. Counts an
+  // insertion in seg.uncounted.
   static void place(Segment& seg, const Record& record, std::size_t pos, std::size_t sink);
   // Removes the record at `pos` (releasing its ring) and closes the gap.
   void erase(Segment& seg, std::size_t pos);

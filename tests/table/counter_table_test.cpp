@@ -676,30 +676,69 @@ TEST_CASE("sweep covers every segment of a split table") {
 }
 
 TEST_CASE("short-lived keys are compacted away instead of growing the table") {
-  // A token bucket of 10 per 10 ms is full again, so idle, 1 ms after one request. One new key
-  // every 10 us keeps about 100 of them live; every 1000th key is long-lived instead. The sweep
-  // never runs: a full segment must drop its expired records rather than grow (without that,
-  // this table grew from 1,122 slots to 3,570).
+  // A token bucket of 10 per 10 ms is full again, so idle, 1 ms after one request, and a sliding
+  // log of 5 per 1 ms empties 1 ms after it. One new key every 10 us keeps about 100 of them
+  // live; every 1000th key is long-lived instead. The sweep never runs: a full segment must drop
+  // its expired records (and their rings) rather than grow (without that, this table grew from
+  // 1,122 slots to 3,570).
   const Rule short_lived{Algorithm::kTokenBucket, 10, 10, 0};
+  const Rule short_log{Algorithm::kSlidingLog, 5, 1, 0};
   CounterTable table(config(256 << 20, 1024));
   const std::uint64_t slots = table.stats().slots;
   constexpr int kKeys = 200'000;
   constexpr std::uint64_t kStepNs = 10'000;
   for (int i = 0; i < kKeys; ++i) {
-    allowed(table, key(i), i % 1000 == 0 ? kHourly : short_lived, at(kT0 + i * kStepNs));
+    const Rule& rule = i % 1000 == 0 ? kHourly : i % 7 == 0 ? short_log : short_lived;
+    allowed(table, key(i), rule, at(kT0 + i * kStepNs));
   }
   const std::uint64_t end = kT0 + kKeys * kStepNs;
   const auto stats = table.stats();
   CHECK(stats.slots == slots);
   CHECK(stats.evicted_lru == 0);
   CHECK(stats.expired + stats.keys == static_cast<std::uint64_t>(kKeys));
-  CHECK(table.TEST_check_invariants());
+  CHECK(table.TEST_check_invariants());  // also: every ring in use belongs to a record
   // The long-lived keys kept their state; the short-lived keys of the last 0.5 ms are live.
   for (int i = 0; i < kKeys; i += 1000) {
     REQUIRE(allowed(table, key(i), kHourly, at(end)).remaining == 98u);
   }
   for (int i = kKeys - 50; i < kKeys; ++i) {
-    if (i % 1000 != 0) REQUIRE(table.contains(key(i), end - 50 * kStepNs));
+    if (i % 1000 != 0) REQUIRE(table.contains(key(i), end));
   }
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("compacting one segment over and over does not keep the sweep from the others") {
+  // Two segments of more slots than the sweep's budget. Segment 0 is compacted several times
+  // between two sweeps; segment 1 holds keys that expired long ago, which only the sweep drops.
+  CounterTable table(config(256 << 20, 8192));
+  REQUIRE(table.stats().segments == 2);
+  const auto segment_of = [](const KeyHash& k) { return static_cast<std::uint32_t>(k.hi) >> 31; };
+  const Rule short_lived{Algorithm::kTokenBucket, 10, 10, 0};  // idle 1 ms after one request
+  std::vector<KeyHash> dead;
+  int next = 0;
+  while (dead.size() < 2'000) {
+    const KeyHash k = key(next++);
+    if (segment_of(k) == 1) {
+      allowed(table, k, short_lived, at(kT0));
+      dead.push_back(k);
+    }
+  }
+  constexpr std::uint64_t kStepNs = 2'000;
+  constexpr std::uint64_t kSweepEveryNs = 50 * kMs;
+  const std::size_t budget = table.stats().slots / 2 - 64;  // less than a segment
+  std::uint64_t now = kT0 + kSec;
+  for (int tick = 0; tick < 20; ++tick) {
+    for (std::uint64_t t = 0; t < kSweepEveryNs; t += kStepNs) {
+      KeyHash k = key(next++);
+      while (segment_of(k) != 0) k = key(next++);
+      allowed(table, k, short_lived, at(now += kStepNs));
+    }
+    table.sweep(now, budget);
+  }
+  // Segment 0 filled up with expired records several times per tick, so compaction ran often.
+  CHECK(table.stats().expired > 200'000);
+  std::size_t held = 0;
+  for (const KeyHash& k : dead) held += table.TEST_holds(k);
+  CHECK(held == 0);
   CHECK(table.TEST_check_invariants());
 }
