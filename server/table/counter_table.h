@@ -153,9 +153,11 @@ class CounterTable {
   void drop_chunks(Segment& seg, std::size_t keep);
   // Bytes a growth may still take, keeping one arena chunk of room next to the arena.
   std::size_t room() const;
-  // Makes room in segment `index` by growing it in place or splitting it.
+  // Makes room in segment `index` by compacting it (mostly expired records), growing it in
+  // place or splitting it.
   bool grow(std::uint32_t index, std::uint64_t now_ns);
   bool grow_in_place(std::uint32_t index, std::uint64_t now_ns);
+  // The segment's records that are not expired at now_ns.
   static std::size_t live_records(const Segment& seg, std::uint64_t now_ns);
   // Drops the segment's expired records and closes the gaps. Returns how many it dropped.
   std::size_t compact(Segment& seg, std::uint64_t now_ns);
