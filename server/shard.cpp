@@ -4,7 +4,6 @@
 
 #include <fmt/core.h>
 #include <sys/socket.h>
-#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -23,11 +22,7 @@ using asio::ip::tcp;
 
 namespace {
 
-constexpr auto kSweepInterval = std::chrono::milliseconds(50);
-// Slots examined per sweep tick: a full pass over the table takes about 100 ticks (5 s), and
-// one tick never examines more than kMaxSweepSlots (well under a millisecond).
-constexpr std::size_t kMinSweepSlots = 4096;
-constexpr std::size_t kMaxSweepSlots = 65536;
+constexpr auto kSweepInterval = std::chrono::nanoseconds(CounterTable::kSweepIntervalNs);
 // Inbox tasks handled per drain() before yielding to the connections of this shard.
 constexpr int kDrainBudget = 256;
 // Tasks and pending frames kept for reuse per shard, and the largest batch whose vectors are
@@ -248,9 +243,7 @@ asio::awaitable<void> Shard::sweep_loop() {
     sweep_timer_.expires_after(kSweepInterval);
     co_await sweep_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     if (stopping_) break;
-    const std::size_t budget =
-        std::clamp<std::size_t>(table_.stats().slots / 100, kMinSweepSlots, kMaxSweepSlots);
-    table_.sweep(context_.clock->now_ns(), budget);
+    table_.sweep_step(context_.clock->now_ns());
     publish_table_stats();
   }
 }

@@ -123,19 +123,11 @@ class Shard {
   protocol::AcquireResult acquire_local(const KeyHash& hash, const Rule& rule, std::uint32_t cost,
                                         bool peek, std::uint64_t now_ns);
   protocol::ResetStatus reset_local(const KeyHash& hash, std::uint64_t now_ns);
-  // Calls decide(k) for each k in [0, n), with the record of hash_at(k + kPrefetchAhead)
-  // prefetched meanwhile: the cache and TLB misses of a batch overlap with the work on earlier
-  // items instead of coming one after another (prefetching the whole batch first stalled on its
-  // own page walks; docs/BENCHMARKS.md).
+  // Decides a batch on this shard's table: CounterTable::for_each_prefetched.
   template <typename HashAt, typename Decide>
   void decide_prefetched(std::size_t n, HashAt hash_at, Decide decide) {
-    for (std::size_t k = 0; k < n && k < kPrefetchAhead; ++k) table_.prefetch(hash_at(k));
-    for (std::size_t k = 0; k < n; ++k) {
-      if (k + kPrefetchAhead < n) table_.prefetch(hash_at(k + kPrefetchAhead));
-      decide(k);
-    }
+    table_.for_each_prefetched(n, hash_at, decide);
   }
-  static constexpr std::size_t kPrefetchAhead = 8;
   // Copies the table's statistics into the counters other threads read.
   void publish_table_stats();
 

@@ -788,6 +788,10 @@ bool CounterTable::contains(const KeyHash& key, std::uint64_t now_ns) const {
   return probe.found && !is_expired(at(segments_[probe.segment], probe.pos).meta, now_ns);
 }
 
+std::size_t CounterTable::sweep_step(std::uint64_t now_ns) {
+  return sweep(now_ns, std::clamp<std::size_t>(total_slots_ / 100, kMinSweepSlots, kMaxSweepSlots));
+}
+
 std::size_t CounterTable::sweep(std::uint64_t now_ns, std::size_t max_slots) {
   std::size_t dropped = 0;
   for (; max_slots > 0; --max_slots) {

@@ -68,6 +68,23 @@ class CounterTable {
   // Examines up to `max_slots` slots from where the last call stopped and drops expired
   // records. Returns how many it dropped. Call it often with a small budget: no pauses.
   std::size_t sweep(std::uint64_t now_ns, std::size_t max_slots);
+  // The sweep as a shard runs it, once every kSweepIntervalNs: slots / 100 slots (at least
+  // kMinSweepSlots, at most kMaxSweepSlots), so a full pass takes about 100 steps (5 s) and no
+  // step takes a millisecond. Returns how many records it dropped.
+  std::size_t sweep_step(std::uint64_t now_ns);
+
+  // Calls decide(k) for each k in [0, n), with the home slot of hash_at(k + kPrefetchAhead)
+  // prefetched meanwhile: the cache and TLB misses of a batch overlap with the work on earlier
+  // items instead of coming one after another (prefetching the whole batch first stalled on its
+  // own page walks; docs/BENCHMARKS.md). hash_at(k) returns item k's KeyHash.
+  template <typename HashAt, typename Decide>
+  void for_each_prefetched(std::size_t n, HashAt hash_at, Decide decide) {
+    for (std::size_t k = 0; k < n && k < kPrefetchAhead; ++k) prefetch(hash_at(k));
+    for (std::size_t k = 0; k < n; ++k) {
+      if (k + kPrefetchAhead < n) prefetch(hash_at(k + kPrefetchAhead));
+      decide(k);
+    }
+  }
 
   TableStats stats() const;
   // Records stored, including expired ones not yet dropped.
@@ -101,6 +118,13 @@ class CounterTable {
   static constexpr std::size_t kMinMaxBytes = 12 << 10;
   // The smallest cap for which TableConfig::huge_pages takes effect: 32 blocks of 2 MiB.
   static constexpr std::size_t kHugePagesMinBytes = std::size_t{64} << 20;
+  // sweep_step()'s schedule and budget.
+  static constexpr std::uint64_t kSweepIntervalNs = 50'000'000;
+  static constexpr std::size_t kMinSweepSlots = 4096;
+  static constexpr std::size_t kMaxSweepSlots = 65536;
+  // How far ahead for_each_prefetched() prefetches: 8 beat the whole batch first, 16 ahead and
+  // two-stage prefetching (docs/BENCHMARKS.md).
+  static constexpr std::size_t kPrefetchAhead = 8;
 
  private:
   // One slot, 40 bytes. `meta` packs, low to high: the algorithm (3 bits, 0 = empty slot), a

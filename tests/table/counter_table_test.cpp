@@ -675,6 +675,36 @@ TEST_CASE("sweep covers every segment of a split table") {
   CHECK(table.TEST_check_invariants());
 }
 
+TEST_CASE("a sweep step examines a hundredth of the slots, and never fewer than the minimum") {
+  // Twin tables with the same expired keys: sweep_step() on one drops exactly what sweep() with
+  // the documented budget drops on the other.
+  const auto twins_agree = [](int keys) {
+    CounterTable stepped(config(256 << 20, 16));
+    CounterTable swept(config(256 << 20, 16));
+    for (int i = 0; i < keys; ++i) {
+      allowed(stepped, key(i), kFixed10, at(kT0));
+      allowed(swept, key(i), kFixed10, at(kT0));
+    }
+    REQUIRE(stepped.stats().slots == swept.stats().slots);
+    const std::size_t budget = std::clamp<std::size_t>(
+        swept.stats().slots / 100, CounterTable::kMinSweepSlots, CounterTable::kMaxSweepSlots);
+    const std::uint64_t later = kT0 + 10 * kSec;
+    for (int step = 0; step < 3; ++step) {
+      const std::size_t dropped = stepped.sweep_step(later);
+      CHECK(dropped > 0);
+      CHECK(dropped <= budget);
+      CHECK(dropped == swept.sweep(later, budget));
+    }
+    return swept.stats().slots;
+  };
+  SECTION("a small table: the minimum") {
+    CHECK(twins_agree(20'000) / 100 < CounterTable::kMinSweepSlots);
+  }
+  SECTION("a large table: a hundredth") {
+    CHECK(twins_agree(600'000) / 100 > CounterTable::kMinSweepSlots);
+  }
+}
+
 TEST_CASE("short-lived keys are compacted away instead of growing the table") {
   // A token bucket of 10 per 10 ms is full again, so idle, 1 ms after one request, and a sliding
   // log of 5 per 1 ms empties 1 ms after it. One new key every 10 us keeps about 100 of them
