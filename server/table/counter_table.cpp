@@ -497,7 +497,40 @@ void CounterTable::release_ring(Record& record) {
 
 std::uint64_t* CounterTable::allocate_ring(std::uint32_t ring_class) {
   const std::size_t used = memory_bytes();
-  return arena_.allocate(ring_class, max_bytes_ > used ? max_bytes_ - used : 0);
+  std::uint64_t* ring = arena_.allocate(ring_class, max_bytes_ > used ? max_bytes_ - used : 0);
+  ring_shortage_ = ring_shortage_ || ring == nullptr;
+  return ring;
+}
+
+bool CounterTable::reclaim_ring(std::uint32_t ring_class, const KeyHash& keep,
+                                std::uint64_t now_ns) {
+  // Candidates: sliding-log records holding a ring the arena can hand out for the class (the
+  // same class, or a larger one it splits). Slots are in hash order, so the window is an
+  // unbiased sample of the keys, as for the eviction in insert().
+  std::uint32_t victim_segment = 0;
+  std::size_t victim = kNoSlot;
+  std::uint64_t victim_meta = 0;
+  const std::size_t budget = std::min(kReclaimSlots, total_slots_);
+  for (std::size_t n = 0; n < budget; ++n, ++reclaim_cursor_) {
+    if (reclaim_segment_ >= segments_.size()) reclaim_segment_ = 0;
+    if (reclaim_cursor_ >= segments_[reclaim_segment_].total_slots()) {
+      reclaim_cursor_ = 0;
+      reclaim_segment_ = reclaim_segment_ + 1 < segments_.size() ? reclaim_segment_ + 1 : 0;
+    }
+    const Record& r = at(segments_[reclaim_segment_], reclaim_cursor_);
+    if (tag_of(r.meta) != kSlidingLogTag || r.state == CounterState{}) continue;
+    if (r.fp_lo == keep.lo && r.fp_hi == keep.hi) continue;
+    if (decode_log(r.state).ring_class < ring_class) continue;
+    if (victim == kNoSlot || better_victim(r.meta, victim_meta, now_ns)) {
+      victim_segment = reclaim_segment_;
+      victim = reclaim_cursor_;
+      victim_meta = r.meta;
+    }
+  }
+  if (victim == kNoSlot) return false;
+  ++(is_expired(victim_meta, now_ns) ? expired_ : evicted_lru_);
+  erase(segments_[victim_segment], victim);
+  return true;
 }
 
 void CounterTable::place(Segment& seg, const Record& record, std::size_t pos, std::size_t sink) {
@@ -631,10 +664,7 @@ TableAnswer CounterTable::answer_fresh(const Rule& rule, const Request& request)
   // The algorithm needs a ring of the rule's size even to answer for an empty log.
   const std::uint32_t ring_class = LogArena::class_for(rule.limit);
   std::uint64_t* ring = allocate_ring(ring_class);
-  if (ring == nullptr) {
-    ++failed_inserts_;
-    return {TableOutcome::kNoMemory, {}};
-  }
+  if (ring == nullptr) return {TableOutcome::kNoMemory, {}};
   SlidingLog log{std::span<std::uint64_t>(ring, LogArena::ring_entries(ring_class)), 0, 0};
   const Decision decision = sliding_log(rule, log, request);
   arena_.release(ring, ring_class);
@@ -667,7 +697,6 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
     std::uint64_t* ring = allocate_ring(need);
     if (ring == nullptr) {
       erase(seg, probe.pos);
-      ++failed_inserts_;
       return {TableOutcome::kNoMemory, {}};
     }
     handle = {ring, need,
@@ -677,10 +706,7 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
     if (handle.ring_class < need) {
       // The limit grew past the ring: move the live entries, oldest first, to a bigger one.
       std::uint64_t* ring = allocate_ring(need);
-      if (ring == nullptr) {
-        ++failed_inserts_;
-        return {TableOutcome::kNoMemory, {}};
-      }
+      if (ring == nullptr) return {TableOutcome::kNoMemory, {}};
       const std::span<std::uint64_t> old = handle.log.ring;
       for (std::uint32_t i = 0; i < handle.log.count; ++i) {
         ring[i] = old[(handle.log.head + i) % old.size()];
@@ -720,10 +746,7 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, con
   } else {
     const std::uint32_t ring_class = LogArena::class_for(rule.limit);
     std::uint64_t* ring = allocate_ring(ring_class);
-    if (ring == nullptr) {
-      ++failed_inserts_;
-      return {TableOutcome::kNoMemory, {}};
-    }
+    if (ring == nullptr) return {TableOutcome::kNoMemory, {}};
     SlidingLog log{std::span<std::uint64_t>(ring, LogArena::ring_entries(ring_class)), 0, 0};
     decision = sliding_log(rule, log, request);
     const std::uint64_t idle_at = sliding_log_idle_at_ns(rule, log);
@@ -736,7 +759,6 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, con
   }
   if (!insert(record, probe, now)) {
     release_ring(record);
-    ++failed_inserts_;
     return {TableOutcome::kNoMemory, {}};
   }
   return {TableOutcome::kOk, decision};
@@ -747,6 +769,21 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
     ++failed_inserts_;  // validate() rejects this first; refuse rather than size a ring for it
     return {TableOutcome::kNoMemory, {}};
   }
+  ring_shortage_ = false;
+  TableAnswer answer = acquire_once(key, rule, request);
+  // No ring under the cap: free one from another sliding-log key (expired first, then the
+  // least recently used) and try again. A failed try leaves nothing half done: the key is
+  // looked up afresh. A peek takes nothing from other keys.
+  if (answer.outcome == TableOutcome::kNoMemory && ring_shortage_ && !request.peek &&
+      reclaim_ring(LogArena::class_for(rule.limit), key, request.now_ns)) {
+    answer = acquire_once(key, rule, request);
+  }
+  if (answer.outcome == TableOutcome::kNoMemory) ++failed_inserts_;
+  return answer;
+}
+
+TableAnswer CounterTable::acquire_once(const KeyHash& key, const Rule& rule,
+                                       const Request& request) {
   const Probe probe = find(key);
   if (!probe.found) {
     return request.peek ? answer_fresh(rule, request) : insert_new(key, probe, rule, request);

@@ -122,6 +122,8 @@ class CounterTable {
   static constexpr std::uint64_t kSweepIntervalNs = 50'000'000;
   static constexpr std::size_t kMinSweepSlots = 4096;
   static constexpr std::size_t kMaxSweepSlots = 65536;
+  // Slots reclaim_ring() examines for a sliding-log record to give up its ring.
+  static constexpr std::size_t kReclaimSlots = 1024;
   // How far ahead for_each_prefetched() prefetches: 8 beat the whole batch first, 16 ahead and
   // two-stage prefetching (docs/BENCHMARKS.md).
   static constexpr std::size_t kPrefetchAhead = 8;
@@ -202,7 +204,14 @@ class CounterTable {
   TableAnswer update_existing(const Probe& probe, const Rule& rule, const Request& request);
   TableAnswer insert_new(const KeyHash& key, const Probe& probe, const Rule& rule,
                          const Request& request);
+  // A ring from the arena within the cap, or nullptr (and ring_shortage_ set).
   std::uint64_t* allocate_ring(std::uint32_t ring_class);
+  // Frees a ring the arena can hand out for `ring_class` by erasing the best victim (expired
+  // first, then least recently used) among the sliding-log records other than `keep` in the
+  // next kReclaimSlots slots. Returns whether it erased one.
+  bool reclaim_ring(std::uint32_t ring_class, const KeyHash& keep, std::uint64_t now_ns);
+  // acquire() without the retry after a reclaim and without counting failures.
+  TableAnswer acquire_once(const KeyHash& key, const Rule& rule, const Request& request);
 
   std::size_t max_bytes_;
   std::uint32_t sliding_log_cap_;
@@ -220,6 +229,9 @@ class CounterTable {
   std::size_t size_ = 0;
   std::uint32_t sweep_segment_ = 0;
   std::size_t sweep_cursor_ = 0;
+  std::uint32_t reclaim_segment_ = 0;  // where reclaim_ring() looks next
+  std::size_t reclaim_cursor_ = 0;
+  bool ring_shortage_ = false;  // allocate_ring() failed during this acquire()
   std::uint64_t expired_ = 0;
   std::uint64_t evicted_lru_ = 0;
   std::uint64_t failed_inserts_ = 0;

@@ -368,18 +368,69 @@ TEST_CASE("a sliding-log ring that cannot fit under the cap answers kNoMemory") 
   CHECK(allowed(table, key(2), kFixed10, at(kT0)).allowed);
 }
 
-TEST_CASE("a flood of sliding-log keys stays under the cap") {
+TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently used one") {
   constexpr std::size_t kCap = 64 << 10;
   CounterTable table(config(kCap));
-  const Rule log{Algorithm::kSlidingLog, 20, 60'000, 0};
-  int failed = 0;
-  for (int i = 0; i < 20'000; ++i) {
+  const Rule log{Algorithm::kSlidingLog, 20, 60'000, 0};  // 32-entry rings, live for a minute
+  constexpr int kKeys = 20'000;
+  for (int i = 0; i < kKeys; ++i) {
     const TableAnswer a = table.acquire(key(i), log, at(kT0 + i * kMs));
-    failed += a.outcome == TableOutcome::kNoMemory;
+    REQUIRE(a.outcome == TableOutcome::kOk);
     REQUIRE(table.memory_bytes() <= kCap);
   }
-  CHECK(failed > 0);
-  CHECK(table.stats().failed_inserts == static_cast<std::uint64_t>(failed));
+  const auto stats = table.stats();
+  CHECK(stats.failed_inserts == 0);
+  CHECK(stats.expired == 0);                         // nothing had expired: every victim was live
+  CHECK(stats.evicted_lru == kKeys - table.size());  // every key not stored was evicted
+  // The newest key kept its log: 19 more fit in its minute, the next is refused.
+  const std::uint64_t now = kT0 + kKeys * kMs;
+  const int last = kKeys - 1;
+  for (int n = 0; n < 19; ++n) CHECK(allowed(table, key(last), log, at(now)).allowed);
+  CHECK_FALSE(allowed(table, key(last), log, at(now)).allowed);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("at the cap an expired sliding-log key gives up its ring before a live one") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  const Rule brief{Algorithm::kSlidingLog, 20, 1000, 0};
+  const Rule minute{Algorithm::kSlidingLog, 20, 60'000, 0};  // the same ring class
+  int i = 0;
+  for (; table.stats().evicted_lru == 0; ++i) {  // fill to the cap with one-second logs
+    REQUIRE(i < 10'000);
+    allowed(table, key(i), brief, at(kT0));
+  }
+  const std::size_t stored = table.size();
+  const std::uint64_t evicted = table.stats().evicted_lru;
+  // Ten seconds on, every stored log has expired; each new key takes an expired one's ring.
+  const std::uint64_t later = kT0 + 10 * kSec;
+  for (int n = 0; n < static_cast<int>(stored) / 2; ++n)
+    allowed(table, key(i + n), minute, at(later));
+  CHECK(table.stats().evicted_lru == evicted);
+  CHECK(table.stats().expired >= stored / 2);
+  CHECK(table.stats().failed_inserts == 0);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones, and a peek takes none") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  const Rule small{Algorithm::kSlidingLog, 20, 60'000, 0};   // 256-byte rings
+  const Rule large{Algorithm::kSlidingLog, 500, 60'000, 0};  // 4 KiB rings
+  for (int i = 0; i < 2'000; ++i) allowed(table, key(i), small, at(kT0 + i * kMs));
+  const std::uint64_t now = kT0 + 2 * kSec;
+  const std::size_t stored = table.size();
+  const std::uint64_t evicted = table.stats().evicted_lru;
+  // Rings do not merge: evicting small logs cannot make a large one, so nothing is evicted.
+  CHECK(table.acquire(key(-1), large, at(now)).outcome == TableOutcome::kNoMemory);
+  // A peek at an absent key needs a ring for the call, and does not evict a log to get one.
+  CHECK(table.acquire(key(-2), small, at(now, 1, true)).outcome == TableOutcome::kNoMemory);
+  CHECK(table.size() == stored);
+  CHECK(table.stats().evicted_lru == evicted);
+  CHECK(table.stats().failed_inserts == 2);
+  // The same acquire without peeking takes a ring.
+  CHECK(allowed(table, key(-2), small, at(now)).allowed);
+  CHECK(table.stats().evicted_lru == evicted + 1);
   CHECK(table.TEST_check_invariants());
 }
 
