@@ -59,20 +59,15 @@ class Entries {
   std::size_t count_;
 };
 
-}  // namespace
-
-Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) {
-  if (detail::admits_nothing(rule)) return detail::never_decision(rule);
+// The decision for `entries` in a ring of `ring_capacity` entries, `expired` of them expired at
+// `now` (the request's time, or the newest entry's if later). Writes nothing.
+Decision judge(const Rule& rule, const Entries& entries, std::uint64_t ring_capacity,
+               std::uint64_t now, std::size_t expired, const Request& request) {
   const std::uint64_t period = rule.period_ns();
   const std::uint64_t limit = rule.limit;
   const std::uint64_t cost = request.cost;
-  const Entries entries(log);
   // A ring smaller than the limit breaks the caller's contract; never write past it.
-  const std::uint64_t capacity = std::min<std::uint64_t>(limit, entries.capacity());
-
-  std::uint64_t now = request.now_ns;
-  if (entries.size() != 0) now = std::max(now, entries.newest());
-  const std::size_t expired = entries.expired_at(now, period);
+  const std::uint64_t capacity = std::min<std::uint64_t>(limit, ring_capacity);
   const std::uint64_t live = entries.size() - expired;
 
   const bool fits = cost <= capacity;
@@ -93,19 +88,37 @@ Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) 
                                request.now_ns)
              : kNever;
   }
+  return d;
+}
+
+}  // namespace
+
+Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) {
+  if (detail::admits_nothing(rule)) return detail::never_decision(rule);
+  const Entries entries(log);
+  std::uint64_t now = request.now_ns;
+  if (entries.size() != 0) now = std::max(now, entries.newest());
+  const std::size_t expired = entries.expired_at(now, rule.period_ns());
+  const Decision d = judge(rule, entries, entries.capacity(), now, expired, request);
 
   if (!request.peek && entries.capacity() != 0) {
     const std::size_t size = entries.capacity();
     const std::size_t head = (log.head % size + expired) % size;
-    std::size_t count = live;
-    if (allowed) {
-      for (std::uint64_t i = 0; i < cost; ++i) log.ring[(head + count + i) % size] = now;
-      count += cost;
+    std::size_t count = entries.size() - expired;
+    if (d.allowed) {
+      for (std::uint64_t i = 0; i < request.cost; ++i) log.ring[(head + count + i) % size] = now;
+      count += request.cost;
     }
     log.head = static_cast<std::uint32_t>(head);
     log.count = static_cast<std::uint32_t>(count);
   }
   return d;
+}
+
+Decision sliding_log_fresh(const Rule& rule, const Request& request) {
+  if (detail::admits_nothing(rule)) return detail::never_decision(rule);
+  const SlidingLog empty;
+  return judge(rule, Entries(empty), rule.limit, request.now_ns, 0, request);
 }
 
 std::uint64_t sliding_log_idle_at_ns(const Rule& rule, const SlidingLog& log) {

@@ -661,14 +661,7 @@ TableAnswer CounterTable::answer_fresh(const Rule& rule, const Request& request)
     CounterState state;
     return {TableOutcome::kOk, decide(rule, state, request)};
   }
-  // The algorithm needs a ring of the rule's size even to answer for an empty log.
-  const std::uint32_t ring_class = LogArena::class_for(rule.limit);
-  std::uint64_t* ring = allocate_ring(ring_class);
-  if (ring == nullptr) return {TableOutcome::kNoMemory, {}};
-  SlidingLog log{std::span<std::uint64_t>(ring, LogArena::ring_entries(ring_class)), 0, 0};
-  const Decision decision = sliding_log(rule, log, request);
-  arena_.release(ring, ring_class);
-  return {TableOutcome::kOk, decision};
+  return {TableOutcome::kOk, sliding_log_fresh(rule, request)};  // no ring needed
 }
 
 TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,

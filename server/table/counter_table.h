@@ -200,7 +200,7 @@ class CounterTable {
   void erase(Segment& seg, std::size_t pos);
   void release_ring(Record& record);
   // The answer for a key with no state; stores nothing.
-  TableAnswer answer_fresh(const Rule& rule, const Request& request);
+  static TableAnswer answer_fresh(const Rule& rule, const Request& request);
   TableAnswer update_existing(const Probe& probe, const Rule& rule, const Request& request);
   TableAnswer insert_new(const KeyHash& key, const Probe& probe, const Rule& rule,
                          const Request& request);

@@ -85,6 +85,34 @@ TEST_CASE("sliding log: an empty log is a fresh key", "[sliding_log]") {
   CHECK(log.step(kThreePerSecond, Request{.now_ns = 10 * kSec, .cost = 3}).allowed);
 }
 
+TEST_CASE("sliding log: the answer for an empty log needs no ring", "[sliding_log]") {
+  // sliding_log_fresh() against sliding_log() on an empty ring of the rule's size, for limits
+  // from 0 up, costs above the limit, peeks and consuming requests.
+  for (const std::uint32_t limit : {0u, 1u, 3u, 100u}) {
+    for (const std::uint32_t cost : {1u, 2u, 3u, 101u}) {
+      for (const bool peek : {true, false}) {
+        const Rule rule{.algorithm = Algorithm::kSlidingLog, .limit = limit, .period_ms = 1000};
+        const Request request{.now_ns = 7 * kSec, .cost = cost, .peek = peek};
+        OwnedLog log(limit);
+        const Decision expected = log.step(rule, request);
+        const Decision fresh = sliding_log_fresh(rule, request);
+        INFO("limit " << limit << " cost " << cost << " peek " << peek);
+        CHECK(fresh.allowed == expected.allowed);
+        CHECK(fresh.limit == expected.limit);
+        CHECK(fresh.remaining == expected.remaining);
+        CHECK(fresh.reset_after_ns == expected.reset_after_ns);
+        CHECK(fresh.retry_after_ns == expected.retry_after_ns);
+      }
+    }
+  }
+  const Rule three{.algorithm = Algorithm::kSlidingLog, .limit = 3, .period_ms = 1000};
+  const Decision d = sliding_log_fresh(three, Request{.now_ns = 7 * kSec, .cost = 2});
+  CHECK(d.allowed);
+  CHECK(d.remaining == 1);
+  CHECK(d.reset_after_ns == kSec);
+  CHECK(sliding_log_fresh(three, Request{.now_ns = 0, .cost = 4}).retry_after_ns == kNever);
+}
+
 TEST_CASE("sliding log is idle once its newest entry has expired", "[sliding_log]") {
   Subject s = Subject::sliding(3);
   CHECK(s.idle_at(kThreePerSecond) == 0);

@@ -412,7 +412,7 @@ TEST_CASE("at the cap an expired sliding-log key gives up its ring before a live
   CHECK(table.TEST_check_invariants());
 }
 
-TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones, and a peek takes none") {
+TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones; a peek needs none") {
   constexpr std::size_t kCap = 64 << 10;
   CounterTable table(config(kCap));
   const Rule small{Algorithm::kSlidingLog, 20, 60'000, 0};   // 256-byte rings
@@ -423,13 +423,15 @@ TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones, and a pee
   const std::uint64_t evicted = table.stats().evicted_lru;
   // Rings do not merge: evicting small logs cannot make a large one, so nothing is evicted.
   CHECK(table.acquire(key(-1), large, at(now)).outcome == TableOutcome::kNoMemory);
-  // A peek at an absent key needs a ring for the call, and does not evict a log to get one.
-  CHECK(table.acquire(key(-2), small, at(now, 1, true)).outcome == TableOutcome::kNoMemory);
+  CHECK(table.stats().failed_inserts == 1);
+  // A peek at an absent key answers for an empty log without a ring, and stores nothing.
+  const Decision peek = allowed(table, key(-2), small, at(now, 5, true));
+  CHECK(peek.allowed);
+  CHECK(peek.remaining == 15);
   CHECK(table.size() == stored);
   CHECK(table.stats().evicted_lru == evicted);
-  CHECK(table.stats().failed_inserts == 2);
-  // The same acquire without peeking takes a ring.
-  CHECK(allowed(table, key(-2), small, at(now)).allowed);
+  // The same acquire without peeking takes the ring of the least recently used log.
+  CHECK(allowed(table, key(-2), small, at(now, 5)).remaining == 15);
   CHECK(table.stats().evicted_lru == evicted + 1);
   CHECK(table.TEST_check_invariants());
 }
