@@ -502,14 +502,27 @@ std::uint64_t* CounterTable::allocate_ring(std::uint32_t ring_class) {
   return ring;
 }
 
-bool CounterTable::reclaim_ring(std::uint32_t ring_class, const KeyHash& keep,
-                                std::uint64_t now_ns) {
+bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) {
   // Candidates: sliding-log records holding a ring the arena can hand out for the class (the
   // same class, or a larger one it splits). Slots are in hash order, so the window is an
-  // unbiased sample of the keys, as for the eviction in insert().
-  std::uint32_t victim_segment = 0;
-  std::size_t victim = kNoSlot;
-  std::uint64_t victim_meta = 0;
+  // unbiased sample of the keys, as for the eviction in insert(). The key being served is never
+  // among them: its failed try erased its record, or the record holds a smaller ring.
+  // The best: expired before live (a live log's count is lost with it), then the smallest class
+  // (rings never merge, so a larger ring split for a small key is gone for good), then the least
+  // recently used. An expired ring of the exact class is as good as it gets: the scan stops.
+  struct Candidate {
+    std::uint32_t segment = 0;
+    std::size_t pos = kNoSlot;
+    std::uint64_t meta = 0;
+    std::uint32_t ring_class = 0;
+  };
+  Candidate best;
+  const auto better = [now_ns](const Candidate& a, const Candidate& b) {
+    const bool a_expired = is_expired(a.meta, now_ns);
+    if (a_expired != is_expired(b.meta, now_ns)) return a_expired;
+    if (a.ring_class != b.ring_class) return a.ring_class < b.ring_class;
+    return age_of(a.meta, now_ns) > age_of(b.meta, now_ns);
+  };
   const std::size_t budget = std::min(kReclaimSlots, total_slots_);
   for (std::size_t n = 0; n < budget; ++n, ++reclaim_cursor_) {
     if (reclaim_segment_ >= segments_.size()) reclaim_segment_ = 0;
@@ -519,17 +532,17 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, const KeyHash& keep,
     }
     const Record& r = at(segments_[reclaim_segment_], reclaim_cursor_);
     if (tag_of(r.meta) != kSlidingLogTag || r.state == CounterState{}) continue;
-    if (r.fp_lo == keep.lo && r.fp_hi == keep.hi) continue;
-    if (decode_log(r.state).ring_class < ring_class) continue;
-    if (victim == kNoSlot || better_victim(r.meta, victim_meta, now_ns)) {
-      victim_segment = reclaim_segment_;
-      victim = reclaim_cursor_;
-      victim_meta = r.meta;
+    const Candidate c{reclaim_segment_, reclaim_cursor_, r.meta, decode_log(r.state).ring_class};
+    if (c.ring_class < ring_class) continue;
+    if (best.pos == kNoSlot || better(c, best)) best = c;
+    if (c.ring_class == ring_class && is_expired(c.meta, now_ns)) {
+      ++reclaim_cursor_;
+      break;
     }
   }
-  if (victim == kNoSlot) return false;
-  ++(is_expired(victim_meta, now_ns) ? expired_ : evicted_lru_);
-  erase(segments_[victim_segment], victim);
+  if (best.pos == kNoSlot) return false;
+  ++(is_expired(best.meta, now_ns) ? expired_ : evicted_lru_);
+  erase(segments_[best.segment], best.pos);
   return true;
 }
 
@@ -764,11 +777,11 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
   }
   ring_shortage_ = false;
   TableAnswer answer = acquire_once(key, rule, request);
-  // No ring under the cap: free one from another sliding-log key (expired first, then the
-  // least recently used) and try again. A failed try leaves nothing half done: the key is
-  // looked up afresh. A peek takes nothing from other keys.
+  // No ring under the cap: free one from another sliding-log key (reclaim_ring) and try again.
+  // A failed try leaves nothing half done: the key is looked up afresh. A peek takes nothing
+  // from other keys.
   if (answer.outcome == TableOutcome::kNoMemory && ring_shortage_ && !request.peek &&
-      reclaim_ring(LogArena::class_for(rule.limit), key, request.now_ns)) {
+      reclaim_ring(LogArena::class_for(rule.limit), request.now_ns)) {
     answer = acquire_once(key, rule, request);
   }
   if (answer.outcome == TableOutcome::kNoMemory) ++failed_inserts_;

@@ -3,7 +3,8 @@
 // Owned by exactly one shard thread: no locks, no atomics. No heap allocation per request or
 // per key (a segment grows or splits as a whole; sliding-log rings come from a pooled arena).
 // Expiry is lazy on access plus an incremental sweep(); a memory cap evicts expired records
-// first, then the least recently used among the candidates of the probe neighbourhood.
+// first, then the least recently used among the candidates of the probe neighbourhood (for a
+// sliding-log ring, among the sliding-log records of a window of slots: reclaim_ring()).
 #pragma once
 
 #include <cstddef>
@@ -206,10 +207,11 @@ class CounterTable {
                          const Request& request);
   // A ring from the arena within the cap, or nullptr (and ring_shortage_ set).
   std::uint64_t* allocate_ring(std::uint32_t ring_class);
-  // Frees a ring the arena can hand out for `ring_class` by erasing the best victim (expired
-  // first, then least recently used) among the sliding-log records other than `keep` in the
-  // next kReclaimSlots slots. Returns whether it erased one.
-  bool reclaim_ring(std::uint32_t ring_class, const KeyHash& keep, std::uint64_t now_ns);
+  // Frees a ring the arena can hand out for `ring_class` by erasing the best victim among the
+  // sliding-log records with a large enough ring in the next kReclaimSlots slots: expired
+  // first, then the smallest such ring, then the least recently used. Returns whether it erased
+  // one.
+  bool reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns);
   // acquire() without the retry after a reclaim and without counting failures.
   TableAnswer acquire_once(const KeyHash& key, const Rule& rule, const Request& request);
 

@@ -382,8 +382,15 @@ TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently
   CHECK(stats.failed_inserts == 0);
   CHECK(stats.expired == 0);                         // nothing had expired: every victim was live
   CHECK(stats.evicted_lru == kKeys - table.size());  // every key not stored was evicted
-  // The newest key kept its log: 19 more fit in its minute, the next is refused.
+  // The keys kept are the newest, within the last-used stamp's resolution (2^26 ns, 67 keys
+  // here): nothing older than two stamps before the newest `size()` keys.
   const std::uint64_t now = kT0 + kKeys * kMs;
+  int oldest_kept = kKeys;
+  for (int i = 0; i < kKeys; ++i) {
+    if (table.contains(key(i), now)) oldest_kept = std::min(oldest_kept, i);
+  }
+  CHECK(oldest_kept >= kKeys - static_cast<int>(table.size()) - 2 * 67);
+  // The newest key kept its log: 19 more fit in its minute, the next is refused.
   const int last = kKeys - 1;
   for (int n = 0; n < 19; ++n) CHECK(allowed(table, key(last), log, at(now)).allowed);
   CHECK_FALSE(allowed(table, key(last), log, at(now)).allowed);
@@ -393,22 +400,92 @@ TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently
 TEST_CASE("at the cap an expired sliding-log key gives up its ring before a live one") {
   constexpr std::size_t kCap = 64 << 10;
   CounterTable table(config(kCap));
-  const Rule brief{Algorithm::kSlidingLog, 20, 1000, 0};
-  const Rule minute{Algorithm::kSlidingLog, 20, 60'000, 0};  // the same ring class
-  int i = 0;
-  for (; table.stats().evicted_lru == 0; ++i) {  // fill to the cap with one-second logs
-    REQUIRE(i < 10'000);
-    allowed(table, key(i), brief, at(kT0));
+  const Rule minute{Algorithm::kSlidingLog, 20, 60'000, 0};
+  const Rule brief{Algorithm::kSlidingLog, 20, 1000, 0};  // the same ring class
+  // Fill the cap with minute logs at kT0, then add second logs at kT0 + 5 s: those are used
+  // more recently, so only an expiry-first choice takes them before the minute logs.
+  int next = 0;
+  for (; table.stats().evicted_lru == 0; ++next) {
+    REQUIRE(next < 10'000);
+    allowed(table, key(next), minute, at(kT0));
   }
-  const std::size_t stored = table.size();
-  const std::uint64_t evicted = table.stats().evicted_lru;
-  // Ten seconds on, every stored log has expired; each new key takes an expired one's ring.
-  const std::uint64_t later = kT0 + 10 * kSec;
-  for (int n = 0; n < static_cast<int>(stored) / 2; ++n)
-    allowed(table, key(i + n), minute, at(later));
-  CHECK(table.stats().evicted_lru == evicted);
-  CHECK(table.stats().expired >= stored / 2);
+  const int minute_end = next;
+  for (int n = 0; n < 5; ++n, ++next) allowed(table, key(next), brief, at(kT0 + 5 * kSec));
+  const std::uint64_t later = kT0 + 10 * kSec;  // the second logs have expired, the minute ones not
+  int minute_kept = 0;
+  for (int i = 0; i < minute_end; ++i) minute_kept += table.contains(key(i), later);
+  const auto before = table.stats();
+  for (int n = 0; n < 5; ++n, ++next) allowed(table, key(next), minute, at(later));
+  int minute_still = 0;
+  for (int i = 0; i < minute_end; ++i) minute_still += table.contains(key(i), later);
+  CHECK(minute_still == minute_kept);
+  CHECK(table.stats().evicted_lru == before.evicted_lru);
+  CHECK(table.stats().expired == before.expired + 5);
   CHECK(table.stats().failed_inserts == 0);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("at the cap a sliding-log key whose limit grows takes a larger ring from another") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  const Rule small{Algorithm::kSlidingLog, 20, 60'000, 0};  // 32 entries
+  const Rule large{Algorithm::kSlidingLog, 40, 60'000, 0};  // 64 entries
+  for (int i = 0; i < 2'000; ++i)
+    allowed(table, key(i), i % 2 == 0 ? small : large, at(kT0 + i * kMs));
+  const std::uint64_t now = kT0 + 3 * kSec;
+  allowed(table, key(-1), small, at(now));  // the most recently used log
+  const auto before = table.stats();
+  // key(-1) holds one entry in a 32-entry ring; with limit 40 it moves to a 64-entry ring.
+  const Decision d = allowed(table, key(-1), large, at(now + kMs));
+  CHECK(d.allowed);
+  CHECK(d.remaining == 40 - 2);  // its first entry came along
+  CHECK(table.stats().evicted_lru == before.evicted_lru + 1);
+  CHECK(table.stats().failed_inserts == before.failed_inserts);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("at the cap an expired key of another algorithm becomes a sliding log") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  const Rule log{Algorithm::kSlidingLog, 20, 60'000, 0};
+  for (int i = 0; i < 2'000; ++i) allowed(table, key(i), log, at(kT0 + i * kMs));
+  allowed(table, key(-1), kFixed10, at(kT0 + 3 * kSec));  // the most recently used record
+  const std::uint64_t later = kT0 + 5 * kSec;  // key(-1)'s window has ended; the logs live on
+  REQUIRE(table.TEST_holds(key(-1)));
+  const auto before = table.stats();
+  // The first try drops the expired record and finds no ring; the retry stores a new log.
+  CHECK(allowed(table, key(-1), log, at(later)).remaining == 19);
+  CHECK(table.stats().expired == before.expired + 1);
+  CHECK(table.stats().evicted_lru == before.evicted_lru + 1);
+  CHECK(table.stats().failed_inserts == before.failed_inserts);
+  CHECK(table.contains(key(-1), later));
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("at the cap the search for a ring runs across every segment") {
+  constexpr std::size_t kCap = 4 << 20;
+  CounterTable table(config(kCap, 16));
+  const Rule log{Algorithm::kSlidingLog, 20, 60'000, 0};
+  constexpr int kKeys = 60'000;
+  for (int i = 0; i < kKeys; ++i) {
+    const TableAnswer a = table.acquire(key(i), log, at(kT0 + std::uint64_t{100'000} * i));
+    REQUIRE(a.outcome == TableOutcome::kOk);
+  }
+  REQUIRE(table.stats().segments > 1);
+  CHECK(table.stats().evicted_lru > static_cast<std::uint64_t>(kKeys) / 2);
+  const std::uint64_t now = kT0 + std::uint64_t{100'000} * kKeys;
+  int oldest_kept = kKeys;
+  for (int i = 0; i < kKeys; ++i) {
+    if (table.contains(key(i), now)) oldest_kept = std::min(oldest_kept, i);
+  }
+  // Eviction stays close to LRU over the whole table: no key of the first half survives (12,900
+  // keys kept, the oldest from 36,928 on). (A search stuck in one segment would pass this too:
+  // at the cap a full segment also evicts its own least recently used records on insertion.
+  // This test runs the cursor through the segments' ends many times; TEST_check_invariants and
+  // the sanitizer builds check it stays in bounds.)
+  CHECK(oldest_kept >= kKeys / 2);
+  CHECK(table.stats().failed_inserts == 0);
+  CHECK(table.memory_bytes() <= kCap);
   CHECK(table.TEST_check_invariants());
 }
 
@@ -745,7 +822,6 @@ TEST_CASE("a sweep step examines a hundredth of the slots, and never fewer than 
     for (int step = 0; step < 3; ++step) {
       const std::size_t dropped = stepped.sweep_step(later);
       CHECK(dropped > 0);
-      CHECK(dropped <= budget);
       CHECK(dropped == swept.sweep(later, budget));
     }
     return swept.stats().slots;
