@@ -179,6 +179,28 @@ void BM_SlidingLogExisting(benchmark::State& state) {
 }
 BENCHMARK(BM_SlidingLogExisting);
 
+// New sliding-log keys at the cap, all logs live: every one takes the ring of another
+// (reclaim_ring: a scan of up to 1,024 slots) after a first try that found none.
+void BM_SlidingLogAtCap(benchmark::State& state) {
+  const Rule log{Algorithm::kSlidingLog, 100, 3'600'000, 0};  // 1 KiB rings, live for an hour
+  TableConfig c;
+  c.max_bytes = 64u << 20;
+  CounterTable table(c);
+  std::uint64_t seed = 8;
+  std::uint64_t now = kT0;
+  while (table.stats().evicted_lru == 0) {  // fill up to the cap
+    table.acquire(KeyHash{splitmix64(seed), splitmix64(seed)}, log,
+                  Request{now += kStepNs, 1, false});
+  }
+  for (auto _ : state) {
+    const KeyHash k{splitmix64(seed), splitmix64(seed)};
+    benchmark::DoNotOptimize(table.acquire(k, log, Request{now += kStepNs, 1, false}));
+  }
+  state.counters["keys"] = static_cast<double>(table.size());
+  state.counters["failed"] = static_cast<double>(table.stats().failed_inserts);
+}
+BENCHMARK(BM_SlidingLogAtCap);
+
 // Examining slots that hold live records (nothing to drop): time per slot.
 void BM_SweepLive(benchmark::State& state) {
   const auto keys = random_keys(kKeys, 6);

@@ -509,7 +509,8 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
   // among them: its failed try erased its record, or the record holds a smaller ring.
   // The best: expired before live (a live log's count is lost with it), then the smallest class
   // (rings never merge, so a larger ring split for a small key is gone for good), then the least
-  // recently used. An expired ring of the exact class is as good as it gets: the scan stops.
+  // recently used. The scan stops at kEvictionCandidates candidates, as insert()'s eviction
+  // does, or at an expired ring of the exact class, which is as good as it gets.
   struct Candidate {
     std::uint32_t segment = 0;
     std::size_t pos = kNoSlot;
@@ -517,6 +518,7 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     std::uint32_t ring_class = 0;
   };
   Candidate best;
+  std::size_t seen = 0;
   const auto better = [now_ns](const Candidate& a, const Candidate& b) {
     const bool a_expired = is_expired(a.meta, now_ns);
     if (a_expired != is_expired(b.meta, now_ns)) return a_expired;
@@ -535,7 +537,8 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     const Candidate c{reclaim_segment_, reclaim_cursor_, r.meta, decode_log(r.state).ring_class};
     if (c.ring_class < ring_class) continue;
     if (best.pos == kNoSlot || better(c, best)) best = c;
-    if (c.ring_class == ring_class && is_expired(c.meta, now_ns)) {
+    if (++seen == kEvictionCandidates ||
+        (c.ring_class == ring_class && is_expired(c.meta, now_ns))) {
       ++reclaim_cursor_;
       break;
     }

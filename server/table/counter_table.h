@@ -123,7 +123,7 @@ class CounterTable {
   static constexpr std::uint64_t kSweepIntervalNs = 50'000'000;
   static constexpr std::size_t kMinSweepSlots = 4096;
   static constexpr std::size_t kMaxSweepSlots = 65536;
-  // Slots reclaim_ring() examines for a sliding-log record to give up its ring.
+  // The most slots reclaim_ring() examines for sliding-log records to give up a ring.
   static constexpr std::size_t kReclaimSlots = 1024;
   // How far ahead for_each_prefetched() prefetches: 8 beat the whole batch first, 16 ahead and
   // two-stage prefetching (docs/BENCHMARKS.md).
@@ -208,9 +208,9 @@ class CounterTable {
   // A ring from the arena within the cap, or nullptr (and ring_shortage_ set).
   std::uint64_t* allocate_ring(std::uint32_t ring_class);
   // Frees a ring the arena can hand out for `ring_class` by erasing the best victim among the
-  // sliding-log records with a large enough ring in the next kReclaimSlots slots: expired
-  // first, then the smallest such ring, then the least recently used. Returns whether it erased
-  // one.
+  // next kEvictionCandidates sliding-log records with a large enough ring, within the next
+  // kReclaimSlots slots: expired first, then the smallest such ring, then the least recently
+  // used. Returns whether it erased one.
   bool reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns);
   // acquire() without the retry after a reclaim and without counting failures.
   TableAnswer acquire_once(const KeyHash& key, const Rule& rule, const Request& request);

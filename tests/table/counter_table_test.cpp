@@ -402,15 +402,18 @@ TEST_CASE("at the cap an expired sliding-log key gives up its ring before a live
   CounterTable table(config(kCap));
   const Rule minute{Algorithm::kSlidingLog, 20, 60'000, 0};
   const Rule brief{Algorithm::kSlidingLog, 20, 1000, 0};  // the same ring class
-  // Fill the cap with minute logs at kT0, then add second logs at kT0 + 5 s: those are used
-  // more recently, so only an expiry-first choice takes them before the minute logs.
+  // Fill the cap with minute logs at kT0, then replace about half of them with second logs at
+  // kT0 + 5 s: those are used more recently, so only an expiry-first choice takes them before
+  // the minute logs. (A reclaim samples kEvictionCandidates logs: with half of them expired,
+  // each sample holds some.)
   int next = 0;
   for (; table.stats().evicted_lru == 0; ++next) {
     REQUIRE(next < 10'000);
     allowed(table, key(next), minute, at(kT0));
   }
   const int minute_end = next;
-  for (int n = 0; n < 5; ++n, ++next) allowed(table, key(next), brief, at(kT0 + 5 * kSec));
+  const int half = static_cast<int>(table.size()) / 2;
+  for (int n = 0; n < half; ++n, ++next) allowed(table, key(next), brief, at(kT0 + 5 * kSec));
   const std::uint64_t later = kT0 + 10 * kSec;  // the second logs have expired, the minute ones not
   int minute_kept = 0;
   for (int i = 0; i < minute_end; ++i) minute_kept += table.contains(key(i), later);
@@ -422,6 +425,36 @@ TEST_CASE("at the cap an expired sliding-log key gives up its ring before a live
   CHECK(table.stats().evicted_lru == before.evicted_lru);
   CHECK(table.stats().expired == before.expired + 5);
   CHECK(table.stats().failed_inserts == 0);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("at the cap a sliding-log key takes a ring of its size before splitting a larger one") {
+  constexpr std::size_t kCap = 64 << 10;
+  CounterTable table(config(kCap));
+  const Rule small{Algorithm::kSlidingLog, 20, 60'000, 0};  // 32 entries
+  const Rule large{Algorithm::kSlidingLog, 40, 60'000, 0};  // 64 entries
+  // Large logs at kT0 up to the cap, then small ones at kT0 + 1 s in place of about half: the
+  // large logs are the least recently used, yet a new small key takes a small one's ring.
+  int next = 0;
+  for (; table.stats().evicted_lru == 0; ++next) {
+    REQUIRE(next < 10'000);
+    allowed(table, key(next), large, at(kT0));
+  }
+  const int large_end = next;
+  const int half = static_cast<int>(table.size()) / 2;
+  for (int n = 0; n < half; ++n, ++next) allowed(table, key(next), small, at(kT0 + kSec));
+  const std::uint64_t now = kT0 + 2 * kSec;
+  const auto count_large = [&] {
+    int n = 0;
+    for (int i = 0; i < large_end; ++i) n += table.contains(key(i), now);
+    return n;
+  };
+  const int large_kept = count_large();
+  REQUIRE(large_kept > 0);
+  const auto before = table.stats();
+  for (int n = 0; n < 5; ++n, ++next) allowed(table, key(next), small, at(now));
+  CHECK(count_large() == large_kept);
+  CHECK(table.stats().evicted_lru == before.evicted_lru + 5);
   CHECK(table.TEST_check_invariants());
 }
 
