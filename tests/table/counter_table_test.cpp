@@ -368,15 +368,69 @@ TEST_CASE("a sliding-log ring that cannot fit under the cap answers kNoMemory") 
   CHECK(allowed(table, key(2), kFixed10, at(kT0)).allowed);
 }
 
+namespace {
+
+constexpr std::size_t kSmallCap = 64 << 10;
+// Sliding logs that live for a minute: 32-entry rings (256 bytes) and 64-entry rings.
+const Rule kLog20{Algorithm::kSlidingLog, 20, 60'000, 0};
+const Rule kLog40{Algorithm::kSlidingLog, 40, 60'000, 0};
+
+// Stores keys first, first + 1, ... under `rule` at `now` until the table evicts for the first
+// time (it has reached its cap). Returns the next unused key.
+int fill_to_cap(CounterTable& table, int first, const Rule& rule, std::uint64_t now) {
+  const std::uint64_t evicted = table.stats().evicted_lru;
+  int next = first;
+  for (; table.stats().evicted_lru == evicted; ++next) {
+    REQUIRE(next < first + 10'000);
+    allowed(table, key(next), rule, at(now));
+  }
+  return next;
+}
+
+// Stores `count` keys from `first` on. Returns the next unused key.
+int store_keys(CounterTable& table, int first, int count, const Rule& rule, std::uint64_t now) {
+  for (int i = first; i < first + count; ++i) allowed(table, key(i), rule, at(now));
+  return first + count;
+}
+
+// How many of keys [first, end) are stored and live at now_ns.
+int stored_among(const CounterTable& table, int first, int end, std::uint64_t now_ns) {
+  int n = 0;
+  for (int i = first; i < end; ++i) n += table.contains(key(i), now_ns);
+  return n;
+}
+
+struct Newcomers {
+  int old_before = 0;  // keys of the first group stored before the newcomers came
+  int old_after = 0;   // and after
+  server::TableStats before;
+};
+
+// Fills the cap with `old_rule` keys at kT0, puts about half as many `newer_rule` keys at
+// `newer_at` in place of the least recently used, then stores five `incoming` keys at `now`.
+Newcomers five_newcomers(CounterTable& table, const Rule& old_rule, const Rule& newer_rule,
+                         std::uint64_t newer_at, const Rule& incoming, std::uint64_t now) {
+  const int old_end = fill_to_cap(table, 0, old_rule, kT0);
+  const int next =
+      store_keys(table, old_end, static_cast<int>(table.size()) / 2, newer_rule, newer_at);
+  Newcomers result;
+  result.old_before = stored_among(table, 0, old_end, now);
+  result.before = table.stats();
+  store_keys(table, next, 5, incoming, now);
+  result.old_after = stored_among(table, 0, old_end, now);
+  return result;
+}
+
+}  // namespace
+
 TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently used one") {
-  constexpr std::size_t kCap = 64 << 10;
-  CounterTable table(config(kCap));
-  const Rule log{Algorithm::kSlidingLog, 20, 60'000, 0};  // 32-entry rings, live for a minute
+  CounterTable table(config(kSmallCap));
+  const Rule& log = kLog20;
   constexpr int kKeys = 20'000;
   for (int i = 0; i < kKeys; ++i) {
     const TableAnswer a = table.acquire(key(i), log, at(kT0 + i * kMs));
     REQUIRE(a.outcome == TableOutcome::kOk);
-    REQUIRE(table.memory_bytes() <= kCap);
+    REQUIRE(table.memory_bytes() <= kSmallCap);
   }
   const auto stats = table.stats();
   CHECK(stats.failed_inserts == 0);
@@ -398,78 +452,40 @@ TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently
 }
 
 TEST_CASE("at the cap an expired sliding-log key gives up its ring before a live one") {
-  constexpr std::size_t kCap = 64 << 10;
-  CounterTable table(config(kCap));
-  const Rule minute{Algorithm::kSlidingLog, 20, 60'000, 0};
-  const Rule brief{Algorithm::kSlidingLog, 20, 1000, 0};  // the same ring class
+  CounterTable table(config(kSmallCap));
+  const Rule brief{Algorithm::kSlidingLog, 20, 1000, 0};  // kLog20's ring class, for a second
   // Fill the cap with minute logs at kT0, then replace about half of them with second logs at
   // kT0 + 5 s: those are used more recently, so only an expiry-first choice takes them before
-  // the minute logs. (A reclaim samples kEvictionCandidates logs: with half of them expired,
-  // each sample holds some.)
-  int next = 0;
-  for (; table.stats().evicted_lru == 0; ++next) {
-    REQUIRE(next < 10'000);
-    allowed(table, key(next), minute, at(kT0));
-  }
-  const int minute_end = next;
-  const int half = static_cast<int>(table.size()) / 2;
-  for (int n = 0; n < half; ++n, ++next) allowed(table, key(next), brief, at(kT0 + 5 * kSec));
-  const std::uint64_t later = kT0 + 10 * kSec;  // the second logs have expired, the minute ones not
-  int minute_kept = 0;
-  for (int i = 0; i < minute_end; ++i) minute_kept += table.contains(key(i), later);
-  const auto before = table.stats();
-  for (int n = 0; n < 5; ++n, ++next) allowed(table, key(next), minute, at(later));
-  int minute_still = 0;
-  for (int i = 0; i < minute_end; ++i) minute_still += table.contains(key(i), later);
-  CHECK(minute_still == minute_kept);
-  CHECK(table.stats().evicted_lru == before.evicted_lru);
-  CHECK(table.stats().expired == before.expired + 5);
+  // the minute logs at kT0 + 10 s, when the second logs have expired. (A reclaim samples
+  // kEvictionCandidates logs: with half of them expired, each sample holds some.)
+  const Newcomers n = five_newcomers(table, kLog20, brief, kT0 + 5 * kSec, kLog20, kT0 + 10 * kSec);
+  CHECK(n.old_after == n.old_before);
+  CHECK(table.stats().evicted_lru == n.before.evicted_lru);
+  CHECK(table.stats().expired == n.before.expired + 5);
   CHECK(table.stats().failed_inserts == 0);
   CHECK(table.TEST_check_invariants());
 }
 
 TEST_CASE("at the cap a sliding-log key takes a ring of its size before splitting a larger one") {
-  constexpr std::size_t kCap = 64 << 10;
-  CounterTable table(config(kCap));
-  const Rule small{Algorithm::kSlidingLog, 20, 60'000, 0};  // 32 entries
-  const Rule large{Algorithm::kSlidingLog, 40, 60'000, 0};  // 64 entries
+  CounterTable table(config(kSmallCap));
   // Large logs at kT0 up to the cap, then small ones at kT0 + 1 s in place of about half: the
   // large logs are the least recently used, yet a new small key takes a small one's ring.
-  int next = 0;
-  for (; table.stats().evicted_lru == 0; ++next) {
-    REQUIRE(next < 10'000);
-    allowed(table, key(next), large, at(kT0));
-  }
-  const int large_end = next;
-  const int half = static_cast<int>(table.size()) / 2;
-  for (int n = 0; n < half; ++n, ++next) allowed(table, key(next), small, at(kT0 + kSec));
-  const std::uint64_t now = kT0 + 2 * kSec;
-  const auto count_large = [&] {
-    int n = 0;
-    for (int i = 0; i < large_end; ++i) n += table.contains(key(i), now);
-    return n;
-  };
-  const int large_kept = count_large();
-  REQUIRE(large_kept > 0);
-  const auto before = table.stats();
-  for (int n = 0; n < 5; ++n, ++next) allowed(table, key(next), small, at(now));
-  CHECK(count_large() == large_kept);
-  CHECK(table.stats().evicted_lru == before.evicted_lru + 5);
+  const Newcomers n = five_newcomers(table, kLog40, kLog20, kT0 + kSec, kLog20, kT0 + 2 * kSec);
+  REQUIRE(n.old_before > 0);
+  CHECK(n.old_after == n.old_before);
+  CHECK(table.stats().evicted_lru == n.before.evicted_lru + 5);
   CHECK(table.TEST_check_invariants());
 }
 
 TEST_CASE("at the cap a sliding-log key whose limit grows takes a larger ring from another") {
-  constexpr std::size_t kCap = 64 << 10;
-  CounterTable table(config(kCap));
-  const Rule small{Algorithm::kSlidingLog, 20, 60'000, 0};  // 32 entries
-  const Rule large{Algorithm::kSlidingLog, 40, 60'000, 0};  // 64 entries
+  CounterTable table(config(kSmallCap));
   for (int i = 0; i < 2'000; ++i)
-    allowed(table, key(i), i % 2 == 0 ? small : large, at(kT0 + i * kMs));
+    allowed(table, key(i), i % 2 == 0 ? kLog20 : kLog40, at(kT0 + i * kMs));
   const std::uint64_t now = kT0 + 3 * kSec;
-  allowed(table, key(-1), small, at(now));  // the most recently used log
+  allowed(table, key(-1), kLog20, at(now));  // the most recently used log
   const auto before = table.stats();
   // key(-1) holds one entry in a 32-entry ring; with limit 40 it moves to a 64-entry ring.
-  const Decision d = allowed(table, key(-1), large, at(now + kMs));
+  const Decision d = allowed(table, key(-1), kLog40, at(now + kMs));
   CHECK(d.allowed);
   CHECK(d.remaining == 40 - 2);  // its first entry came along
   CHECK(table.stats().evicted_lru == before.evicted_lru + 1);
@@ -478,9 +494,8 @@ TEST_CASE("at the cap a sliding-log key whose limit grows takes a larger ring fr
 }
 
 TEST_CASE("at the cap an expired key of another algorithm becomes a sliding log") {
-  constexpr std::size_t kCap = 64 << 10;
-  CounterTable table(config(kCap));
-  const Rule log{Algorithm::kSlidingLog, 20, 60'000, 0};
+  CounterTable table(config(kSmallCap));
+  const Rule& log = kLog20;
   for (int i = 0; i < 2'000; ++i) allowed(table, key(i), log, at(kT0 + i * kMs));
   allowed(table, key(-1), kFixed10, at(kT0 + 3 * kSec));  // the most recently used record
   const std::uint64_t later = kT0 + 5 * kSec;  // key(-1)'s window has ended; the logs live on
@@ -498,7 +513,7 @@ TEST_CASE("at the cap an expired key of another algorithm becomes a sliding log"
 TEST_CASE("at the cap the search for a ring runs across every segment") {
   constexpr std::size_t kCap = 4 << 20;
   CounterTable table(config(kCap, 16));
-  const Rule log{Algorithm::kSlidingLog, 20, 60'000, 0};
+  const Rule& log = kLog20;
   constexpr int kKeys = 60'000;
   for (int i = 0; i < kKeys; ++i) {
     const TableAnswer a = table.acquire(key(i), log, at(kT0 + std::uint64_t{100'000} * i));
@@ -523,9 +538,8 @@ TEST_CASE("at the cap the search for a ring runs across every segment") {
 }
 
 TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones; a peek needs none") {
-  constexpr std::size_t kCap = 64 << 10;
-  CounterTable table(config(kCap));
-  const Rule small{Algorithm::kSlidingLog, 20, 60'000, 0};   // 256-byte rings
+  CounterTable table(config(kSmallCap));
+  const Rule& small = kLog20;
   const Rule large{Algorithm::kSlidingLog, 500, 60'000, 0};  // 4 KiB rings
   for (int i = 0; i < 2'000; ++i) allowed(table, key(i), small, at(kT0 + i * kMs));
   const std::uint64_t now = kT0 + 2 * kSec;
