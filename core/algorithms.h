@@ -60,9 +60,9 @@ struct SlidingLog {
 };
 
 Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request);
-// What sliding_log() answers for an empty log in a ring of rule.limit entries, without a ring:
-// the answer for a key with no entries, which stores nothing (a peek, say).
-Decision sliding_log_fresh(const Rule& rule, const Request& request);
+// What sliding_log() answers for `log` moved to a ring of at least rule.limit entries, writing
+// nothing: for a peek, whatever the log's ring (an empty SlidingLog for a key with no log).
+Decision sliding_log_answer(const Rule& rule, const SlidingLog& log, const Request& request);
 std::uint64_t sliding_log_idle_at_ns(const Rule& rule, const SlidingLog& log);
 
 }  // namespace sluice

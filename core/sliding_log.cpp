@@ -115,10 +115,12 @@ Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) 
   return d;
 }
 
-Decision sliding_log_fresh(const Rule& rule, const Request& request) {
+Decision sliding_log_answer(const Rule& rule, const SlidingLog& log, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
-  const SlidingLog empty;
-  return judge(rule, Entries(empty), rule.limit, request.now_ns, 0, request);
+  const Entries entries(log);
+  std::uint64_t now = request.now_ns;
+  if (entries.size() != 0) now = std::max(now, entries.newest());
+  return judge(rule, entries, rule.limit, now, entries.expired_at(now, rule.period_ns()), request);
 }
 
 std::uint64_t sliding_log_idle_at_ns(const Rule& rule, const SlidingLog& log) {

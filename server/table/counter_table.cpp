@@ -507,10 +507,11 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
   // same class, or a larger one it splits). Slots are in hash order, so the window is an
   // unbiased sample of the keys, as for the eviction in insert(). The key being served is never
   // among them: its failed try erased its record, or the record holds a smaller ring.
-  // The best: expired before live (a live log's count is lost with it), then the smallest class
-  // (rings never merge, so a larger ring split for a small key is gone for good), then the least
-  // recently used. The scan stops at kEvictionCandidates candidates, as insert()'s eviction
-  // does, or at an expired ring of the exact class, which is as good as it gets.
+  // The best: expired before live (a live log's count is lost with it). Among expired logs the
+  // smallest ring (rings never merge, so a larger ring split for a small key is gone for good);
+  // among live ones the least recently used, as elsewhere, then the smallest ring. The scan
+  // stops at kEvictionCandidates candidates, as insert()'s eviction does, or at an expired ring
+  // of the exact class, which is as good as it gets.
   struct Candidate {
     std::uint32_t segment = 0;
     std::size_t pos = kNoSlot;
@@ -522,8 +523,11 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
   const auto better = [now_ns](const Candidate& a, const Candidate& b) {
     const bool a_expired = is_expired(a.meta, now_ns);
     if (a_expired != is_expired(b.meta, now_ns)) return a_expired;
-    if (a.ring_class != b.ring_class) return a.ring_class < b.ring_class;
-    return age_of(a.meta, now_ns) > age_of(b.meta, now_ns);
+    if (a_expired && a.ring_class != b.ring_class) return a.ring_class < b.ring_class;
+    const std::uint64_t a_age = age_of(a.meta, now_ns);
+    const std::uint64_t b_age = age_of(b.meta, now_ns);
+    if (a_age != b_age) return a_age > b_age;
+    return a.ring_class < b.ring_class;
   };
   const std::size_t budget = std::min(kReclaimSlots, total_slots_);
   for (std::size_t n = 0; n < budget; ++n, ++reclaim_cursor_) {
@@ -677,7 +681,7 @@ TableAnswer CounterTable::answer_fresh(const Rule& rule, const Request& request)
     CounterState state;
     return {TableOutcome::kOk, decide(rule, state, request)};
   }
-  return {TableOutcome::kOk, sliding_log_fresh(rule, request)};  // no ring needed
+  return {TableOutcome::kOk, sliding_log_answer(rule, SlidingLog{}, request)};  // no ring needed
 }
 
 TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
@@ -712,6 +716,11 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
               SlidingLog{std::span<std::uint64_t>(ring, LogArena::ring_entries(need)), 0, 0}};
   } else {
     handle = decode_log(r.state);
+    if (handle.ring_class < need && request.peek) {
+      // A peek writes nothing, so it needs no bigger ring to answer for the larger limit.
+      r.meta = with_stamp(r.meta, now);
+      return {TableOutcome::kOk, sliding_log_answer(rule, handle.log, request)};
+    }
     if (handle.ring_class < need) {
       // The limit grew past the ring: move the live entries, oldest first, to a bigger one.
       std::uint64_t* ring = allocate_ring(need);
@@ -781,9 +790,9 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
   ring_shortage_ = false;
   TableAnswer answer = acquire_once(key, rule, request);
   // No ring under the cap: free one from another sliding-log key (reclaim_ring) and try again.
-  // A failed try leaves nothing half done: the key is looked up afresh. A peek takes nothing
-  // from other keys.
-  if (answer.outcome == TableOutcome::kNoMemory && ring_shortage_ && !request.peek &&
+  // A failed try leaves nothing half done: the key is looked up afresh. (A peek never asks for
+  // a ring, so it never takes one from another key.)
+  if (answer.outcome == TableOutcome::kNoMemory && ring_shortage_ &&
       reclaim_ring(LogArena::class_for(rule.limit), request.now_ns)) {
     answer = acquire_once(key, rule, request);
   }

@@ -4,7 +4,8 @@
 // per key (a segment grows or splits as a whole; sliding-log rings come from a pooled arena).
 // Expiry is lazy on access plus an incremental sweep(); a memory cap evicts expired records
 // first, then the least recently used among the candidates of the probe neighbourhood (for a
-// sliding-log ring, among the sliding-log records of a window of slots: reclaim_ring()).
+// sliding-log ring, among sampled sliding-log records, with smaller rings preferred among the
+// expired: reclaim_ring()).
 #pragma once
 
 #include <cstddef>
@@ -209,8 +210,8 @@ class CounterTable {
   std::uint64_t* allocate_ring(std::uint32_t ring_class);
   // Frees a ring the arena can hand out for `ring_class` by erasing the best victim among the
   // next kEvictionCandidates sliding-log records with a large enough ring, within the next
-  // kReclaimSlots slots: expired first, then the smallest such ring, then the least recently
-  // used. Returns whether it erased one.
+  // kReclaimSlots slots: an expired one (the smallest ring first), else the least recently used.
+  // Returns whether it erased one.
   bool reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns);
   // acquire() without the retry after a reclaim and without counting failures.
   TableAnswer acquire_once(const KeyHash& key, const Rule& rule, const Request& request);

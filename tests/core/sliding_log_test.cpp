@@ -1,3 +1,4 @@
+#include <bit>
 #include <catch2/catch.hpp>
 
 #include "tests/core/algorithm_checks.h"
@@ -85,32 +86,65 @@ TEST_CASE("sliding log: an empty log is a fresh key", "[sliding_log]") {
   CHECK(log.step(kThreePerSecond, Request{.now_ns = 10 * kSec, .cost = 3}).allowed);
 }
 
-TEST_CASE("sliding log: the answer for an empty log needs no ring", "[sliding_log]") {
-  // sliding_log_fresh() against sliding_log() on an empty ring of the rule's size, for limits
-  // from 0 up, costs above the limit, peeks and consuming requests.
-  for (const std::uint32_t limit : {0u, 1u, 3u, 100u}) {
+TEST_CASE("sliding log: a peek answers for any ring as for one of the rule's size",
+          "[sliding_log]") {
+  // sliding_log_answer() against sliding_log() on an empty ring of the rule's size and on one
+  // rounded up to a power of two, for limits from 0 up, costs above the limit, peeks and
+  // consuming requests.
+  for (const std::uint32_t limit : {0u, 1u, 3u, 20u, 100u}) {
     for (const std::uint32_t cost : {1u, 2u, 3u, 101u}) {
       for (const bool peek : {true, false}) {
-        const Rule rule{.algorithm = Algorithm::kSlidingLog, .limit = limit, .period_ms = 1000};
-        const Request request{.now_ns = 7 * kSec, .cost = cost, .peek = peek};
-        OwnedLog log(limit);
-        const Decision expected = log.step(rule, request);
-        const Decision fresh = sliding_log_fresh(rule, request);
-        INFO("limit " << limit << " cost " << cost << " peek " << peek);
-        CHECK(fresh.allowed == expected.allowed);
-        CHECK(fresh.limit == expected.limit);
-        CHECK(fresh.remaining == expected.remaining);
-        CHECK(fresh.reset_after_ns == expected.reset_after_ns);
-        CHECK(fresh.retry_after_ns == expected.retry_after_ns);
+        for (const std::size_t ring : {std::size_t{limit}, std::bit_ceil(std::size_t{limit})}) {
+          const Rule rule{.algorithm = Algorithm::kSlidingLog, .limit = limit, .period_ms = 1000};
+          const Request request{.now_ns = 7 * kSec, .cost = cost, .peek = peek};
+          OwnedLog log(ring);
+          const Decision expected = log.step(rule, request);
+          const Decision answer = sliding_log_answer(rule, SlidingLog{}, request);
+          INFO("limit " << limit << " ring " << ring << " cost " << cost << " peek " << peek);
+          CHECK(answer.allowed == expected.allowed);
+          CHECK(answer.limit == expected.limit);
+          CHECK(answer.remaining == expected.remaining);
+          CHECK(answer.reset_after_ns == expected.reset_after_ns);
+          CHECK(answer.retry_after_ns == expected.retry_after_ns);
+        }
       }
     }
   }
   const Rule three{.algorithm = Algorithm::kSlidingLog, .limit = 3, .period_ms = 1000};
-  const Decision d = sliding_log_fresh(three, Request{.now_ns = 7 * kSec, .cost = 2});
+  const Decision d =
+      sliding_log_answer(three, SlidingLog{}, Request{.now_ns = 7 * kSec, .cost = 2});
   CHECK(d.allowed);
   CHECK(d.remaining == 1);
   CHECK(d.reset_after_ns == kSec);
-  CHECK(sliding_log_fresh(three, Request{.now_ns = 0, .cost = 4}).retry_after_ns == kNever);
+  CHECK(sliding_log_answer(three, SlidingLog{}, Request{.now_ns = 0, .cost = 4}).retry_after_ns ==
+        kNever);
+}
+
+TEST_CASE("sliding log: a peek with a larger limit answers as if the log had a bigger ring",
+          "[sliding_log]") {
+  // Three entries in a ring of 4; the limit grows to 6. A peek on the small ring answers as the
+  // same entries in a ring of 6 would, and leaves the small ring as it was.
+  OwnedLog small(4);
+  for (int i = 0; i < 3; ++i) small.step(kThreePerSecond, Request{.now_ns = i * 100 * kMs});
+  const OwnedLog before = small;
+  const Rule six{.algorithm = Algorithm::kSlidingLog, .limit = 6, .period_ms = 1000};
+  OwnedLog big(6);
+  for (int i = 0; i < 3; ++i) big.step(six, Request{.now_ns = i * 100 * kMs});
+  const SlidingLog view{.ring = small.ring, .head = small.head, .count = small.count};
+  for (const std::uint32_t cost : {1u, 3u, 4u, 7u}) {
+    const Request peek{.now_ns = 500 * kMs, .cost = cost, .peek = true};
+    const Decision answer = sliding_log_answer(six, view, peek);
+    const Decision expected = big.step(six, peek);
+    INFO("cost " << cost);
+    CHECK(answer.allowed == expected.allowed);
+    CHECK(answer.remaining == expected.remaining);
+    CHECK(answer.reset_after_ns == expected.reset_after_ns);
+    CHECK(answer.retry_after_ns == expected.retry_after_ns);
+  }
+  // Three more fit under the new limit, though not in the old ring.
+  CHECK(
+      sliding_log_answer(six, view, Request{.now_ns = 500 * kMs, .cost = 3, .peek = true}).allowed);
+  CHECK(small == before);
 }
 
 TEST_CASE("sliding log is idle once its newest entry has expired", "[sliding_log]") {

@@ -437,7 +437,8 @@ TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently
   CHECK(stats.expired == 0);                         // nothing had expired: every victim was live
   CHECK(stats.evicted_lru == kKeys - table.size());  // every key not stored was evicted
   // The keys kept are the newest, within the last-used stamp's resolution (2^26 ns, 67 keys
-  // here): nothing older than two stamps before the newest `size()` keys.
+  // here) and the sampling of 16 logs per reclaim: nothing older than two stamps before the
+  // newest `size()` keys.
   const std::uint64_t now = kT0 + kKeys * kMs;
   int oldest_kept = kKeys;
   for (int i = 0; i < kKeys; ++i) {
@@ -466,14 +467,58 @@ TEST_CASE("at the cap an expired sliding-log key gives up its ring before a live
   CHECK(table.TEST_check_invariants());
 }
 
-TEST_CASE("at the cap a sliding-log key takes a ring of its size before splitting a larger one") {
+TEST_CASE("at the cap a live log is taken by age, not by the size of its ring") {
   CounterTable table(config(kSmallCap));
   // Large logs at kT0 up to the cap, then small ones at kT0 + 1 s in place of about half: the
-  // large logs are the least recently used, yet a new small key takes a small one's ring.
+  // large logs are the least recently used, so new small keys split their rings rather than
+  // take the small logs' (which would lose those newer counts).
   const Newcomers n = five_newcomers(table, kLog40, kLog20, kT0 + kSec, kLog20, kT0 + 2 * kSec);
   REQUIRE(n.old_before > 0);
-  CHECK(n.old_after == n.old_before);
-  CHECK(table.stats().evicted_lru == n.before.evicted_lru + 5);
+  CHECK(n.old_after < n.old_before);
+  CHECK(table.stats().evicted_lru == n.before.evicted_lru + (n.old_before - n.old_after));
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("at the cap an expired ring of the size needed goes before a larger expired one") {
+  CounterTable table(config(kSmallCap));
+  const Rule small{Algorithm::kSlidingLog, 20, 1000, 0};
+  const Rule large{Algorithm::kSlidingLog, 40, 1000, 0};
+  // Large second logs at kT0 and small ones at kT0 + 200 ms, alternating, up to the cap. At
+  // kT0 + 10 s all have expired; the large ones are older, yet new small keys take the small
+  // ones' rings.
+  int end = 0;
+  for (; table.stats().evicted_lru == 0; ++end) {
+    REQUIRE(end < 10'000);
+    allowed(table, key(end), end % 2 == 0 ? large : small,
+            at(end % 2 == 0 ? kT0 : kT0 + 200 * kMs));
+  }
+  const auto large_held = [&] {
+    int n = 0;
+    for (int i = 0; i < end; i += 2) n += table.TEST_holds(key(i));
+    return n;
+  };
+  const int large_before = large_held();
+  REQUIRE(large_before > 0);
+  const auto before = table.stats();
+  store_keys(table, end, 5, kLog20, kT0 + 10 * kSec);
+  CHECK(large_held() == large_before);
+  CHECK(table.stats().expired == before.expired + 5);
+  CHECK(table.stats().evicted_lru == before.evicted_lru);
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("at the cap a peek with a larger limit answers without a ring and evicts nothing") {
+  CounterTable table(config(kSmallCap));
+  for (int i = 0; i < 2'000; ++i) allowed(table, key(i), kLog20, at(kT0 + i * kMs));
+  const std::uint64_t now = kT0 + 3 * kSec;
+  allowed(table, key(-1), kLog20, at(now));
+  const auto before = table.stats();
+  const Decision peek = allowed(table, key(-1), kLog40, at(now, 30, true));
+  CHECK(peek.allowed);  // 1 + 30 fit under 40, though not in key(-1)'s 32-entry ring
+  CHECK(peek.remaining == 40 - 31);
+  CHECK(table.stats().evicted_lru == before.evicted_lru);
+  CHECK(table.stats().failed_inserts == before.failed_inserts);
+  CHECK(allowed(table, key(-1), kLog20, at(now)).remaining == 20 - 2);  // its log is unchanged
   CHECK(table.TEST_check_invariants());
 }
 
@@ -554,6 +599,7 @@ TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones; a peek ne
   CHECK(peek.remaining == 15);
   CHECK(table.size() == stored);
   CHECK(table.stats().evicted_lru == evicted);
+  CHECK(table.stats().failed_inserts == 1);
   // The same acquire without peeking takes the ring of the least recently used log.
   CHECK(allowed(table, key(-2), small, at(now, 5)).remaining == 15);
   CHECK(table.stats().evicted_lru == evicted + 1);
