@@ -59,8 +59,13 @@ class Entries {
   std::size_t count_;
 };
 
+// The time a request is judged and stamped at: its own, or the newest entry's if that is later.
+std::uint64_t judged_at(const Entries& entries, std::uint64_t request_ns) {
+  return entries.size() != 0 ? std::max(request_ns, entries.newest()) : request_ns;
+}
+
 // The decision for `entries` in a ring of `ring_capacity` entries, `expired` of them expired at
-// `now` (the request's time, or the newest entry's if later). Writes nothing.
+// `now` (judged_at()). Writes nothing.
 Decision judge(const Rule& rule, const Entries& entries, std::uint64_t ring_capacity,
                std::uint64_t now, std::size_t expired, const Request& request) {
   const std::uint64_t period = rule.period_ns();
@@ -96,8 +101,7 @@ Decision judge(const Rule& rule, const Entries& entries, std::uint64_t ring_capa
 Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
   const Entries entries(log);
-  std::uint64_t now = request.now_ns;
-  if (entries.size() != 0) now = std::max(now, entries.newest());
+  const std::uint64_t now = judged_at(entries, request.now_ns);
   const std::size_t expired = entries.expired_at(now, rule.period_ns());
   const Decision d = judge(rule, entries, entries.capacity(), now, expired, request);
 
@@ -118,8 +122,7 @@ Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) 
 Decision sliding_log_answer(const Rule& rule, const SlidingLog& log, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
   const Entries entries(log);
-  std::uint64_t now = request.now_ns;
-  if (entries.size() != 0) now = std::max(now, entries.newest());
+  const std::uint64_t now = judged_at(entries, request.now_ns);
   return judge(rule, entries, rule.limit, now, entries.expired_at(now, rule.period_ns()), request);
 }
 
