@@ -716,12 +716,12 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
               SlidingLog{std::span<std::uint64_t>(ring, LogArena::ring_entries(need)), 0, 0}};
   } else {
     handle = decode_log(r.state);
-    if (handle.ring_class < need && request.peek) {
-      // A peek writes nothing, so it needs no bigger ring to answer for the larger limit.
-      r.meta = with_stamp(r.meta, now);
-      return {TableOutcome::kOk, sliding_log_answer(rule, handle.log, request)};
-    }
     if (handle.ring_class < need) {
+      if (request.peek) {
+        // A peek writes nothing, so it needs no bigger ring to answer for the larger limit.
+        r.meta = with_stamp(r.meta, now);
+        return {TableOutcome::kOk, sliding_log_answer(rule, handle.log, request)};
+      }
       // The limit grew past the ring: move the live entries, oldest first, to a bigger one.
       std::uint64_t* ring = allocate_ring(need);
       if (ring == nullptr) return {TableOutcome::kNoMemory, {}};
