@@ -65,16 +65,18 @@ FULL=1
 if ((FULL)); then RESULT="$OUT_DIR/latest.json"; else RESULT="$OUT_DIR/quick.json"; fi
 
 # Tools. redis-server and redis-benchmark come from Debian through tools/deps.sh.
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null ||
-  ! command -v redis-cli >/dev/null; then
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
   log "installing redis-server and redis-tools"
   "$ROOT/tools/deps.sh" redis-server redis-tools ||
     die "could not install redis-server and redis-tools (tools/deps.sh)"
 fi
-for tool in taskset python3 cmake ninja redis-server redis-cli redis-benchmark; do
-  command -v "$tool" >/dev/null || die "'$tool' is missing (taskset: util-linux; python3;
-  cmake and ninja: tools/deps.sh; redis-*: tools/deps.sh redis-server redis-tools)"
-done
+need() { command -v "$1" >/dev/null || die "'$1' is missing: $2"; }
+need taskset "install util-linux"
+need python3 "install python3"
+need cmake "run tools/deps.sh"
+need ninja "run tools/deps.sh"
+need redis-server "run tools/deps.sh redis-server redis-tools"
+need redis-benchmark "run tools/deps.sh redis-server redis-tools"
 CORES="$(nproc)"
 for cpu in "$SERVER_CPU" "$LOAD_CPU"; do
   is_uint "$cpu" && taskset -c "$cpu" true 2>/dev/null ||
@@ -201,8 +203,12 @@ run() {
   pid=$!
   PIDS+=("$pid")
   note_affinity sluice-load "$pid"
-  wait "$pid" || log "$name ended with errors (see its JSON)"
+  local rc=0
+  wait "$pid" || rc=$?
   untrack "$pid"
+  # 1: the run had errors (counted in its JSON and in the report); 2: sluice-load refused a flag.
+  ((rc != 2)) || die "sluice-load refused the flags of $name (exit status 2): $*"
+  ((rc == 0)) || log "$name ended with errors (exit status $rc; see the report)"
 }
 S() { run "$1" --backend sluice --servers "127.0.0.1:$SLUICE_PORT" --keys "$KEYS" "${@:2}"; }
 R() { run "$1" --backend redis --servers "127.0.0.1:$REDIS_PORT" --keys "$KEYS" "${@:2}"; }
