@@ -26,7 +26,8 @@
 #   COMPARE_LOAD_CPU     core for sluice-load and redis-benchmark (default 1)
 #   BUILD_DIR            where sluiced and sluice-load are built (default build-bench,
 #                        RelWithDebInfo; rebuilt incrementally on every run)
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "compare: error: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECS="${COMPARE_SECONDS:-10}"
@@ -99,6 +100,9 @@ ninja -C "$BUILD_DIR" -j2 sluice-load sluiced >/dev/null || die "build failed in
 WORK="$(mktemp -d /tmp/sluice-compare.XXXXXX)"
 START_EPOCH="$(date +%s)"
 LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+# Other processes on the pinned cores skew every figure; the report states the load average.
+awk -v cores="$CORES" '{ exit !($1 > 0.5 * cores) }' /proc/loadavg &&
+  log "warning: load average $LOADAVG_START on $CORES cores: other work will skew the figures"
 
 # Every process started here, until it is seen to exit. The traps only turn a signal into an
 # exit, so cleanup runs once, from EXIT.
@@ -146,13 +150,37 @@ note_affinity() {
     [[ "$(cat /proc/"$pid"/comm 2>/dev/null)" == taskset ]] || break
     sleep 0.01
   done
-  cpus="$(cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/^Cpus_allowed_list:/ {print $2}' |
-    sort -u | paste -sd' ')"
+  # A thread may exit between the glob and cat: whatever was read is enough.
+  cpus="$( (cat /proc/"$pid"/task/*/status 2>/dev/null || true) |
+    awk '/^Cpus_allowed_list:/ {print $2}' | sort -u | paste -sd' ')"
   echo "$role ${cpus:-gone}" >>"$WORK/affinity.txt"
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+# free_ports N: the first of N consecutive ports that 127.0.0.1 can bind now, chosen below the
+# kernel's ephemeral range, so that no outgoing connection on this machine is given one of them.
+free_ports() {
+  python3 - "$1" <<'EOF'
+import random, socket, sys
+n = int(sys.argv[1])
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    base = random.randrange(10000, max(10001, low - n))
+    socks = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            s.close()
+else:
+    sys.exit("compare: no free ports")
+EOF
 }
 listening() { # PORT PID: until something accepts on PORT (at most 10 s), false if PID exits
   for _ in $(seq 1 100); do
@@ -166,7 +194,7 @@ listening() { # PORT PID: until something accepts on PORT (at most 10 s), false 
 REDIS_PID=""
 SLUICE_PID=""
 start_redis() {
-  REDIS_PORT="$(free_port)"
+  REDIS_PORT="$(free_ports 1)"
   "${SRV[@]}" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
     --daemonize no --protected-mode yes --dir "$WORK" >"$WORK/redis.log" 2>&1 &
   REDIS_PID=$!
@@ -175,11 +203,11 @@ start_redis() {
   note_affinity redis-server "$REDIS_PID"
 }
 start_sluice() {
-  # Shard ports are P+1+i for --port P (HELLO tells them). P is free when picked, but P+1 may
-  # not be (another listener, or a connection's local port), and then sluiced exits: up to
-  # three tries, each on a new port.
+  # Shard ports are P+1+i for --port P (HELLO tells them). They are free when picked, but
+  # another listener may take one before sluiced binds it, and then sluiced exits: up to three
+  # tries, each on new ports.
   for attempt in 1 2 3; do
-    SLUICE_PORT="$(free_port)"
+    SLUICE_PORT="$(free_ports $((SHARDS + 1)))"
     "${SRV[@]}" "$SLUICED" --bind 127.0.0.1 --port "$SLUICE_PORT" --shards "$SHARDS" \
       --max-memory "${1:-1GiB}" --idle-timeout 0 "${@:2}" >"$WORK/sluiced.log" 2>&1 &
     SLUICE_PID=$!
@@ -348,6 +376,11 @@ for n in $W5_KEYS; do
   stop_pid "$REDIS_PID"
 done
 
+virt() { # prints "none" when there is none; "unknown" without systemd-detect-virt
+  local what
+  what="$(systemd-detect-virt "$1" 2>/dev/null || true)"
+  echo "${what:-unknown}"
+}
 # Everything the report states about this run, gathered here so that the report is mechanical.
 git_commit="not a git checkout"
 git_dirty=""
@@ -372,7 +405,7 @@ cxx="$(awk -F= '/^CMAKE_CXX_COMPILER:/ {print $2}' "$BUILD_DIR/CMakeCache.txt")"
   echo "redis_benchmark=$(redis-benchmark --version 2>/dev/null | head -1)"
   echo "sluice=$(awk '/^project\(sluice VERSION/ {print $3}' "$ROOT/CMakeLists.txt")"
   echo "os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
-  echo "virt=$(systemd-detect-virt 2>/dev/null || echo unknown)"
+  echo "virt=vm $(virt --vm), container $(virt --container)"
   echo "mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
   echo "server_cpu=$SERVER_CPU"
   echo "load_cpu=$LOAD_CPU"

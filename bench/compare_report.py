@@ -266,7 +266,7 @@ else:
 redis_fields = dict(x.split("=", 1) for x in ctx["redis"].split() if "=" in x)
 machine = (f"{cpu_model()}, {os.cpu_count()} cores, "
            f"{int(ctx['mem_kib']) / 2**20:.0f} GiB RAM, Linux {platform.release()}, "
-           f"{ctx['os']}, virtualization: {ctx['virt'] or 'unknown'}")
+           f"{ctx['os']}, virtualization: {ctx['virt']}")
 versions = (f"{ctx['compiler']} ({ctx['build_type']}); Boost {ctx['boost'].replace('_', '.')}; "
             f"Redis {redis_fields.get('v', ctx['redis'])} ({redis_fields.get('malloc', '?')}); "
             f"{ctx['redis_benchmark']}; Sluice {ctx['sluice']}")
