@@ -96,6 +96,14 @@ if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
 ninja -C "$BUILD_DIR" -j2 sluice-load sluiced >/dev/null || die "build failed in $BUILD_DIR"
+# The code measured: the commit, and the files that differ from it, as built.
+git_commit="not a git checkout"
+git_dirty=""
+if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+  git_commit="$(git -C "$ROOT" rev-parse --short=12 HEAD)"
+  git_dirty="$(git -C "$ROOT" status --porcelain --untracked-files=no | awk '{print $NF}' |
+    paste -sd' ')"
+fi
 
 WORK="$(mktemp -d /tmp/sluice-compare.XXXXXX)"
 START_EPOCH="$(date +%s)"
@@ -382,13 +390,6 @@ virt() { # prints "none" when there is none; "unknown" without systemd-detect-vi
   echo "${what:-unknown}"
 }
 # Everything the report states about this run, gathered here so that the report is mechanical.
-git_commit="not a git checkout"
-git_dirty=""
-if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-  git_commit="$(git -C "$ROOT" rev-parse --short=12 HEAD)"
-  git_dirty="$(git -C "$ROOT" status --porcelain --untracked-files=no | awk '{print $NF}' |
-    paste -sd' ')"
-fi
 cxx="$(awk -F= '/^CMAKE_CXX_COMPILER:/ {print $2}' "$BUILD_DIR/CMakeCache.txt")"
 {
   echo "start_epoch=$START_EPOCH"

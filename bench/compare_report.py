@@ -115,6 +115,7 @@ with open(os.path.join(work, "w4_rates.txt")) as f:
 fraction = float(ctx["w4_fraction"])
 how = (f"{fraction:.0%} of its own capacity" if ctx["w4_mode"] == "own"
        else f"{fraction:.0%} of the slower one's capacity")
+how_short = f"{fraction:.0%} of {'own' if ctx['w4_mode'] == 'own' else 'slower'} capacity"
 w4 = {}
 for who, rate, cap_name, judged in (
         ("sluice", rate_sluice, "W4_capacity_sluice", True),
@@ -124,7 +125,7 @@ for who, rate, cap_name, judged in (
     achieved = [r.get("throughput_per_s", NAN) for r in rounds]
     kept_up = [a == a and a >= 0.95 * rate for a in achieved]
     row("W4", f"{who} closed-loop capacity /s ({cap_secs} s)", tput(cap_name))
-    row("W4", f"{who} open-loop rate /s ({how})", rate)
+    row("W4", f"{who} open-loop rate /s ({how_short})", rate)
     row("W4", f"{who} achieved /s (median of 3)", median(achieved))
     row("W4", f"rounds {who} kept up (>= 95% of rate)",
         " ".join("yes" if k else "NO" for k in kept_up))
