@@ -225,11 +225,11 @@ for role in ("redis-server", "sluiced", "sluice-load", "redis-benchmark"):
                    + ("" if ok else f"; expected CPU {expected[role]} only") + ")")
 
 # The table.
-header = f"{'workload':8} {'measure':52} {'value':>14} {'target':>8} {'met':>4}"
+header = f"{'workload':8} {'measure':52} {'value':>22} {'target':>8} {'met':>4}"
 lines = [header]
 for r in rows:
     met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
-    lines.append(f"{r['workload']:8} {r['what']:52} {fmt(r['value']):>14} "
+    lines.append(f"{r['workload']:8} {r['what']:52} {fmt(r['value']):>22} "
                  f"{r['target'] or '-':>8} {met:>4}")
 table = "\n".join(lines)
 print(table)
