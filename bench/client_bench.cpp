@@ -1,7 +1,8 @@
-// The client's own cost per decision, without the socket (issue 4's "< 100 ns each"):
-// building one request (hash the key, pick its shard, encode the one-item ACQUIRE frame into a
-// reused buffer, as Client::acquire_async does under the connection's mutex) and taking one
-// reply apart (decode the frame, parse it, map it to a Decision, as the I/O thread does).
+// The client's own cost per decision, without the socket: building one request (hash the key,
+// pick its shard, encode the one-item ACQUIRE frame into a reused buffer, as
+// Client::acquire_async does under the connection's mutex) and taking one reply apart (decode
+// the frame, parse it, map it to a Decision, as the I/O thread does). The target for each is in
+// docs/BENCHMARKS.md.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>

@@ -1,41 +1,128 @@
 #!/usr/bin/env bash
-# Sluice vs Redis, same machine, same run, same traffic (issue 3, docs/BENCHMARKS.md).
+# Sluice vs Redis on one machine, in one run, with the same load generator and the same traffic.
+# The workloads, the method and the targets are in docs/BENCHMARKS.md.
 #
-# Starts redis-server (no persistence, 127.0.0.1, a free port) and sluiced (127.0.0.1), runs
-# workloads W1..W6 and the ping floor against both with sluice-load, checks sluice-load's INCR
-# against redis-benchmark, prints a table with ratios and writes bench/results/latest.json.
-# Stops everything it started (trap on exit).
+# Starts redis-server and sluiced (127.0.0.1 only, free ports) pinned with taskset to one core,
+# and runs sluice-load and redis-benchmark pinned to another: W1-W6, the ping floor and the INCR
+# check. Prints a table that states for every target whether it was met.
+#
+# A full run (every length and key count at its default or more) writes bench/results/latest.json
+# and replaces the generated section of docs/BENCHMARKS.md (between the compare.sh:begin and
+# compare.sh:end markers). Any shorter run is a quick run: it writes bench/results/quick.json
+# and stdout only, so the document always shows a full run. Stops everything it started.
 #
 # Environment:
-#   COMPARE_SECONDS   seconds per throughput workload (default 10; 3 for a quick try)
-#   COMPARE_W4_SECONDS  open-loop W4 length (default 10)
-#   COMPARE_W5_KEYS   key counts for the memory workload (default "1000000 10000000")
-#   COMPARE_REDIS_W5_KEYS  the same for Redis (default "1000000 10000000"; the 10M Lua buckets
-#                     take about 4 minutes here, at ~42,000 EVALSHA/s)
-#   COMPARE_SHARDS    sluiced's --shards (default 1: on this 2-core machine Redis, being
-#                     single-threaded, gets one core and the load generator the other; one
-#                     shard gives sluiced the same one core. 2 shards oversubscribe the cores.)
-#   BUILD_DIR         where sluice-load and sluiced are built (default build-bench,
-#                     RelWithDebInfo; rebuilt incrementally on every run)
-set -euo pipefail
+#   COMPARE_SECONDS      seconds per throughput workload (default 10; less makes a quick run)
+#   COMPARE_W4_SECONDS   length of each W4 open-loop round (default 10; less makes a quick run)
+#   COMPARE_W4_MODE      own: each backend runs at COMPARE_W4_FRACTION of its own closed-loop
+#                        capacity, measured first in the same run (default); common: both run at
+#                        COMPARE_W4_FRACTION of the slower backend's capacity
+#   COMPARE_W4_FRACTION  default 0.5
+#   COMPARE_W5_KEYS      key counts of the memory workload, the same for both backends (default
+#                        "1000000 10000000"; without 10000000 the run is a quick run)
+#   COMPARE_SHARDS       sluiced --shards (default 1: one shard on one core, as Redis executes
+#                        commands on one thread)
+#   COMPARE_SERVER_CPU   core for redis-server and sluiced (default 0)
+#   COMPARE_LOAD_CPU     core for sluice-load and redis-benchmark (default 1)
+#   BUILD_DIR            where sluiced and sluice-load are built (default build-bench,
+#                        RelWithDebInfo; rebuilt incrementally on every run)
+set -Eeuo pipefail
+trap 'echo "compare: error: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SECS="${COMPARE_SECONDS:-10}"
 W4_SECS="${COMPARE_W4_SECONDS:-10}"
+W4_MODE="${COMPARE_W4_MODE:-own}"
+W4_FRACTION="${COMPARE_W4_FRACTION:-0.5}"
+W5_DEFAULT="1000000 10000000"
+W5_KEYS="${COMPARE_W5_KEYS:-$W5_DEFAULT}"
 SHARDS="${COMPARE_SHARDS:-1}"
-W5_KEYS="${COMPARE_W5_KEYS:-1000000 10000000}"
-REDIS_W5_KEYS="${COMPARE_REDIS_W5_KEYS:-1000000 10000000}"
+SERVER_CPU="${COMPARE_SERVER_CPU:-0}"
+LOAD_CPU="${COMPARE_LOAD_CPU:-1}"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build-bench}"
 OUT_DIR="$ROOT/bench/results"
-WORK="$(mktemp -d /tmp/sluice-compare.XXXXXX)"
+DOC="$ROOT/docs/BENCHMARKS.md"
 CONNS=50
 KEYS=1000000
 
+log() { echo "compare: $*" >&2; }
+die() {
+  log "error: $*"
+  exit 1
+}
+
+is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
+is_uint "$SECS" && ((SECS >= 1)) || die "COMPARE_SECONDS must be a whole number of seconds >= 1"
+is_uint "$W4_SECS" && ((W4_SECS >= 1)) || die "COMPARE_W4_SECONDS must be a whole number >= 1"
+[[ "$W4_MODE" == own || "$W4_MODE" == common ]] || die "COMPARE_W4_MODE must be own or common"
+[[ "$W4_FRACTION" =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] && [[ ! "$W4_FRACTION" =~ ^0?\.0*$ ]] ||
+  die "COMPARE_W4_FRACTION must be in (0, 1]"
+is_uint "$SHARDS" && ((SHARDS >= 1)) || die "COMPARE_SHARDS must be >= 1"
+for n in $W5_KEYS; do is_uint "$n" && ((n >= 1)) || die "COMPARE_W5_KEYS: '$n' is not a count"; done
+
+FULL=1
+((SECS >= 10 && W4_SECS >= 10)) || FULL=0
+[[ " $W5_KEYS " == *" 10000000 "* ]] || FULL=0
+if ((FULL)); then RESULT="$OUT_DIR/latest.json"; else RESULT="$OUT_DIR/quick.json"; fi
+
+# Tools. redis-server and redis-benchmark come from Debian through tools/deps.sh.
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  log "installing redis-server and redis-tools"
+  "$ROOT/tools/deps.sh" redis-server redis-tools ||
+    die "could not install redis-server and redis-tools (tools/deps.sh)"
+fi
+need() { command -v "$1" >/dev/null || die "'$1' is missing: $2"; }
+need taskset "install util-linux"
+need python3 "install python3"
+need cmake "run tools/deps.sh"
+need ninja "run tools/deps.sh"
+need redis-server "run tools/deps.sh redis-server redis-tools"
+need redis-benchmark "run tools/deps.sh redis-server redis-tools"
+CORES="$(nproc)"
+for cpu in "$SERVER_CPU" "$LOAD_CPU"; do
+  is_uint "$cpu" && taskset -c "$cpu" true 2>/dev/null ||
+    die "CPU '$cpu' cannot be used (this machine has $CORES; set COMPARE_SERVER_CPU and COMPARE_LOAD_CPU)"
+done
+[[ "$SERVER_CPU" != "$LOAD_CPU" ]] ||
+  log "warning: servers and load generator share CPU $SERVER_CPU (recorded in the results)"
+SRV=(taskset -c "$SERVER_CPU")
+GEN=(taskset -c "$LOAD_CPU")
+
+LOAD="$BUILD_DIR/bin/sluice-load"
+SLUICED="$BUILD_DIR/bin/sluiced"
+# Always (incrementally) build: stale binaries would measure old code.
+log "building sluice-load and sluiced in $BUILD_DIR"
+if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+ninja -C "$BUILD_DIR" -j2 sluice-load sluiced >/dev/null || die "build failed in $BUILD_DIR"
+# The code measured: the commit, and the files that differ from it, as built.
+git_commit="not a git checkout"
+git_dirty=""
+if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+  git_commit="$(git -C "$ROOT" rev-parse --short=12 HEAD)"
+  git_dirty="$(git -C "$ROOT" status --porcelain --untracked-files=no | awk '{print $NF}' |
+    paste -sd' ')"
+fi
+
+WORK="$(mktemp -d /tmp/sluice-compare.XXXXXX)"
+START_EPOCH="$(date +%s)"
+LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
+# Other processes on the pinned cores skew every figure; the report states the load average.
+awk -v cores="$CORES" '{ exit !($1 > 0.5 * cores) }' /proc/loadavg &&
+  log "warning: load average $LOADAVG_START on $CORES cores: other work will skew the figures"
+
+# Every process started here, until it is seen to exit. The traps only turn a signal into an
+# exit, so cleanup runs once, from EXIT.
 PIDS=()
+untrack() {
+  local keep=() p
+  for p in "${PIDS[@]}"; do [[ "$p" == "$1" ]] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
 cleanup() {
-  for pid in "${PIDS[@]}"; do
-    kill "$pid" 2>/dev/null || true
-  done
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do
     for _ in $(seq 1 50); do
       kill -0 "$pid" 2>/dev/null || break
@@ -45,99 +132,138 @@ cleanup() {
   done
   rm -rf "$WORK"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-log() { echo "compare: $*" >&2; }
-
-if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
-  log "installing redis-server"
-  apt-get install -y redis-server >/dev/null
-fi
-LOAD="$BUILD_DIR/bin/sluice-load"
-SLUICED="$BUILD_DIR/bin/sluiced"
-# Always (incrementally) build: stale binaries would measure old code.
-log "building sluice-load and sluiced in $BUILD_DIR"
-if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-fi
-ninja -C "$BUILD_DIR" -j2 sluice-load sluiced >/dev/null
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-listening() {  # bounded: 10 s
+stop_pid() {
+  kill "$1" 2>/dev/null || true
   for _ in $(seq 1 100); do
-    if python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1),0.2)" 2>/dev/null; then
+    if ! kill -0 "$1" 2>/dev/null; then
+      untrack "$1"
       return 0
     fi
     sleep 0.1
   done
-  return 1
+  kill -9 "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  untrack "$1"
 }
-wait_port() {
-  listening "$1" && return 0
-  log "nothing listens on port $1"
-  exit 1
+
+# The cores every thread of PID may run on, as the kernel reports them, for the results.
+note_affinity() {
+  local role="$1" pid="$2" cpus
+  # taskset sets the affinity and then execs: wait until it has (at most 1 s).
+  for _ in $(seq 1 100); do
+    [[ "$(cat /proc/"$pid"/comm 2>/dev/null)" == taskset ]] || break
+    sleep 0.01
+  done
+  # A thread may exit between the glob and cat: whatever was read is enough.
+  cpus="$( (cat /proc/"$pid"/task/*/status 2>/dev/null || true) |
+    awk '/^Cpus_allowed_list:/ {print $2}' | sort -u | paste -sd' ')"
+  echo "$role ${cpus:-gone}" >>"$WORK/affinity.txt"
+}
+
+# free_ports N: the first of N consecutive ports that 127.0.0.1 can bind now, chosen below the
+# kernel's ephemeral range, so that no outgoing connection on this machine is given one of them.
+free_ports() {
+  python3 - "$1" <<'EOF'
+import random, socket, sys
+n = int(sys.argv[1])
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(1000):
+    base = random.randrange(10000, max(10001, low - n))
+    socks = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            s.close()
+else:
+    sys.exit("compare: no free ports")
+EOF
+}
+listening() { # PORT PID: until something accepts on PORT (at most 10 s), false if PID exits
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
 }
 
 REDIS_PID=""
 SLUICE_PID=""
 start_redis() {
-  REDIS_PORT="$(free_port)"
-  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+  REDIS_PORT="$(free_ports 1)"
+  "${SRV[@]}" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
     --daemonize no --protected-mode yes --dir "$WORK" >"$WORK/redis.log" 2>&1 &
   REDIS_PID=$!
   PIDS+=("$REDIS_PID")
-  wait_port "$REDIS_PORT"
-}
-stop_pid() {
-  kill "$1" 2>/dev/null || true
-  for _ in $(seq 1 100); do
-    kill -0 "$1" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -9 "$1" 2>/dev/null || true
+  listening "$REDIS_PORT" "$REDIS_PID" || die "redis-server did not start: $(tail -c 300 "$WORK/redis.log")"
+  note_affinity redis-server "$REDIS_PID"
 }
 start_sluice() {
-  # Shard ports are P+1+i for --port P (HELLO tells them). P is free when picked, but P+1 may
-  # not be (another listener, or a connection's local port), and then sluiced exits: up to
-  # three tries, each on a new port.
+  # Shard ports are P+1+i for --port P (HELLO tells them). They are free when picked, but
+  # another listener may take one before sluiced binds it, and then sluiced exits: up to three
+  # tries, each on new ports.
   for attempt in 1 2 3; do
-    SLUICE_PORT="$(free_port)"
-    "$SLUICED" --bind 127.0.0.1 --port "$SLUICE_PORT" --shards "$SHARDS" \
+    SLUICE_PORT="$(free_ports $((SHARDS + 1)))"
+    "${SRV[@]}" "$SLUICED" --bind 127.0.0.1 --port "$SLUICE_PORT" --shards "$SHARDS" \
       --max-memory "${1:-1GiB}" --idle-timeout 0 "${@:2}" >"$WORK/sluiced.log" 2>&1 &
     SLUICE_PID=$!
     PIDS+=("$SLUICE_PID")
-    listening "$SLUICE_PORT" && return 0
+    if listening "$SLUICE_PORT" "$SLUICE_PID"; then
+      note_affinity sluiced "$SLUICE_PID"
+      return 0
+    fi
     log "sluiced did not start on port $SLUICE_PORT (try $attempt): $(tail -c 300 "$WORK/sluiced.log")"
     stop_pid "$SLUICE_PID"
   done
-  exit 1
+  die "sluiced did not start"
 }
 
-# run NAME ARGS...: one sluice-load run, JSON kept in $WORK/NAME.json.
+# run NAME ARGS...: one pinned sluice-load run, its JSON kept in $WORK/NAME.json.
 run() {
-  local name="$1"
+  local name="$1" pid
   shift
   log "$name: $*"
-  "$LOAD" -q --json --connections "$CONNS" --keys "$KEYS" "$@" >"$WORK/$name.json" ||
-    log "$name ended with errors (see its JSON)"
+  "${GEN[@]}" "$LOAD" -q --json --connections "$CONNS" "$@" >"$WORK/$name.json" &
+  pid=$!
+  PIDS+=("$pid")
+  note_affinity sluice-load "$pid"
+  local rc=0
+  wait "$pid" || rc=$?
+  untrack "$pid"
+  # 1: the run had errors (counted in its JSON and in the report); 2: sluice-load refused a flag.
+  ((rc != 2)) || die "sluice-load refused the flags of $name (exit status 2): $*"
+  ((rc == 0)) || log "$name ended with errors (exit status $rc; see the report)"
 }
-S() { run "$1" --backend sluice --servers "127.0.0.1:$SLUICE_PORT" "${@:2}"; }
-R() { run "$1" --backend redis --servers "127.0.0.1:$REDIS_PORT" "${@:2}"; }
+S() { run "$1" --backend sluice --servers "127.0.0.1:$SLUICE_PORT" --keys "$KEYS" "${@:2}"; }
+R() { run "$1" --backend redis --servers "127.0.0.1:$REDIS_PORT" --keys "$KEYS" "${@:2}"; }
+tput_of() { # the throughput of a finished run, 0 when it has none
+  python3 -c "import json,sys; print(int(json.load(open(sys.argv[1])).get('throughput_per_s') or 0))" \
+    "$WORK/$1.json" 2>/dev/null || echo 0
+}
 
 start_redis
-# The throughput workloads run with counters in huge pages (sluiced --huge-pages: +12% at W3);
-# W4 and W5 run with the defaults, as a latency-minded or a memory-minded operator would.
+# The throughput workloads run with counters in huge pages (sluiced --huge-pages); W4 and W5 run
+# with the defaults, as a latency-minded or a memory-minded operator would.
 start_sluice 1GiB --huge-pages
 RULE=(--limit 100 --period 1s)
-D="--duration ${SECS}s"
+D=(--duration "${SECS}s")
 
 # sluice_and_ping NAME SUFFIX ARGS...: the decision run and its ping floor at the same settings.
 sluice_and_ping() {
-  S "$1_sluice$2" $D "${@:3}" "${RULE[@]}"
-  S "$1_ping$2" $D "${@:3}" --op ping
+  S "$1_sluice$2" "${D[@]}" "${@:3}" "${RULE[@]}"
+  S "$1_ping$2" "${D[@]}" "${@:3}" --op ping
 }
 
 # W1: depth 1, batch 1. W2: depth 16. W3: batch 64.
@@ -145,260 +271,162 @@ W1="W1 --depth 1 --batch 1"
 W2="W2 --depth 16 --batch 1"
 W3="W3 --depth 1 --batch 64"
 for w in "$W1" "$W2" "$W3"; do
+  # shellcheck disable=SC2086
   set -- $w
   name="$1"
   shift
   sluice_and_ping "$name" "" "$@"
-  R "${name}_redis_lua" $D "$@" "${RULE[@]}" --redis-design lua_token_bucket
-  R "${name}_redis_incr_window" $D "$@" --redis-design incr_window --algorithm fixed_window \
-    "${RULE[@]}"
+  R "${name}_redis_lua" "${D[@]}" "$@" "${RULE[@]}" --redis-design lua_token_bucket
+  R "${name}_redis_incr_window" "${D[@]}" "$@" --redis-design incr_window \
+    --algorithm fixed_window "${RULE[@]}"
 done
-# W1's and W3's targets are ratios to the ping floor, and one pair of 10 s runs here swings by
-# 10-15 % or more with the host's load: two more alternating pairs each, and the median of the
-# three ratios is judged.
+# A single ratio to the ping floor moves with the host's load from one pair of runs to the next:
+# W1 and W3 get two more alternating pairs each, and the median of the three ratios is judged.
 for round in 2 3; do
   for w in "$W1" "$W3"; do
+    # shellcheck disable=SC2086
     set -- $w
     sluice_and_ping "$1" "_r$round" "${@:2}"
   done
 done
 
-# W4: open loop at 50,000 decisions/s. Latency, so nobody sleeps: on this VM a thread that
-# sleeps in epoll_wait can take milliseconds to wake (Redis PING at 10,000/s showed p99 4-5 ms
-# with a sleeping generator), so sluiced runs with --busy-poll and sluice-load with
-# --busy-poll for both backends (Redis has no such mode).
-# The tail depends on what else the host runs at that moment (one run gave p99 5.5 ms, the
-# same command by hand minutes later 0.2-0.7 ms), so W4 runs three times, each on a fresh
-# sluiced, and the medians are judged.
+# W4: latency in an open loop at a rate the backend can sustain: above its capacity the
+# latency measured is the growth of a queue. Each backend's closed-loop capacity for W4's
+# traffic (depth 1, batch 1) is measured first, with the same settings as its open-loop rounds.
+# Nobody sleeps: sluiced runs with --busy-poll, sluice-load with --busy-poll for both backends
+# (Redis has no such mode), so the wake-up latency of a sleeping thread stays out of the figures.
+# Three rounds each (a fresh sluiced per round); the medians are judged.
 stop_pid "$SLUICE_PID"
+CAP_SECS=$((SECS < 4 ? SECS : 4))
+start_sluice 1GiB --busy-poll
+S W4_capacity_sluice --busy-poll --duration "${CAP_SECS}s" "${RULE[@]}"
+stop_pid "$SLUICE_PID" # a polling shard would take a core from everything after it
+R W4_capacity_redis_lua --busy-poll --duration "${CAP_SECS}s" "${RULE[@]}" \
+  --redis-design lua_token_bucket
+read -r W4_RATE_SLUICE W4_RATE_REDIS < <(python3 - "$(tput_of W4_capacity_sluice)" \
+  "$(tput_of W4_capacity_redis_lua)" "$W4_FRACTION" "$W4_MODE" <<'EOF'
+import sys
+s, r, f, mode = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+if mode == "common":
+    s = r = min(s, r)
+print(int(s * f), int(r * f))
+EOF
+)
+((W4_RATE_SLUICE > 0 && W4_RATE_REDIS > 0)) ||
+  die "W4: no closed-loop capacity measured (sluice $W4_RATE_SLUICE/s, redis $W4_RATE_REDIS/s)"
+log "W4 open-loop rates ($W4_MODE, fraction $W4_FRACTION): sluice $W4_RATE_SLUICE/s, redis $W4_RATE_REDIS/s"
+echo "$W4_RATE_SLUICE $W4_RATE_REDIS $CAP_SECS" >"$WORK/w4_rates.txt"
 for round in 1 2 3; do
   start_sluice 1GiB --busy-poll
-  S "W4_sluice_r$round" --busy-poll --duration "${W4_SECS}s" --rate 50000 "${RULE[@]}"
-  stop_pid "$SLUICE_PID"  # a polling shard would take a core from everything after it
+  S "W4_sluice_r$round" --busy-poll --duration "${W4_SECS}s" --rate "$W4_RATE_SLUICE" "${RULE[@]}"
+  stop_pid "$SLUICE_PID"
+  R "W4_redis_lua_r$round" --busy-poll --duration "${W4_SECS}s" --rate "$W4_RATE_REDIS" \
+    "${RULE[@]}" --redis-design lua_token_bucket
 done
-start_sluice 1GiB --huge-pages  # for W6
-R W4_redis_lua --busy-poll --duration "${W4_SECS}s" --rate 50000 "${RULE[@]}"
 
 # W6: GCRA and sliding window counter on Sluice at W2's settings vs Redis incr_window.
-S W6_sluice_gcra $D --depth 16 --algorithm gcra "${RULE[@]}"
-S W6_sluice_sliding_window $D --depth 16 --algorithm sliding_window "${RULE[@]}"
-R W6_redis_incr_window_sliding $D --depth 16 --redis-design incr_window \
+start_sluice 1GiB --huge-pages
+S W6_sluice_gcra "${D[@]}" --depth 16 --algorithm gcra "${RULE[@]}"
+S W6_sluice_sliding_window "${D[@]}" --depth 16 --algorithm sliding_window "${RULE[@]}"
+R W6_redis_incr_window_sliding "${D[@]}" --depth 16 --redis-design incr_window \
   --algorithm sliding_window "${RULE[@]}"
+stop_pid "$SLUICE_PID"
 
 # sluice-load's INCR vs redis-benchmark's at the same connections and pipeline depth.
 # redis-benchmark -P p writes p commands at once and waits for all p replies before the next
 # write: in sluice-load's terms that is --batch p (commands per pipelined write), depth 1.
-# Redis is the bottleneck for both (neither client fills its core), and its throughput drifts
-# from one run to the next by more than the difference being measured, so the two alternate
-# three times with runs of half the workload length and the medians are compared. Each
-# redis-benchmark run is sized to last about as long as the sluice-load run before it.
+# Redis is the bottleneck for both, and its throughput drifts between runs by more than the
+# difference measured, so the two alternate three times with runs of half the workload length
+# and the medians are compared. Each redis-benchmark run is sized to last about as long as the
+# sluice-load run before it.
 HALF=$(((SECS + 1) / 2))
 for p in 1 16; do
   for round in 1 2 3; do
     R "incr_P${p}_sluice_load_r${round}" --duration "${HALF}s" --batch "$p" --op incr
-    n=$(python3 -c "import json; print(max(10000, int(json.load(open('$WORK/incr_P${p}_sluice_load_r${round}.json'))['throughput_per_s'] * $HALF)))" 2>/dev/null || echo 100000)
-    redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$CONNS" -P "$p" -r "$KEYS" -n "$n" \
-      -t incr --csv 2>/dev/null | tail -1 >"$WORK/incr_P${p}_redis_benchmark_r${round}.csv"
+    n=$(($(tput_of "incr_P${p}_sluice_load_r${round}") * HALF))
+    ((n >= 10000)) || n=10000
+    log "incr_P${p}_redis_benchmark_r${round}: redis-benchmark -c $CONNS -P $p -n $n"
+    "${GEN[@]}" redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$CONNS" -P "$p" -r "$KEYS" \
+      -n "$n" -t incr --csv 2>/dev/null >"$WORK/incr_P${p}_redis_benchmark_r${round}.out" &
+    pid=$!
+    PIDS+=("$pid")
+    note_affinity redis-benchmark "$pid"
+    wait "$pid" || log "redis-benchmark failed (P$p round $round)"
+    untrack "$pid"
+    tail -1 "$WORK/incr_P${p}_redis_benchmark_r${round}.out" \
+      >"$WORK/incr_P${p}_redis_benchmark_r${round}.csv"
   done
 done
+stop_pid "$REDIS_PID"
 
-# W5: memory per key after touching N distinct keys (a fresh server each time; keys visited in
-# order, batch 64). Sluice: RSS growth of sluiced. Redis: used_memory growth. The rule is 100
-# per 100 h: after taking one token a bucket is full again (and the Lua script's PEXPIRE, and
-# sluiced's idle expiry, drop it) only an hour later, so no key expires during the run. (With
-# 100 per 1 h, as before 2026-11-30, Redis dropped each bucket after 36 s, and its 10M-key run
-# takes minutes.)
+# W5: memory per key after touching N distinct keys, measured the same way for both backends:
+# growth of the server process's resident set (VmRSS) from just after start to the end of the
+# run, over N, on a fresh server per key count (keys visited in order, batch 64). The rule is
+# 100 per 100 h: a bucket that gave one token is full again, and so dropped by sluiced's idle
+# expiry and by the Lua script's PEXPIRE, only an hour later, so no key expires during the run.
 rss_bytes() { awk '/^VmRSS:/ {print $2 * 1024}' "/proc/$1/status"; }
-redis_used() {
-  redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info memory | awk -F: '/^used_memory:/ {print $2+0}'
-}
+W5_RULE=(--batch 64 --dist seq --duration 600s --limit 100 --period 100h)
 : >"$WORK/w5.txt"
-stop_pid "$SLUICE_PID"
 for n in $W5_KEYS; do
   start_sluice 4GiB
   before=$(rss_bytes "$SLUICE_PID")
-  log "W5 sluice: touching $n keys"
-  "$LOAD" -q --json --backend sluice --servers "127.0.0.1:$SLUICE_PORT" --connections "$CONNS" \
-    --batch 64 --keys "$n" --dist seq --requests "$n" --duration 600s --limit 100 --period 100h \
-    >"$WORK/W5_sluice_$n.json" || true
-  after=$(rss_bytes "$SLUICE_PID")
-  echo "sluice $n $before $after" >>"$WORK/w5.txt"
+  run "W5_sluice_$n" --backend sluice --servers "127.0.0.1:$SLUICE_PORT" --keys "$n" \
+    --requests "$n" "${W5_RULE[@]}"
+  echo "sluice $n $before $(rss_bytes "$SLUICE_PID")" >>"$WORK/w5.txt"
   stop_pid "$SLUICE_PID"
 done
-for n in $REDIS_W5_KEYS; do
-  redis-cli -h 127.0.0.1 -p "$REDIS_PORT" flushall >/dev/null
-  before=$(redis_used)
-  log "W5 redis: touching $n keys"
-  "$LOAD" -q --json --backend redis --servers "127.0.0.1:$REDIS_PORT" --connections "$CONNS" \
-    --batch 64 --keys "$n" --dist seq --requests "$n" --duration 600s --limit 100 --period 100h \
-    >"$WORK/W5_redis_$n.json" || true
-  after=$(redis_used)
-  echo "redis $n $before $after" >>"$WORK/w5.txt"
+for n in $W5_KEYS; do
+  start_redis
+  before=$(rss_bytes "$REDIS_PID")
+  run "W5_redis_$n" --backend redis --servers "127.0.0.1:$REDIS_PORT" --keys "$n" \
+    --requests "$n" "${W5_RULE[@]}"
+  echo "redis $n $before $(rss_bytes "$REDIS_PID")" >>"$WORK/w5.txt"
+  stop_pid "$REDIS_PID"
 done
 
-mkdir -p "$OUT_DIR"
-python3 - "$WORK" "$OUT_DIR/latest.json" "$SECS" "$SHARDS" <<'EOF'
-import json, os, platform, subprocess, sys, time
-work, out_path, secs = sys.argv[1], sys.argv[2], sys.argv[3]
-
-def load(name):
-    try:
-        with open(os.path.join(work, name + ".json")) as f:
-            return json.load(f)
-    except Exception:
-        return None
-
-def tput(name):
-    r = load(name)
-    return r["throughput_per_s"] if r else float("nan")
-
-def lat(name):
-    r = load(name)
-    return r["latency_us"] if r else {}
-
-def cpu():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-def redis_version():
-    try:
-        return subprocess.run(["redis-server", "--version"], capture_output=True,
-                              text=True).stdout.strip()
-    except OSError:
-        return "?"
-
-runs = {}
-for f in sorted(os.listdir(work)):
-    if f.endswith(".json"):
-        r = load(f[:-5])
-        if r:
-            r.pop("timeline", None)
-            runs[f[:-5]] = r
-
-rows = []
-def row(workload, what, value, target=None, met=None):
-    rows.append({"workload": workload, "what": what, "value": value, "target": target,
-                 "met": met})
-
-def ratio(a, b):
-    return a / b if b and b == b and b > 0 else float("nan")
-
-def median(values):
-    values = sorted(v for v in values if v == v)
-    return values[len(values) // 2] if values else float("nan")
-
-for w in ("W1", "W2", "W3"):
-    s, p = tput(f"{w}_sluice"), tput(f"{w}_ping")
-    lua, iw = tput(f"{w}_redis_lua"), tput(f"{w}_redis_incr_window")
-    row(w, "sluice token_bucket /s", s)
-    row(w, "sluice ping floor /s", p)
-    row(w, "redis lua_token_bucket /s", lua)
-    row(w, "redis incr_window (fixed) /s", iw)
-    if w in ("W1", "W3"):
-        rounds = [ratio(s, p)] + [ratio(tput(f"{w}_sluice_r{k}"), tput(f"{w}_ping_r{k}"))
-                                  for k in (2, 3)]
-        m, target = median(rounds), 0.90 if w == "W1" else 0.70
-    if w == "W1":
-        row(w, "sluice / redis incr_window", ratio(s, iw), ">= 1.0", ratio(s, iw) >= 1.0)
-        row(w, "sluice / ping floor (median of 3)", m, f">= {target:.2f}", m >= target)
-        row(w, "rounds sluice / ping floor", " ".join(f"{x:.2f}" for x in rounds))
-        row(w, "sluice / redis lua", ratio(s, lua))
-    if w == "W2":
-        row(w, "sluice / redis lua", ratio(s, lua), ">= 8", ratio(s, lua) >= 8)
-        row(w, "sluice / redis incr_window", ratio(s, iw), ">= 1.5", ratio(s, iw) >= 1.5)
-        row(w, "sluice / ping floor", ratio(s, p))
-    if w == "W3":
-        row(w, "sluice / ping floor (median of 3)", m, f">= {target:.2f}", m >= target)
-        row(w, "rounds sluice / ping floor", " ".join(f"{x:.2f}" for x in rounds))
-        row(w, "sluice / redis lua", ratio(s, lua))
-
-nan = float("nan")
-w4 = [lat(f"W4_sluice_r{k}") for k in (1, 2, 3)]
-row("W4", "sluice open 50k/s achieved /s",
-    median([(load(f"W4_sluice_r{k}") or {}).get("throughput_per_s", nan) for k in (1, 2, 3)]))
-for q, target in (("p50", 200), ("p99", 1000)):
-    m = median([l.get(q, nan) for l in w4])
-    row("W4", f"sluice {q} us (median of 3)", m, f"<= {target}", m <= target)
-    row("W4", f"rounds sluice {q} us", " ".join(str(l.get(q, "n/a")) for l in w4))
-row("W4", "sluice p99.9 us (median of 3)", median([l.get("p999", nan) for l in w4]))
-l = lat("W4_redis_lua")
-row("W4", "redis_lua open 50k/s achieved /s",
-    (load("W4_redis_lua") or {}).get("throughput_per_s", nan))
-for q, name in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
-    row("W4", f"redis_lua {name} us", l.get(q))
-
-w5 = {}
-with open(os.path.join(work, "w5.txt")) as f:
-    for line in f:
-        who, n, before, after = line.split()
-        n, before, after = int(n), int(before), int(after)
-        per_key = (after - before) / n
-        w5[f"{who}_{n}"] = {"keys": n, "before": before, "after": after, "bytes_per_key": per_key}
-        target = "<= 48" if who == "sluice" and n >= 10_000_000 else None
-        row("W5", f"{who} bytes/key at {n} keys", per_key, target,
-            per_key <= 48 if target else None)
-
-s_g, s_sw = tput("W6_sluice_gcra"), tput("W6_sluice_sliding_window")
-iw_s = tput("W6_redis_incr_window_sliding")
-row("W6", "sluice gcra /s", s_g)
-row("W6", "sluice sliding_window /s", s_sw)
-row("W6", "redis incr_window (sliding) /s", iw_s)
-row("W6", "sluice gcra / redis incr_window", ratio(s_g, iw_s))
-row("W6", "sluice sliding_window / redis incr_window", ratio(s_sw, iw_s))
-
-def redis_benchmark_rps(name):
-    try:
-        with open(os.path.join(work, name + ".csv")) as f:
-            fields = [x.strip('"') for x in f.read().strip().split(",")]
-            return float(fields[1])
-    except Exception:
-        return float("nan")
-
-bench = {}
-for p in (1, 16):
-    mine_runs = [tput(f"incr_P{p}_sluice_load_r{k}") for k in (1, 2, 3)]
-    theirs_runs = [redis_benchmark_rps(f"incr_P{p}_redis_benchmark_r{k}") for k in (1, 2, 3)]
-    mine, bench[p] = median(mine_runs), median(theirs_runs)
-    row("INCR", f"P{p} sluice-load /s (median of 3)", mine)
-    row("INCR", f"P{p} redis-benchmark /s (median of 3)", bench[p])
-    row("INCR", f"P{p} sluice-load / redis-benchmark", ratio(mine, bench[p]), ">= 1.0",
-        ratio(mine, bench[p]) >= 1.0)
-    row("INCR", f"P{p} rounds sluice-load/redis-benchmark",
-        " ".join(f"{ratio(a, b):.2f}" for a, b in zip(mine_runs, theirs_runs)))
-
-def fmt(v):
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        if v != v:
-            return "n/a"
-        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
-    return f"{v:,}" if isinstance(v, int) else str(v)
-
-print(f"{'workload':8} {'measure':42} {'value':>14} {'target':>8} {'met':>4}")
-for r in rows:
-    met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
-    print(f"{r['workload']:8} {r['what']:42} {fmt(r['value']):>14} {r['target'] or '-':>8} {met:>4}")
-
-doc = {
-    "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    "machine": {"cpu": cpu(), "cores": os.cpu_count(), "kernel": platform.release()},
-    "redis": redis_version(),
-    "seconds_per_workload": int(secs),
-    "sluiced_shards": int(sys.argv[4]),
-    "connections": 50,
-    "keys": 1000000,
-    "table": rows,
-    "memory": w5,
-    "redis_benchmark_incr_rps": {f"P{p}": v for p, v in bench.items()},
-    "runs": runs,
+virt() { # prints "none" when there is none; "unknown" without systemd-detect-virt
+  local what
+  what="$(systemd-detect-virt "$1" 2>/dev/null || true)"
+  echo "${what:-unknown}"
 }
-with open(out_path, "w") as f:
-    f.write(json.dumps(doc, indent=1).replace("NaN", "null"))
-EOF
-log "wrote $OUT_DIR/latest.json"
+# Everything the report states about this run, gathered here so that the report is mechanical.
+cxx="$(awk -F= '/^CMAKE_CXX_COMPILER:/ {print $2}' "$BUILD_DIR/CMakeCache.txt")"
+{
+  echo "start_epoch=$START_EPOCH"
+  echo "end_epoch=$(date +%s)"
+  echo "loadavg_start=$LOADAVG_START"
+  echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "git_commit=$git_commit"
+  echo "git_dirty=$git_dirty"
+  echo "compiler=$("$cxx" --version 2>/dev/null | head -1)"
+  echo "build_type=$(awk -F= '/^CMAKE_BUILD_TYPE:/ {print $2}' "$BUILD_DIR/CMakeCache.txt")"
+  echo "boost=$(awk '/define BOOST_LIB_VERSION/ {gsub(/"/, "", $3); print $3}' \
+    /usr/include/boost/version.hpp 2>/dev/null)"
+  echo "redis=$(redis-server --version)"
+  echo "redis_benchmark=$(redis-benchmark --version 2>/dev/null | head -1)"
+  echo "sluice=$(awk '/^project\(sluice VERSION/ {print $3}' "$ROOT/CMakeLists.txt")"
+  echo "os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
+  echo "virt=vm $(virt --vm), container $(virt --container)"
+  echo "mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)"
+  echo "server_cpu=$SERVER_CPU"
+  echo "load_cpu=$LOAD_CPU"
+  echo "shards=$SHARDS"
+  echo "seconds=$SECS"
+  echo "w4_seconds=$W4_SECS"
+  echo "w4_mode=$W4_MODE"
+  echo "w4_fraction=$W4_FRACTION"
+  echo "w5_keys=$W5_KEYS"
+  echo "full=$FULL"
+  echo "connections=$CONNS"
+  echo "keys=$KEYS"
+} >"$WORK/context.txt"
+
+mkdir -p "$OUT_DIR"
+doc_arg=""
+((FULL)) && doc_arg="$DOC"
+python3 "$ROOT/bench/compare_report.py" "$WORK" "$RESULT" "$doc_arg"
+if ((FULL)); then
+  log "full run: wrote $RESULT and the generated section of $DOC"
+else
+  log "quick run: wrote $RESULT (docs/BENCHMARKS.md is written by full runs only)"
+fi

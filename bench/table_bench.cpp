@@ -154,7 +154,7 @@ void BM_InsertAtCap(benchmark::State& state) {
     table.acquire(KeyHash{splitmix64(seed), splitmix64(seed)}, kBucket, Request{now, 1, false});
   }
   for (auto _ : state) {
-    // Keys made on the fly (a few ns) so that every one is new however long the run.
+    // Keys made on the fly, so that every one is new however long the run.
     const KeyHash k{splitmix64(seed), splitmix64(seed)};
     benchmark::DoNotOptimize(table.acquire(k, kBucket, Request{now += kStepNs, 1, false}));
   }
@@ -233,7 +233,7 @@ void BM_SweepExpired(benchmark::State& state) {
 BENCHMARK(BM_SweepExpired);
 
 // W3's table work on one shard: 1M uniform keys under a 100/s token bucket (a key idles 10 ms
-// after its last use) at ~2.3M decisions/s of simulated time, decided in batches of 64 and
+// after its last use) at one decision per kStep of simulated time, decided in batches of 64 and
 // swept as a shard does (for_each_prefetched, sweep_step every kSweepIntervalNs). Nearly every
 // decision meets a key that has expired since its last visit. Warmed up for 3 simulated seconds
 // first; reports the table's shape at the end.

@@ -15,7 +15,7 @@ using u128 = unsigned __int128;
 
 // x / d and x % d for a 64-bit divisor. The dividends here almost always fit 64 bits, yet a
 // 128-bit division is a library call (__udivmodti4) even then: this takes the 64-bit
-// instruction when it can (1.5% of the shard's time at batch 64, docs/BENCHMARKS.md).
+// instruction when it can.
 constexpr u128 div64(u128 x, std::uint64_t d) {
   return (x >> 64) == 0 ? u128{static_cast<std::uint64_t>(x) / d} : x / d;
 }

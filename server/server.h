@@ -36,8 +36,8 @@ struct ServerConfig {
   // and no request waits for its shard to wake up (lower tail latency on idle-prone machines).
   bool busy_poll = false;
   // Counter records in 2 MiB transparent huge pages (when a shard's share of max_memory is at
-  // least 64 MiB): fewer TLB misses on large tables (+12% decisions/s at 1M keys), but the
-  // first touch of each 2 MiB block is one page fault that zeroes it (up to 4.5 ms on a VM).
+  // least 64 MiB): fewer TLB misses on large tables, but the first touch of each 2 MiB block is
+  // one page fault that zeroes it, a pause while the table grows (BM_InsertMaxPause).
   bool huge_pages = false;
   const Clock* clock = nullptr;  // nullptr = SystemClock; tests pass a ManualClock
 };
