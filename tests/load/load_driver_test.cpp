@@ -352,6 +352,28 @@ TEST_CASE("the Redis incr_window driver reads pipelined INCR, PEXPIRE and GET", 
   check_consistent(*result);
 }
 
+TEST_CASE("a Redis open loop far above capacity keeps depth per connection and ends on time",
+          "[driver]") {
+  FakeRedis fake(/*admit=*/5);
+  LoadOptions o = redis_options(fake);
+  o.requests = 0;
+  o.rate = 1e9;
+  o.depth = 3;
+  o.duration = std::chrono::milliseconds(300);
+  o.drain_timeout = std::chrono::seconds(1);
+  const auto begin = std::chrono::steady_clock::now();
+  const auto result = run_load(o);
+  const auto took = std::chrono::steady_clock::now() - begin;
+  REQUIRE(result.ok());
+  CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
+  check_consistent(*result);
+  CHECK(result->errors == 0);
+  CHECK(result->intended == 300'000'000);
+  CHECK(result->behind == result->intended - result->sent);
+  CHECK(result->backlog_max > 0);
+  CHECK(result->in_flight_max <= std::size_t{result->connections} * o.depth);
+}
+
 TEST_CASE("Redis error replies count as errors and the totals still add up", "[driver]") {
   FakeRedis fake(5, /*noscript=*/true);
   LoadOptions o = redis_options(fake);
