@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 #include <csignal>
@@ -13,10 +14,11 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/units.h"
+#include "core/version.h"
 #include "server/server.h"
-#include "server/version.h"
 
 namespace {
 
@@ -31,9 +33,7 @@ std::uint64_t parse_size_flag(const std::string& flag, const std::string& text, 
   const auto value = sluice::parse_size(text);
   if (!value || *value < min || *value > max) {
     throw FlagError{
-        fmt::format("--{}: expected a size from {} to {} bytes (e.g. 64MiB, 1GiB), "
-                    "got '{}'",
-                    flag, min, max, text)};
+        fmt::format("--{} {}: must be {}..{} bytes (e.g. 64MiB, 1GiB)", flag, text, min, max)};
   }
   return *value;
 }
@@ -76,33 +76,50 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "max-connections", po::value<std::string>()->default_value("10000"),
       "open connections across all ports")(
       "idle-timeout", po::value<std::string>()->default_value("5m"),
-      "close a connection silent this long (e.g. 30s, 5m; 0 = never)")(
+      "close a connection silent this long, with a unit (e.g. 30s, 5m; up to 366d; 0 = never)")(
       "sliding-log-cap", po::value<std::string>()->default_value("10000"),
       "largest limit a sliding_log rule may have")(
       "node-id", po::value<std::string>()->default_value(""), "node name (default bind:port)")(
       "busy-poll", "shard threads poll instead of sleeping (each keeps a core busy)")(
       "huge-pages",
       "keep counters in 2 MiB transparent huge pages (shards of 64 MiB or more): faster lookups "
-      "in large tables, a pause of up to milliseconds per 2 MiB the table grows into");
+      "in large tables, a pause of up to milliseconds per 2 MiB the table grows into")(
+      "version", "print the version and exit");
 
   po::variables_map vm;
   try {
-    // No positional arguments: an empty description makes any of them an error.
-    const po::positional_options_description no_positionals;
-    po::store(po::command_line_parser(argc, argv).options(options).positional(no_positionals).run(),
-              vm);
+    // No positional arguments: they are collected only to be named in the error.
+    po::options_description all;
+    all.add(options).add_options()("stray", po::value<std::vector<std::string>>());
+    po::positional_options_description stray;
+    stray.add("stray", -1);
+    po::store(po::command_line_parser(argc, argv).options(all).positional(stray).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     throw FlagError{e.what()};
   }
+  if (vm.count("stray") != 0) {
+    throw FlagError{"unexpected argument '" + vm["stray"].as<std::vector<std::string>>().front() +
+                    "' (flags start with --)"};
+  }
   if (vm.count("help") != 0) {
     std::cout << "Usage: sluiced [options]\n" << options << std::flush;
+    return std::nullopt;
+  }
+  if (vm.count("version") != 0) {
+    fmt::print("sluiced {}\n", sluice::kVersion);
     return std::nullopt;
   }
   auto text = [&](const char* flag) { return vm[flag].as<std::string>(); };
 
   ServerConfig config;
   config.bind = text("bind");
+  boost::system::error_code bad_address;
+  boost::asio::ip::make_address(config.bind, bad_address);
+  if (bad_address) {
+    throw FlagError{fmt::format("--bind {}: expected an IP address, e.g. 127.0.0.1, 0.0.0.0, ::1",
+                                config.bind)};
+  }
   config.port = static_cast<std::uint16_t>(count_flag("port", text("port"), 0, 65535));
   config.shard_base_port =
       static_cast<std::uint16_t>(count_flag("shard-base-port", text("shard-base-port"), 0, 65535));
@@ -116,15 +133,9 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       static_cast<std::uint16_t>(count_flag("max-batch", text("max-batch"), 1, 65535));
   config.max_connections = static_cast<std::uint32_t>(count_flag(
       "max-connections", text("max-connections"), 1, std::numeric_limits<std::uint32_t>::max()));
-  const auto idle = sluice::parse_duration_ms(text("idle-timeout"));
   constexpr std::uint64_t kMaxIdleMs = 366ull * 24 * 3600 * 1000;
-  if (!idle || *idle > kMaxIdleMs) {
-    throw FlagError{
-        fmt::format("--idle-timeout: expected a duration up to 366d (e.g. 30s, 5m; 0 = never), "
-                    "got '{}'",
-                    text("idle-timeout"))};
-  }
-  config.idle_timeout = std::chrono::milliseconds(*idle);
+  config.idle_timeout = std::chrono::milliseconds(
+      sluice::duration_flag("idle-timeout", text("idle-timeout"), 0, kMaxIdleMs));
   config.sliding_log_cap = static_cast<std::uint32_t>(count_flag(
       "sliding-log-cap", text("sliding-log-cap"), 1, std::numeric_limits<std::uint32_t>::max()));
   config.node_id = text("node-id");
@@ -156,10 +167,10 @@ int main(int argc, char** argv) {
       if (!ec) server.stop();
     });
     server.start();
-    fmt::print(
-        "sluiced {} listening on {}:{} (public), shard ports {} ({} shards), max memory {}\n",
-        sluice::server::kSluicedVersion, config->bind, server.port(),
-        join_ports(server.shard_ports()), server.shard_count(), format_size(config->max_memory));
+    fmt::print("sluiced {} listening on {} (public), shard ports {} ({} shards), max memory {}\n",
+               sluice::kVersion, sluice::format_host_port(config->bind, server.port()),
+               join_ports(server.shard_ports()), server.shard_count(),
+               format_size(config->max_memory));
     std::fflush(stdout);
     signals_io.run();
     server.wait();

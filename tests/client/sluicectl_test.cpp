@@ -1,11 +1,21 @@
-// Runs the built sluicectl against an in-process daemon and checks output and exit status.
-// The build makes client_tests depend on sluicectl and passes its path as SLUICECTL_PATH.
+// Runs the built sluicectl against an in-process daemon and checks output and exit status;
+// then the command lines of all three binaries (sluicectl, sluiced, sluice-load): units, ranges,
+// usage errors, --version, IPv6 endpoints. The build makes client_tests depend on sluicectl and
+// passes its path as SLUICECTL_PATH; sluiced and sluice-load are built beside it.
+#include <poll.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "tests/client/test_support.h"
 
@@ -32,8 +42,9 @@ struct Run {
   std::string output;  // stdout and stderr
 };
 
-Run run(const std::string& args) {
-  const std::string command = "'" + sluicectl_path().string() + "' " + args + " 2>&1";
+// Runs a shell command line with stderr joined to stdout.
+Run run_command(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
   Run result;
   FILE* pipe = ::popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -44,6 +55,10 @@ Run run(const std::string& args) {
   const int raw = ::pclose(pipe);
   result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
   return result;
+}
+
+Run run(const std::string& args) {
+  return run_command("'" + sluicectl_path().string() + "' " + args);
 }
 
 TEST_CASE("sluicectl exits 0 when allowed, 1 when denied, 2 on errors") {
@@ -96,6 +111,232 @@ TEST_CASE("sluicectl exits 2 with the reason when the server does not answer") {
   Run timeout = run("--servers " + silent.address() + " --timeout 100ms ping");
   CHECK(timeout.status == 2);
   CHECK_THAT(timeout.output, Catch::Contains("sluicectl: timeout"));
+}
+
+// ---- the command lines of sluicectl, sluiced and sluice-load -------------------------------
+
+// sluiced and sluice-load are built into the same folder as sluicectl (build/bin).
+std::filesystem::path sibling(const char* name) { return sluicectl_path().parent_path() / name; }
+
+void require_binary(const std::filesystem::path& path) {
+  INFO("missing " << path.string() << ": build every binary (cmake --build build)");
+  REQUIRE(std::filesystem::exists(path));
+}
+
+Run run_binary(const std::filesystem::path& path, const std::string& args) {
+  require_binary(path);
+  return run_command("'" + path.string() + "' " + args);
+}
+
+TEST_CASE("every binary refuses a bare number as a duration and shows the fix with exit status 2") {
+  const auto sluiced = sibling("sluiced");
+  const auto load = sibling("sluice-load");
+  struct Case {
+    std::filesystem::path binary;
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {sluicectl_path(), "acquire k --limit 2 --period 60", "--period 60: give a unit, e.g. 60s"},
+      {sluicectl_path(), "--timeout 500 ping", "--timeout 500: give a unit, e.g. 500s"},
+      {sluiced, "--idle-timeout 5", "--idle-timeout 5: give a unit, e.g. 5s"},
+      {load, "--duration 10", "--duration 10: give a unit, e.g. 10s"},
+      {load, "--period 60", "--period 60: give a unit, e.g. 60s"},
+      {load, "--drain 100", "--drain 100: give a unit, e.g. 100s"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.binary.filename().string() << " " << c.args);
+    const Run r = run_binary(c.binary, c.args);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains(c.message));
+  }
+}
+
+TEST_CASE("a bare 0 still means off where 0 is allowed") {
+  // The flags pass, so the run gets as far as connecting (nothing listens on port 1): exit 1.
+  const Run load =
+      run_binary(sibling("sluice-load"), "--servers 127.0.0.1:1 --duration 0 --requests 1 -q");
+  CHECK(load.status == 1);
+  CHECK_THAT(load.output, !Catch::Contains("give a unit"));
+  const Run period = run_binary(sibling("sluice-load"), "--period 0");
+  CHECK(period.status == 2);
+  CHECK_THAT(period.output, Catch::Contains("--period 0: must be 1ms..366d"));
+}
+
+TEST_CASE("an out-of-range value names the allowed range and exits 2") {
+  struct Case {
+    std::filesystem::path binary;
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {sluicectl_path(), "acquire k --limit 4294967296 --period 1s",
+       "--limit 4294967296: must be 0..4294967295"},
+      {sluicectl_path(), "acquire k --limit 1 --period 1s --cost 0",
+       "--cost 0: must be 1..4294967295"},
+      {sluicectl_path(), "acquire k --limit 1 --period 367d", "--period 367d: must be 1ms..366d"},
+      {sibling("sluiced"), "--port 65536", "--port 65536: must be 0..65535"},
+      {sibling("sluiced"), "--max-batch 0", "--max-batch 0: must be 1..65535"},
+      {sibling("sluiced"), "--idle-timeout 367d", "--idle-timeout 367d: must be 0..366d"},
+      {sibling("sluice-load"), "--connections 1025", "--connections 1025: must be 1..1024"},
+      {sibling("sluice-load"), "--limit 4294967296", "--limit 4294967296: must be 0..4294967295"},
+      {sibling("sluice-load"), "--rate 1000000001", "--rate 1000000001: must be 0..1000000000"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.binary.filename().string() << " " << c.args);
+    const Run r = run_binary(c.binary, c.args);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains(c.message));
+  }
+}
+
+TEST_CASE("bad flags are usage errors: exit 2 with the reason on stderr") {
+  struct Case {
+    std::filesystem::path binary;
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {sibling("sluice-load"), "--servers 127.0.0.1",
+       "--servers 127.0.0.1: expected HOST:PORT with a port 1..65535"},
+      {sibling("sluice-load"), "--servers ::1:7420", "--servers ::1:7420: expected HOST:PORT"},
+      {sibling("sluice-load"), "--no-such-flag", "no-such-flag"},
+      {sibling("sluice-load"), "stray", "unexpected argument 'stray'"},
+      {sibling("sluice-load"), "--dist pareto", "--dist must be uniform, zipf:S, hot:P or seq"},
+      {sluicectl_path(), "--servers 127.0.0.1 ping", "--servers 127.0.0.1: expected HOST:PORT"},
+      {sluicectl_path(), "--no-such-flag ping", "no-such-flag"},
+      {sibling("sluiced"), "--bind nowhere", "--bind nowhere: expected an IP address"},
+      {sibling("sluiced"), "--no-such-flag", "no-such-flag"},
+      {sibling("sluiced"), "stray", "unexpected argument 'stray'"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.binary.filename().string() << " " << c.args);
+    const Run r = run_binary(c.binary, c.args);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains(c.message));
+  }
+}
+
+TEST_CASE("every binary prints the same project version with --version") {
+  std::string version;
+  for (const auto& binary : {sluicectl_path(), sibling("sluiced"), sibling("sluice-load")}) {
+    const std::string name = binary.filename().string();
+    INFO(name);
+    const Run r = run_binary(binary, "--version");
+    CHECK(r.status == 0);
+    REQUIRE_THAT(r.output, Catch::Matches(name + " [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+    const std::string number = r.output.substr(name.size() + 1);
+    if (version.empty()) version = number;
+    CHECK(number == version);
+  }
+}
+
+TEST_CASE("sluice-load --help lists every key distribution") {
+  const Run r = run_binary(sibling("sluice-load"), "--help");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::Contains("uniform | zipf:S | hot:P | seq"));
+}
+
+// Starts a binary with its stdout on a pipe; stop() (or the destructor) sends SIGTERM and
+// reaps it.
+class Child {
+ public:
+  Child(const std::filesystem::path& path, const std::vector<std::string>& args) {
+    require_binary(path);
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    posix_spawn_file_actions_t actions;
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    ::posix_spawn_file_actions_addclose(&actions, fds[0]);
+    ::posix_spawn_file_actions_addclose(&actions, fds[1]);
+    std::vector<std::string> words{path.string()};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    const int spawned = ::posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv.data(), environ);
+    ::posix_spawn_file_actions_destroy(&actions);
+    ::close(fds[1]);
+    out_ = fds[0];
+    if (spawned != 0) pid_ = -1;
+    REQUIRE(spawned == 0);
+  }
+  ~Child() { stop(); }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  // The first line the child prints, waiting at most `limit` for it; "" when none came.
+  std::string first_line(std::chrono::milliseconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::string text;
+    while (text.find('\n') == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{out_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
+      char buffer[512];
+      const ssize_t n = ::read(out_, buffer, sizeof buffer);
+      if (n <= 0) return "";
+      text.append(buffer, static_cast<std::size_t>(n));
+    }
+    return text.substr(0, text.find('\n'));
+  }
+
+  // SIGTERM, then its exit status (-1 when it did not exit normally).
+  int stop() {
+    if (pid_ <= 0) return -1;
+    ::kill(pid_, SIGTERM);
+    int raw = 0;
+    ::waitpid(pid_, &raw, 0);
+    pid_ = -1;
+    ::close(out_);
+    return WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+};
+
+bool has_ipv6_loopback() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io);
+  boost::system::error_code ec;
+  acceptor.open(boost::asio::ip::tcp::v6(), ec);
+  if (!ec) acceptor.bind({boost::asio::ip::address_v6::loopback(), 0}, ec);
+  return !ec;
+}
+
+TEST_CASE("an IPv6 endpoint prints in brackets in sluiced and sluicectl and sluice-load") {
+  if (!has_ipv6_loopback()) {
+    WARN("no IPv6 loopback on this machine: units_test checks format_host_port alone");
+    return;
+  }
+  Child sluiced(sibling("sluiced"),
+                {"--bind", "::1", "--port", "0", "--shards", "1", "--max-memory", "16MiB"});
+  const std::string line = sluiced.first_line(std::chrono::seconds(10));
+  INFO("start-up line: " << line);
+  const std::size_t at = line.find("listening on [::1]:");
+  REQUIRE(at != std::string::npos);
+  const std::size_t port_at = at + std::string_view("listening on [::1]:").size();
+  const std::string endpoint = "[::1]:" + line.substr(port_at, line.find(' ', port_at) - port_at);
+
+  const Run ping = run("--servers " + endpoint + " ping");
+  CHECK(ping.status == 0);
+  CHECK_THAT(ping.output, Catch::StartsWith("pong from " + endpoint + " "));
+
+  const Run load =
+      run_binary(sibling("sluice-load"), "--servers " + endpoint + " --requests 100 -q");
+  CHECK(load.status == 0);
+  CHECK_THAT(load.output, Catch::Contains(" at " + endpoint + ","));
+
+  // Nothing listens on port 1: sluice-load names the endpoint it could not reach.
+  const Run refused = run_binary(sibling("sluice-load"),
+                                 "--backend redis --op ping --servers [::1]:1 --requests 1 -q");
+  CHECK(refused.status == 1);
+  CHECK_THAT(refused.output, Catch::Contains("connect to [::1]:1 failed"));
+  CHECK(sluiced.stop() == 0);
 }
 
 }  // namespace

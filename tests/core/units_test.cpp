@@ -21,22 +21,30 @@ TEST_CASE("parse_count reads whole decimal numbers only", "[units]") {
   CHECK_FALSE(parse_count("10k").has_value());
 }
 
-TEST_CASE("count_flag keeps a whole number within its bounds and names the flag otherwise",
+// What a FlagError says, or "no error".
+template <typename F>
+std::string flag_message(F&& parse) {
+  try {
+    parse();
+  } catch (const FlagError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST_CASE("count_flag keeps a whole number within its bounds and states the range otherwise",
           "[units]") {
   CHECK(count_flag("port", "0", 0, 65535) == 0u);
   CHECK(count_flag("port", "65535", 0, 65535) == 65535u);
   const auto message = [](std::string_view text) {
-    try {
-      count_flag("port", text, 1, 65535);
-    } catch (const FlagError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return flag_message([&] { count_flag("port", text, 1, 65535); });
   };
-  CHECK(message("65536") == "--port: expected a whole number from 1 to 65535, got '65536'");
-  CHECK(message("0") == "--port: expected a whole number from 1 to 65535, got '0'");
-  CHECK(message("80x") == "--port: expected a whole number from 1 to 65535, got '80x'");
-  CHECK(message("") == "--port: expected a whole number from 1 to 65535, got ''");
+  CHECK(message("65536") == "--port 65536: must be 1..65535");
+  CHECK(message("0") == "--port 0: must be 1..65535");
+  CHECK(message("80x") == "--port 80x: expected a whole number 1..65535");
+  CHECK(message("") == "--port : expected a whole number 1..65535");
+  CHECK(flag_message([] { count_flag("limit", "4294967296", 1, 4294967295); }) ==
+        "--limit 4294967296: must be 1..4294967295");
 }
 
 TEST_CASE("parse_size reads bytes with binary suffixes", "[units]") {
@@ -63,12 +71,18 @@ TEST_CASE("parse_size rejects junk and overflow", "[units]") {
 
 TEST_CASE("parse_duration_ms reads ms, s, m, h and d", "[units]") {
   CHECK(parse_duration_ms("250ms") == 250u);
-  CHECK(parse_duration_ms("250") == 250u);
   CHECK(parse_duration_ms("60s") == 60'000u);
   CHECK(parse_duration_ms("5m") == 300'000u);
   CHECK(parse_duration_ms("1h") == 3'600'000u);
   CHECK(parse_duration_ms("1d") == 86'400'000u);
   CHECK(parse_duration_ms("0s") == 0u);
+  CHECK(parse_duration_ms("0ms") == 0u);
+}
+
+TEST_CASE("parse_duration_ms refuses a bare number: the unit is not guessed", "[units]") {
+  CHECK_FALSE(parse_duration_ms("250").has_value());
+  CHECK_FALSE(parse_duration_ms("60").has_value());
+  CHECK_FALSE(parse_duration_ms("0").has_value());
 }
 
 TEST_CASE("parse_duration_ms rejects junk and overflow", "[units]") {
@@ -77,6 +91,45 @@ TEST_CASE("parse_duration_ms rejects junk and overflow", "[units]") {
     INFO(junk);
     CHECK_FALSE(parse_duration_ms(junk).has_value());
   }
+}
+
+TEST_CASE("format_duration_ms prints the largest exact unit, which parses back", "[units]") {
+  CHECK(format_duration_ms(0) == "0ms");
+  CHECK(format_duration_ms(1) == "1ms");
+  CHECK(format_duration_ms(1500) == "1500ms");
+  CHECK(format_duration_ms(90'000) == "90s");
+  CHECK(format_duration_ms(300'000) == "5m");
+  CHECK(format_duration_ms(366ull * 86'400'000) == "366d");
+  for (std::uint64_t ms : {1ull, 999ull, 1000ull, 61'000ull, 3'600'000ull, 123'456'789ull}) {
+    CHECK(parse_duration_ms(format_duration_ms(ms)) == ms);
+  }
+}
+
+TEST_CASE("duration_flag refuses a bare number with the fix, and states the range", "[units]") {
+  constexpr std::uint64_t kDay = 86'400'000;
+  CHECK(duration_flag("period", "60s", 1, 366 * kDay) == 60'000u);
+  CHECK(duration_flag("idle-timeout", "0", 0, 366 * kDay) == 0u);  // 0 = off needs no unit
+  CHECK(duration_flag("idle-timeout", "0s", 0, 366 * kDay) == 0u);
+  CHECK(flag_message([] { duration_flag("period", "60", 1, 366 * kDay); }) ==
+        "--period 60: give a unit, e.g. 60s");
+  CHECK(flag_message([] { duration_flag("idle-timeout", "5", 0, 366 * kDay); }) ==
+        "--idle-timeout 5: give a unit, e.g. 5s");
+  CHECK(flag_message([] { duration_flag("period", "0", 1, 366 * kDay); }) ==
+        "--period 0: must be 1ms..366d");
+  CHECK(flag_message([] { duration_flag("period", "0s", 1, 366 * kDay); }) ==
+        "--period 0s: must be 1ms..366d");
+  CHECK(flag_message([] { duration_flag("idle-timeout", "367d", 0, 366 * kDay); }) ==
+        "--idle-timeout 367d: must be 0..366d");
+  CHECK(flag_message([] { duration_flag("period", "soon", 1, kDay); }) ==
+        "--period soon: expected a duration with a unit (ms, s, m, h, d), e.g. 500ms, 60s, 5m");
+}
+
+TEST_CASE("format_host_port puts an IPv6 address in brackets", "[units]") {
+  CHECK(format_host_port("127.0.0.1", 7420) == "127.0.0.1:7420");
+  CHECK(format_host_port("localhost", 80) == "localhost:80");
+  CHECK(format_host_port("::1", 7420) == "[::1]:7420");
+  CHECK(format_host_port("fe80::1%lo", 1) == "[fe80::1%lo]:1");
+  CHECK(format_host_port("::", 0) == "[::]:0");
 }
 
 }  // namespace

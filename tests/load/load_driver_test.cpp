@@ -117,7 +117,46 @@ TEST_CASE("an open-loop run sends on schedule and stops at its duration", "[driv
   CHECK(result->sent <= 1001);
   CHECK(result->errors == 0);
   check_consistent(*result);
+  CHECK(result->intended == 1000);  // 2000/s for 0.5 s
+  CHECK(result->behind == result->intended - result->sent);
+  CHECK(result->in_flight_max <= std::size_t{result->connections} * o.depth);
   CHECK(report_json(o, *result).find("\"mode\":\"open\"") != std::string::npos);
+}
+
+TEST_CASE("an open loop far above capacity still ends at its duration", "[driver]") {
+  LiveServer server;
+  LoadOptions o = bounded(server.address());
+  o.requests = 0;
+  o.rate = 1e9;  // decisions/s: far above what one sluiced on a shared machine can answer
+  o.depth = 2;
+  o.duration = std::chrono::milliseconds(500);
+  o.drain_timeout = std::chrono::seconds(1);
+  const auto begin = std::chrono::steady_clock::now();
+  const auto result = run_load(o);
+  const auto took = std::chrono::steady_clock::now() - begin;
+  REQUIRE(result.ok());
+  // The duration, then at most the drain; the rest is connect and start-up slack.
+  CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
+  const LoadReport& r = *result;
+  check_consistent(r);
+  // What it meant to send, what it could, and how far behind it fell, all reported.
+  CHECK(r.intended == 500'000'000);
+  CHECK(r.sent > 0);
+  CHECK(r.sent < r.intended);
+  CHECK(r.behind == r.intended - r.sent);
+  CHECK(r.backlog_max > r.intended / 2);
+  // Memory stays bounded: never more than depth requests per connection in flight.
+  CHECK(r.in_flight_max >= 1);
+  CHECK(r.in_flight_max <= std::size_t{r.connections} * o.depth);
+  CHECK(r.latency.count() > 0);
+  const std::string json = report_json(o, r);
+  for (const char* field : {"\"mode\":\"open\"", "\"intended\":500000000",
+                            "\"behind\":", "\"backlog_max\":", "\"in_flight_max\":"}) {
+    CHECK(json.find(field) != std::string::npos);
+  }
+  const std::string text = report_text(o, r);
+  CHECK(text.find("open loop: intended 500000000  sent ") != std::string::npos);
+  CHECK(text.find("(the rate was not reached)") != std::string::npos);
 }
 
 TEST_CASE("busy polling on both sides answers the same run, and both stop", "[driver]") {
@@ -311,6 +350,28 @@ TEST_CASE("the Redis incr_window driver reads pipelined INCR, PEXPIRE and GET", 
   CHECK(result->allowed <= 20 * 7);
   CHECK(result->allowed > 0);
   check_consistent(*result);
+}
+
+TEST_CASE("a Redis open loop far above capacity keeps depth per connection and ends on time",
+          "[driver]") {
+  FakeRedis fake(/*admit=*/5);
+  LoadOptions o = redis_options(fake);
+  o.requests = 0;
+  o.rate = 1e9;
+  o.depth = 3;
+  o.duration = std::chrono::milliseconds(300);
+  o.drain_timeout = std::chrono::seconds(1);
+  const auto begin = std::chrono::steady_clock::now();
+  const auto result = run_load(o);
+  const auto took = std::chrono::steady_clock::now() - begin;
+  REQUIRE(result.ok());
+  CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
+  check_consistent(*result);
+  CHECK(result->errors == 0);
+  CHECK(result->intended == 300'000'000);
+  CHECK(result->behind == result->intended - result->sent);
+  CHECK(result->backlog_max > 0);
+  CHECK(result->in_flight_max <= std::size_t{result->connections} * o.depth);
 }
 
 TEST_CASE("Redis error replies count as errors and the totals still add up", "[driver]") {

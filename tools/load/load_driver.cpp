@@ -11,6 +11,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -20,6 +21,7 @@
 #include "client/client.h"
 #include "client/connection.h"  // HandlerSlot / in_slot: Asio handler memory without the heap
 #include "core/key_hash.h"
+#include "core/units.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "tools/load/json_writer.h"
@@ -67,12 +69,23 @@ std::string_view operation_name(Operation op) {
 
 std::string validate(const LoadOptions& o) {
   if (o.servers.empty()) return "no servers given";
-  if (o.connections < 1 || o.connections > 10'000) return "--connections: expected 1 to 10000";
-  if (o.depth < 1 || o.depth > 100'000) return "--depth: expected 1 to 100000";
-  if (o.batch < 1 || o.batch > 65'535) return "--batch: expected 1 to 65535";
-  if (o.threads < 1 || o.threads > 256) return "--threads: expected 1 to 256";
-  if (o.threads > o.connections) return "--threads may not exceed --connections";
-  if (!(o.rate >= 0) || o.rate > 1e9) return "--rate: expected 0 (closed loop) to 1e9";
+  if (o.connections < 1 || o.connections > kMaxConnections) {
+    return fmt::format("--connections {}: must be 1..{}", o.connections, kMaxConnections);
+  }
+  if (o.depth < 1 || o.depth > 100'000) {
+    return fmt::format("--depth {}: must be 1..100000", o.depth);
+  }
+  if (o.batch < 1 || o.batch > 65'535) return fmt::format("--batch {}: must be 1..65535", o.batch);
+  if (o.threads < 1 || o.threads > 256) {
+    return fmt::format("--threads {}: must be 1..256", o.threads);
+  }
+  if (o.threads > o.connections) {
+    return fmt::format("--threads {}: must be 1..{} (at most --connections)", o.threads,
+                       o.connections);
+  }
+  if (!(o.rate >= 0) || o.rate > 1e9) {
+    return fmt::format("--rate {}: must be 0..1000000000 (0 = closed loop)", o.rate);
+  }
   if (o.keys < 1) return "--keys: expected at least 1";
   if (o.duration.count() <= 0 && o.requests == 0) {
     return "give --duration or --requests (the run must stop by itself)";
@@ -105,6 +118,9 @@ constexpr std::size_t kReadChunk = 64 * 1024;
 constexpr std::uint32_t kNone = UINT32_MAX;
 constexpr std::uint64_t kStepNs = 100'000'000;  // timeline step
 constexpr auto kTick = std::chrono::milliseconds(10);
+// Open loop: requests one handler may issue before it yields to the event loop (replies, the
+// deadline tick), however far behind the schedule is.
+constexpr unsigned kIssuePerHandler = 64;
 
 std::uint64_t steady_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -222,7 +238,10 @@ class Worker {
     dirty_.reserve(conns_.size());
     open_ = rate > 0;
     if (open_) interval_ns_ = static_cast<double>(o_.batch) * 1e9 / rate;
-    grow_pool(open_ ? 1024 : static_cast<std::size_t>(connections_) * o_.depth);
+    // Both loops keep at most depth requests per connection in flight; an open loop's due
+    // requests beyond that wait (the backlog) instead of piling up in memory.
+    max_in_flight_ = static_cast<std::size_t>(connections_) * o_.depth;
+    grow_pool(max_in_flight_);
     writer_.reserve(256 * static_cast<std::size_t>(o_.batch));
     const std::uint64_t steps =
         static_cast<std::uint64_t>((o_.duration + o_.drain_timeout).count()) / 100 + 16;
@@ -249,9 +268,11 @@ class Worker {
       Conn& c = *owned;
       const tcp::endpoint ep = ctx_.endpoint;
       c.socket.async_connect(ep, [this, &c, ep](const boost::system::error_code& ec) {
-        if (ec)
-          return setup_failed(fmt::format("connect to {}:{} failed: {}", ep.address().to_string(),
-                                          ep.port(), ec.message()));
+        if (ec) {
+          return setup_failed(fmt::format("connect to {} failed: {}",
+                                          format_host_port(ep.address().to_string(), ep.port()),
+                                          ec.message()));
+        }
         boost::system::error_code ignored;
         c.socket.set_option(tcp::no_delay(true), ignored);
         writer_.clear();
@@ -307,6 +328,10 @@ class Worker {
     report.allowed += allowed_;
     report.denied += denied_;
     report.errors += errors_;
+    report.intended += open_ ? intended_ : sent_;
+    report.behind += open_ && intended_ > sent_ ? intended_ - sent_ : 0;
+    report.backlog_max += backlog_max_;
+    report.in_flight_max += in_flight_max_;
     report.latency.merge(latency_);
     if (report.timeline.size() < timeline_.size()) report.timeline.resize(timeline_.size());
     for (std::size_t i = 0; i < timeline_.size(); ++i) {
@@ -373,6 +398,7 @@ class Worker {
     tick_timer_.async_wait(in_slot(tick_slot_, [this](const boost::system::error_code& ec) {
       if (ec || finished_) return;
       const std::uint64_t now = steady_ns();
+      if (open_ && !stopping_) note_backlog(now);
       if (!stopping_ && ctx_.deadline_ns != 0 && now >= ctx_.deadline_ns) begin_stop(now);
       if (stopping_ && !finished_ && now >= drain_deadline_ns_) finish(now);
       after_handler();
@@ -380,21 +406,54 @@ class Worker {
     }));
   }
 
+  // Open loop: issues the requests whose intended time has come, at most kIssuePerHandler in
+  // one handler and at most max_in_flight_ in flight. Whatever is due beyond that is the
+  // backlog: it goes out as soon as replies make room, still timed from its intended time.
   void pace() {
     const std::uint64_t now = steady_ns();
-    while (!stopping_ && next_intended_ <= now) {
+    unsigned issued = 0;
+    while (!stopping_ && next_intended_ <= now && issued < kIssuePerHandler) {
+      if (in_flight_requests_ >= max_in_flight_) {
+        waiting_for_room_ = true;  // complete_request() resumes
+        break;
+      }
       issue(kNone, next_intended_);
+      ++issued;
       ++paced_;
-      next_intended_ =
-          start_ns_ + static_cast<std::uint64_t>(static_cast<double>(paced_) * interval_ns_);
+      next_intended_ = slot_time(paced_);
     }
+    if (!stopping_) note_backlog(now);
     after_handler();
-    if (stopping_ || finished_) return;
+    if (stopping_ || finished_ || waiting_for_room_) return;
+    arm_pace();  // at once when still behind: a timer already due lets replies in first
+  }
+
+  void arm_pace() {
     pace_timer_.expires_at(at_ns(next_intended_));
     pace_timer_.async_wait(in_slot(pace_slot_, [this](const boost::system::error_code& ec) {
       if (ec || finished_) return;
       pace();
     }));
+  }
+
+  // When the open loop's request `slot` (0, 1, ...) is meant to go out.
+  std::uint64_t slot_time(std::uint64_t slot) const {
+    return start_ns_ + static_cast<std::uint64_t>(static_cast<double>(slot) * interval_ns_);
+  }
+  // How many requests the schedule sends before `t`: slots 0 .. n-1.
+  std::uint64_t slots_before(std::uint64_t t) const {
+    if (t <= start_ns_) return 0;
+    auto n =
+        static_cast<std::uint64_t>(std::ceil(static_cast<double>(t - start_ns_) / interval_ns_));
+    while (n > 0 && slot_time(n - 1) >= t) --n;  // the double division may round up
+    while (slot_time(n) < t) ++n;
+    return n;
+  }
+  // The schedule's requests due by `now` (and before the deadline) but not yet sent.
+  void note_backlog(std::uint64_t now) {
+    std::uint64_t due = slots_before(now + 1);
+    if (ctx_.deadline_ns != 0) due = std::min(due, slots_before(ctx_.deadline_ns));
+    if (due > paced_) backlog_max_ = std::max(backlog_max_, (due - paced_) * o_.batch);
   }
 
   TimelineEntry& step(std::uint64_t now) {
@@ -420,15 +479,13 @@ class Worker {
     const std::uint32_t base = r * o_.batch;
     req.sent_unix_ns = sluice_ && ctx_.audit ? unix_ns() : 0;  // Redis audits by server time
     ++in_flight_requests_;
+    in_flight_max_ = std::max(in_flight_max_, in_flight_requests_);
     sent_ += n;
     step(steady_ns()).sent += n;
     if (sluice_) {
       issue_sluice(r, base, n);
     } else {
-      if (conn == kNone) {
-        conn = rr_;
-        rr_ = (rr_ + 1) % static_cast<std::uint32_t>(conns_.size());
-      }
+      if (conn == kNone) conn = next_open_conn();
       req.conn = conn;
       issue_redis(*conns_[conn], r, base, n);
     }
@@ -486,6 +543,19 @@ class Worker {
     complete_request(r);
     after_handler();
     if (stopping_ && in_flight_requests_ == 0) finish(now_ns_);
+  }
+
+  // Open loop, Redis: the next connection in turn with fewer than --depth requests in flight
+  // (there is one: pace() keeps in_flight_requests_ below connections x depth).
+  std::uint32_t next_open_conn() {
+    const auto count = static_cast<std::uint32_t>(conns_.size());
+    std::uint32_t conn = rr_;
+    for (std::uint32_t tried = 0; tried < count; ++tried) {
+      conn = (rr_ + tried) % count;
+      if (conns_[conn]->in_flight < o_.depth) break;
+    }
+    rr_ = (conn + 1) % count;
+    return conn;
   }
 
   void add_part(Conn& c, std::uint32_t r, std::uint32_t first, std::uint32_t count) {
@@ -692,7 +762,12 @@ class Worker {
     const std::uint32_t conn = req.conn;
     free_request(r);
     --in_flight_requests_;
-    if (!open_) issue(sluice_ ? kNone : conn, now_ns_);
+    if (!open_) {
+      issue(sluice_ ? kNone : conn, now_ns_);
+    } else if (waiting_for_room_ && !stopping_) {
+      waiting_for_room_ = false;
+      arm_pace();  // not pace() itself: this may run inside the client's callback
+    }
   }
 
   // ---- pools --------------------------------------------------------------------------------
@@ -730,6 +805,7 @@ class Worker {
 
   void begin_stop(std::uint64_t now) {
     if (stopping_) return;
+    note_stop(now);
     stopping_ = true;
     drain_deadline_ns_ = std::max(now, steady_ns()) +
                          static_cast<std::uint64_t>(o_.drain_timeout.count()) * 1'000'000;
@@ -737,10 +813,22 @@ class Worker {
     if (in_flight_requests_ == 0) finish(now);
   }
 
+  // Open loop: the decisions the schedule meant to send before the run stopped at `now` (at
+  // the deadline, at the request bound, or when a connection failed).
+  void note_stop(std::uint64_t now) {
+    if (!open_) return;
+    const std::uint64_t until = ctx_.deadline_ns != 0 ? std::min(now, ctx_.deadline_ns) : now;
+    note_backlog(until);
+    intended_ = slots_before(until) * o_.batch;
+    if (quota_ != 0) intended_ = std::min(intended_, quota_);
+    intended_ = std::max(intended_, sent_);
+  }
+
   // A failed connection ends this worker's run: what is in flight counts as errors.
   void fail(std::string why) {
     if (first_error_.empty()) first_error_ = std::move(why);
     const std::uint64_t now = steady_ns();
+    if (!stopping_) note_stop(now);
     stopping_ = true;
     finish(now);
   }
@@ -794,8 +882,13 @@ class Worker {
   HandlerSlot pace_slot_;
   bool open_ = false;
   double interval_ns_ = 0;
-  std::uint64_t paced_ = 0;
+  std::uint64_t paced_ = 0;  // schedule slots taken (issued, or the one that hit a bound)
   std::uint64_t next_intended_ = 0;
+  std::size_t max_in_flight_ = 0;  // requests: connections x depth
+  bool waiting_for_room_ = false;  // open loop: due requests wait for a reply
+  std::uint64_t intended_ = 0;     // open loop, decisions: set when the run stops
+  std::uint64_t backlog_max_ = 0;  // open loop, decisions due but not yet sent, at most
+  std::size_t in_flight_max_ = 0;  // requests
 
   std::uint64_t start_ns_ = 0;
   std::uint64_t end_ns_ = 0;
@@ -975,6 +1068,12 @@ std::string report_json(const LoadOptions& o, const LoadReport& r) {
   j.field("allowed", r.allowed);
   j.field("denied", r.denied);
   j.field("errors", r.errors);
+  if (o.rate > 0) {
+    j.field("intended", r.intended);
+    j.field("behind", r.behind);
+    j.field("backlog_max", r.backlog_max);
+  }
+  j.field("in_flight_max", static_cast<std::uint64_t>(r.in_flight_max));
   j.field("duration_s", r.duration_s);
   j.field("throughput_per_s", r.throughput_per_s);
   j.key("latency_us").begin_object();
@@ -1022,13 +1121,21 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
   } else {
     what += fmt::format(" {}", algorithm_name(o.rule.algorithm));
   }
+  // The server as given: an IPv6 address is already in brackets (split_host_port needs them).
   std::string out = fmt::format(
-      "{}, {} loop{}, {} connections, depth {}, batch {}, {} threads, {} keys {}\n", what,
-      o.rate > 0 ? "open" : "closed", o.rate > 0 ? fmt::format(" at {:.0f}/s", o.rate) : "",
-      r.connections, o.depth, o.batch, o.threads, o.keys, describe(o.dist));
+      "{} at {}, {} loop{}, {} connections, depth {}, batch {}, {} threads, {} keys {}\n", what,
+      o.servers.front(), o.rate > 0 ? "open" : "closed",
+      o.rate > 0 ? fmt::format(" at {:.0f}/s", o.rate) : "", r.connections, o.depth, o.batch,
+      o.threads, o.keys, describe(o.dist));
   out += fmt::format("sent {}  allowed {}  denied {}  errors {}\n", r.sent, r.allowed, r.denied,
                      r.errors);
-  out += fmt::format("duration {:.3f} s  throughput {:.0f}/s\n", r.duration_s, r.throughput_per_s);
+  if (o.rate > 0) {
+    out += fmt::format("open loop: intended {}  sent {}  behind {}  backlog max {}{}\n", r.intended,
+                       r.sent, r.behind, r.backlog_max,
+                       r.behind > 0 ? "  (the rate was not reached)" : "");
+  }
+  out += fmt::format("duration {:.3f} s  throughput {:.0f}/s  in flight max {}\n", r.duration_s,
+                     r.throughput_per_s, r.in_flight_max);
   out += fmt::format("latency us: p50 {}  p90 {}  p99 {}  p99.9 {}  max {}\n",
                      r.latency.value_at_percentile(50), r.latency.value_at_percentile(90),
                      r.latency.value_at_percentile(99), r.latency.value_at_percentile(99.9),

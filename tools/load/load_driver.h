@@ -6,7 +6,9 @@
 // --batch items), for Redis one pipelined write of --batch decisions. Closed loop keeps
 // connections x depth requests in flight; open loop sends requests at --rate decisions per
 // second on a fixed schedule and measures latency from each request's intended send time, so
-// a stall is charged to every request it delays (no coordinated omission).
+// a stall is charged to every request it delays (no coordinated omission); it too keeps at most
+// connections x depth requests in flight, and reports the part of the schedule it could not
+// send (behind) instead of queueing it without bound.
 //
 // Nothing on the per-request path allocates once rings and buffers have reached their working
 // size. docs/LOAD.md describes the options, the connection mapping and the report.
@@ -39,13 +41,17 @@ std::string_view backend_name(BackendKind backend);
 std::optional<Operation> parse_operation(std::string_view name);
 std::string_view operation_name(Operation op);
 
+// The most TCP connections a run may ask for. A Sluice run opens ceil(C_t / S) to each of the
+// S shards per thread, and the client library allows at most 1024 to one shard.
+inline constexpr unsigned kMaxConnections = 1024;
+
 struct LoadOptions {
   BackendKind backend = BackendKind::kSluice;
   RedisDesign redis_design = RedisDesign::kLuaTokenBucket;
   Operation op = Operation::kAcquire;
   std::vector<std::string> servers = {"127.0.0.1:7420"};  // the first is used (one node)
-  unsigned connections = 50;  // TCP connections in total (Sluice: to shard ports, see LOAD.md)
-  unsigned depth = 1;         // requests in flight per connection (closed loop)
+  unsigned connections = 50;  // 1..kMaxConnections in total (Sluice: to shard ports, LOAD.md)
+  unsigned depth = 1;         // requests in flight per connection (at most, in open loop)
   unsigned batch = 1;         // decisions per request
   unsigned threads = 1;       // event-loop threads
   double rate = 0;            // decisions per second over all threads; 0 = closed loop
@@ -86,7 +92,16 @@ struct LoadReport {
   std::uint64_t sent = 0;    // decisions; sent == allowed + denied + errors
   std::uint64_t allowed = 0;
   std::uint64_t denied = 0;
-  std::uint64_t errors = 0;     // error replies, failed connections, no reply within the drain
+  std::uint64_t errors = 0;  // error replies, failed connections, no reply within the drain
+  // Open loop (in decisions): what the schedule meant to send before the run stopped, what of
+  // it was never sent (intended - sent: the server or the tool could not keep up), and the
+  // largest backlog of due but unsent decisions (per thread, summed over threads). A closed
+  // loop reports intended == sent, behind == backlog_max == 0.
+  std::uint64_t intended = 0;
+  std::uint64_t behind = 0;
+  std::uint64_t backlog_max = 0;
+  // The most requests in flight at once (per thread, summed): at most connections x depth.
+  std::size_t in_flight_max = 0;
   double duration_s = 0;        // from the first send to the last reply (or the drain's end)
   double throughput_per_s = 0;  // (allowed + denied) / duration_s
   LatencyHistogram latency;     // per request, microseconds

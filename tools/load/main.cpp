@@ -9,8 +9,12 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "client/client.h"
+#include "core/rule.h"
 #include "core/units.h"
+#include "core/version.h"
 #include "tools/load/load_driver.h"
 
 namespace {
@@ -19,16 +23,12 @@ namespace po = boost::program_options;
 using namespace sluice::load;
 
 using sluice::count_flag;
+using sluice::duration_flag;
 using sluice::FlagError;
 
-std::uint64_t parse_ms(const std::string& flag, const std::string& text) {
-  const auto value = sluice::parse_duration_ms(text);
-  if (!value) {
-    throw FlagError{
-        fmt::format("--{}: expected a duration such as 500ms, 10s, 1m; got '{}'", flag, text)};
-  }
-  return *value;
-}
+// Bounds of the flags, stated once for the checks and the help.
+constexpr std::uint64_t kMaxRunMs = 366ull * 24 * 3600 * 1000;
+constexpr std::uint64_t kMaxDrainMs = 3'600'000;
 
 std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   po::options_description flags("sluice-load options");
@@ -41,50 +41,77 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "acquire | ping (transport floor) | incr (redis: bare INCR)")(
       "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
       "HOST:PORT[,HOST:PORT...] (the first is used)")(
-      "connections", po::value<std::string>()->default_value("50"), "TCP connections in total")(
-      "depth", po::value<std::string>()->default_value("1"), "requests in flight per connection")(
+      "connections", po::value<std::string>()->default_value("50"),
+      "TCP connections in total, 1..1024, for either backend")(
+      "depth", po::value<std::string>()->default_value("1"),
+      "requests in flight per connection, 1..100000 (open loop: at most)")(
       "batch", po::value<std::string>()->default_value("1"),
       "decisions per request (Sluice: items per ACQUIRE frame; Redis: commands per write)")(
-      "threads", po::value<std::string>()->default_value("1"), "event-loop threads")(
+      "threads", po::value<std::string>()->default_value("1"),
+      "event-loop threads, 1..256 (at most --connections)")(
       "rate", po::value<std::string>()->default_value("0"),
-      "open loop at this many decisions/s (0 = closed loop)")(
+      "open loop at this many decisions/s, up to 1000000000 (0 = closed loop)")(
       "keys", po::value<std::string>()->default_value("1000000"), "distinct keys")(
-      "dist", po::value<std::string>()->default_value("uniform"), "uniform | zipf:S | hot:P")(
+      "dist", po::value<std::string>()->default_value("uniform"), "uniform | zipf:S | hot:P | seq")(
       "seed", po::value<std::string>()->default_value("1"), "random seed")(
       "key-prefix", po::value<std::string>()->default_value("k:"), "key text prefix")(
       "algorithm", po::value<std::string>()->default_value("token_bucket"),
       "fixed_window | sliding_window | sliding_log | token_bucket | gcra")(
       "limit", po::value<std::string>()->default_value("100"), "units per period")(
-      "period", po::value<std::string>()->default_value("1s"), "rule period (e.g. 1s, 500ms)")(
+      "period", po::value<std::string>()->default_value("1s"),
+      "rule period with a unit (e.g. 1s, 500ms; up to 366d)")(
       "burst", po::value<std::string>()->default_value("0"), "bucket capacity (0 = limit)")(
       "cost", po::value<std::string>()->default_value("1"), "units per decision")(
-      "duration", po::value<std::string>()->default_value("10s"), "time bound (0 = none)")(
+      "duration", po::value<std::string>()->default_value("10s"),
+      "time bound with a unit (e.g. 10s, 1m; 0 = none)")(
       "requests", po::value<std::string>()->default_value("0"), "decision bound (0 = none)")(
       "audit", "check admitted requests against the rule")(
       "audit-keys", po::value<std::string>()->default_value("100000"),
-      "audit keys [0, N) (memory bound)")("drain", po::value<std::string>()->default_value("2s"),
-                                          "wait for replies after the bound")(
+      "audit keys [0, N) (memory bound)")(
+      "drain", po::value<std::string>()->default_value("2s"),
+      "wait this long for replies after the bound, with a unit (1ms..1h)")(
       "busy-poll", "worker threads poll their sockets instead of sleeping in epoll_wait")(
-      "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr");
+      "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr")(
+      "version", "print the version and exit");
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(flags).run(), vm);
-  po::notify(vm);
+  try {
+    // No positional arguments: they are collected only to be named in the error.
+    po::options_description all;
+    all.add(flags).add_options()("stray", po::value<std::vector<std::string>>());
+    po::positional_options_description stray;
+    stray.add("stray", -1);
+    po::store(po::command_line_parser(argc, argv).options(all).positional(stray).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw FlagError{e.what()};
+  }
+  if (vm.count("stray") != 0) {
+    throw FlagError{"unexpected argument '" + vm["stray"].as<std::vector<std::string>>().front() +
+                    "' (flags start with --)"};
+  }
   if (vm.count("help") != 0) {
     std::cout << "sluice-load: drives Sluice or Redis with rate-limit traffic and reports\n"
               << flags << "\n";
+    return std::nullopt;
+  }
+  if (vm.count("version") != 0) {
+    fmt::print("sluice-load {}\n", sluice::kVersion);
     return std::nullopt;
   }
   const auto text = [&](const char* name) { return vm[name].as<std::string>(); };
 
   LoadOptions o;
   const auto backend = parse_backend(text("backend"));
-  if (!backend) throw FlagError{"--backend: expected sluice or redis"};
+  if (!backend) throw FlagError{"--backend " + text("backend") + ": expected sluice or redis"};
   o.backend = *backend;
   const auto design = parse_redis_design(text("redis-design"));
-  if (!design) throw FlagError{"--redis-design: expected lua_token_bucket or incr_window"};
+  if (!design) {
+    throw FlagError{"--redis-design " + text("redis-design") +
+                    ": expected lua_token_bucket or incr_window"};
+  }
   o.redis_design = *design;
   const auto op = parse_operation(text("op"));
-  if (!op) throw FlagError{"--op: expected acquire, ping or incr"};
+  if (!op) throw FlagError{"--op " + text("op") + ": expected acquire, ping or incr"};
   o.op = *op;
   o.servers.clear();
   const std::string servers = text("servers");
@@ -93,7 +120,17 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
     if (comma > at) o.servers.push_back(servers.substr(at, comma - at));
     at = comma + 1;
   }
-  o.connections = static_cast<unsigned>(count_flag("connections", text("connections"), 1, 10000));
+  if (o.servers.empty()) throw FlagError{"--servers lists no HOST:PORT"};
+  for (const std::string& server : o.servers) {
+    std::string host;
+    std::uint16_t port = 0;
+    if (!sluice::client::split_host_port(server, host, port)) {
+      throw FlagError{fmt::format(
+          "--servers {}: expected HOST:PORT with a port 1..65535 (IPv6: [::1]:7420)", server)};
+    }
+  }
+  o.connections =
+      static_cast<unsigned>(count_flag("connections", text("connections"), 1, kMaxConnections));
   o.depth = static_cast<unsigned>(count_flag("depth", text("depth"), 1, 100000));
   o.batch = static_cast<unsigned>(count_flag("batch", text("batch"), 1, 65535));
   o.threads = static_cast<unsigned>(count_flag("threads", text("threads"), 1, 256));
@@ -101,22 +138,26 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   o.keys = count_flag("keys", text("keys"), 1, 1'000'000'000'000);
   std::string error;
   const auto dist = parse_distribution(text("dist"), &error);
-  if (!dist) throw FlagError{"--dist: " + error};
+  if (!dist) throw FlagError{error};  // names the flag and the expected form
   o.dist = *dist;
   o.seed = count_flag("seed", text("seed"), 0, UINT64_MAX);
   o.key_prefix = text("key-prefix");
   const auto algorithm = sluice::parse_algorithm(text("algorithm"));
-  if (!algorithm) throw FlagError{"--algorithm: unknown algorithm '" + text("algorithm") + "'"};
+  if (!algorithm) {
+    throw FlagError{"--algorithm " + text("algorithm") +
+                    ": expected fixed_window, sliding_window, sliding_log, token_bucket or gcra"};
+  }
   o.rule.algorithm = *algorithm;
   o.rule.limit = static_cast<std::uint32_t>(count_flag("limit", text("limit"), 0, UINT32_MAX));
-  o.rule.period_ms = parse_ms("period", text("period"));
+  o.rule.period_ms = duration_flag("period", text("period"), 1, sluice::kMaxPeriodMs);
   o.rule.burst = static_cast<std::uint32_t>(count_flag("burst", text("burst"), 0, UINT32_MAX));
   o.cost = static_cast<std::uint32_t>(count_flag("cost", text("cost"), 1, UINT32_MAX));
-  o.duration = std::chrono::milliseconds(parse_ms("duration", text("duration")));
+  o.duration = std::chrono::milliseconds(duration_flag("duration", text("duration"), 0, kMaxRunMs));
   o.requests = count_flag("requests", text("requests"), 0, UINT64_MAX);
   o.audit = vm.count("audit") != 0;
   o.audit_keys = count_flag("audit-keys", text("audit-keys"), 1, 100'000'000);
-  o.drain_timeout = std::chrono::milliseconds(parse_ms("drain", text("drain")));
+  o.drain_timeout =
+      std::chrono::milliseconds(duration_flag("drain", text("drain"), 1, kMaxDrainMs));
   o.busy_poll = vm.count("busy-poll") != 0;
   json = vm.count("json") != 0;
   if (vm.count("quiet") == 0) {
@@ -141,11 +182,8 @@ int main(int argc, char** argv) {
     auto parsed = parse_flags(argc, argv, json);
     if (!parsed) return 0;
     options = std::move(*parsed);
-  } catch (const FlagError& e) {
-    std::cerr << "sluice-load: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "sluice-load: " << e.what() << "\n";
+  } catch (const std::exception& e) {  // FlagError, or what program_options throws
+    std::cerr << "sluice-load: " << e.what() << "\nTry 'sluice-load --help'.\n";
     return 2;
   }
   const auto result = run_load(options);

@@ -1,6 +1,6 @@
 // sluicectl: ping, acquire, peek, reset and stats from a shell, over the client library.
-// Exit status: 0 success (acquire/peek: allowed), 1 denied (acquire/peek), 2 any error, with
-// the reason on stderr. docs/CLIENT.md shows the output formats.
+// Exit status: 0 success (acquire/peek: allowed), 1 denied (acquire/peek), 2 any error (bad
+// flags included), with the reason on stderr. docs/CLIENT.md shows the output formats.
 #include <fmt/core.h>
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -17,6 +17,7 @@
 #include "client/client.h"
 #include "core/rule.h"
 #include "core/units.h"
+#include "core/version.h"
 #include "tools/load/json_writer.h"
 
 namespace {
@@ -31,6 +32,8 @@ using sluice::client::Stat;
 constexpr int kExitOk = 0;
 constexpr int kExitDenied = 1;
 constexpr int kExitError = 2;
+// A call or connect timeout longer than this is a typo, not a wish.
+constexpr std::uint64_t kMaxTimeoutMs = 3'600'000;
 
 struct CtlOptions {
   std::string command;
@@ -49,13 +52,24 @@ struct UsageError {
 };
 
 std::uint32_t parse_u32(const std::string& flag, const std::string& text, std::uint32_t min) {
-  const auto value = sluice::parse_count(text);
-  if (!value || *value < min || *value > std::numeric_limits<std::uint32_t>::max()) {
-    throw UsageError{fmt::format("--{} expects an integer >= {}, got \"{}\"", flag, min, text)};
+  try {
+    return static_cast<std::uint32_t>(
+        sluice::count_flag(flag, text, min, std::numeric_limits<std::uint32_t>::max()));
+  } catch (const sluice::FlagError& e) {
+    throw UsageError{e.what()};
   }
-  return static_cast<std::uint32_t>(*value);
 }
 
+std::uint64_t parse_ms(const std::string& flag, const std::string& text, std::uint64_t max_ms) {
+  try {
+    return sluice::duration_flag(flag, text, 1, max_ms);
+  } catch (const sluice::FlagError& e) {
+    throw UsageError{e.what()};
+  }
+}
+
+// Every entry must be HOST:PORT (IPv6 in brackets), so a typo is a usage error, not a failed
+// connection.
 std::vector<std::string> split_servers(const std::string& text) {
   std::vector<std::string> out;
   std::size_t begin = 0;
@@ -65,6 +79,14 @@ std::vector<std::string> split_servers(const std::string& text) {
     begin = comma + 1;
   }
   if (out.empty()) throw UsageError{"--servers lists no HOST:PORT"};
+  for (const std::string& server : out) {
+    std::string host;
+    std::uint16_t port = 0;
+    if (!sluice::client::split_host_port(server, host, port)) {
+      throw UsageError{fmt::format(
+          "--servers {}: expected HOST:PORT with a port 1..65535 (IPv6: [::1]:7420)", server)};
+    }
+  }
   return out;
 }
 
@@ -82,18 +104,19 @@ std::string usage(const po::options_description& flags) {
 // Returns nullopt after printing help.
 std::optional<CtlOptions> parse_flags(int argc, char** argv) {
   po::options_description flags("flags");
-  flags.add_options()("help,h", "show this help")(
+  flags.add_options()("help,h", "show this help")("version", "print the version and exit")(
       "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
       "HOST:PORT[,HOST:PORT...] of the daemon's public port")(
       "algorithm", po::value<std::string>()->default_value("token_bucket"),
       "fixed_window|sliding_window|sliding_log|token_bucket|gcra")(
       "limit", po::value<std::string>(), "units admitted per period")(
-      "period", po::value<std::string>(), "period: 500ms, 60s, 5m, 1h")(
+      "period", po::value<std::string>(), "period with a unit: 500ms, 60s, 5m, 1h (up to 366d)")(
       "burst", po::value<std::string>(),
       "bucket capacity (token_bucket, gcra); default: the limit")(
       "cost", po::value<std::string>()->default_value("1"), "units this request takes")(
       "json", po::bool_switch(), "print one JSON object")(
-      "timeout", po::value<std::string>()->default_value("1s"), "per call and per connect")(
+      "timeout", po::value<std::string>()->default_value("1s"),
+      "per call and per connect, with a unit (up to 1h)")(
       "no-shard-aware", po::bool_switch(), "send everything through the public port");
   po::options_description hidden;
   hidden.add_options()("command", po::value<std::string>())("key", po::value<std::string>());
@@ -111,6 +134,10 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
   }
   if (vm.count("help")) {
     std::fputs(usage(flags).c_str(), stdout);
+    return std::nullopt;
+  }
+  if (vm.count("version")) {
+    fmt::print("sluicectl {}\n", sluice::kVersion);
     return std::nullopt;
   }
 
@@ -133,12 +160,7 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
   o.servers = split_servers(vm["servers"].as<std::string>());
   o.json = vm["json"].as<bool>();
   o.shard_aware = !vm["no-shard-aware"].as<bool>();
-  const auto timeout = sluice::parse_duration_ms(vm["timeout"].as<std::string>());
-  if (!timeout || *timeout == 0) {
-    throw UsageError{fmt::format("--timeout expects a duration like 500ms or 2s, got \"{}\"",
-                                 vm["timeout"].as<std::string>())};
-  }
-  o.timeout_ms = *timeout;
+  o.timeout_ms = parse_ms("timeout", vm["timeout"].as<std::string>(), kMaxTimeoutMs);
 
   if (ruled) {
     const auto algorithm = sluice::parse_algorithm(vm["algorithm"].as<std::string>());
@@ -150,12 +172,7 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
     if (!vm.count("limit")) throw UsageError{fmt::format("{} needs --limit", o.command)};
     if (!vm.count("period")) throw UsageError{fmt::format("{} needs --period", o.command)};
     o.rule.limit = parse_u32("limit", vm["limit"].as<std::string>(), 0);
-    const auto period = sluice::parse_duration_ms(vm["period"].as<std::string>());
-    if (!period || *period == 0 || *period > sluice::kMaxPeriodMs) {
-      throw UsageError{fmt::format("--period expects a duration from 1ms to 366d, got \"{}\"",
-                                   vm["period"].as<std::string>())};
-    }
-    o.rule.period_ms = *period;
+    o.rule.period_ms = parse_ms("period", vm["period"].as<std::string>(), sluice::kMaxPeriodMs);
     // Burst 0 on the wire means "the limit", so an omitted --burst admits exactly --limit.
     if (vm.count("burst")) o.rule.burst = parse_u32("burst", vm["burst"].as<std::string>(), 1);
     o.cost = parse_u32("cost", vm["cost"].as<std::string>(), 1);
