@@ -274,9 +274,17 @@ struct Client::Impl {
     }
   }
 
-  // The I/O side: fails everything in flight, closes every connection, stops the timer.
+  // The I/O side: fails everything in flight, closes every connection, stops the timer. May
+  // run inside a callback, hence its own copy of the list: the timer's walk over snapshot()
+  // may be under way further up the stack.
   void shut_down() {
-    for (Connection* c : snapshot()) c->shut_down();
+    closed = true;
+    std::vector<Connection*> all;
+    {
+      std::lock_guard lock(connections_mu);
+      for (auto& c : connections) all.push_back(c.get());
+    }
+    for (Connection* c : all) c->shut_down();
     timer.cancel();
   }
 
@@ -313,7 +321,7 @@ struct Client::Impl {
   // I/O thread. One timer for the whole client: while anything is in flight it ticks every
   // `tick` and each connection fails what is past its deadline. No timer per call.
   void arm_timer() {
-    if (timer_armed) return;
+    if (timer_armed || closed) return;
     timer_armed = true;
     timer.expires_after(tick);
     timer.async_wait(detail::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
@@ -322,7 +330,7 @@ struct Client::Impl {
       const std::uint64_t now = detail::steady_now_ns();
       bool busy = false;
       for (Connection* c : snapshot()) busy = c->expire(now) || busy;
-      if (busy) arm_timer();
+      if (busy) arm_timer();  // not after a callback's close(): see arm_timer()
     }));
   }
 
@@ -373,10 +381,11 @@ struct Client::Impl {
   asio::io_context& io;
   asio::steady_timer timer;
   bool timer_armed = false;  // I/O thread
+  bool closed = false;       // I/O thread: shut_down() ran; the timer stays off
   detail::HandlerSlot timer_slot;
   std::chrono::milliseconds tick{10};
   BatchPool batches;  // outlives the connections: failing them completes batches
-  std::vector<Result<Decision>> completed_results;  // I/O thread: a finished batch's results
+  std::vector<Result<Decision>> completed_results;  // I/O thread: the spare results vector
   std::mutex connections_mu;                        // guards the list; connections live until ~Impl
   std::vector<std::unique_ptr<Connection>> connections;
   std::vector<Connection*> io_connections;  // I/O thread: snapshot()'s buffer
@@ -523,15 +532,21 @@ class AsyncBatch final : public ReplySink {
 
   // I/O thread, once. The batch goes back to the pool before the callback runs, so a caller
   // that submits again from the callback (or as soon as it sees it) reuses it: the pool never
-  // needs more batches than are in flight. The results move to the I/O thread's scratch
-  // (vectors swapped, no copy) so they stay valid for the callback.
+  // needs more batches than are in flight. The results move out of the batch (vectors
+  // swapped, no copy) into a local that the callback's span points into: a batch completed
+  // inside the callback (close() fails the others) cannot touch them. The batch takes the
+  // I/O thread's spare vector instead, and the results' vector becomes the next spare.
   void complete() {
     const BatchCallback done = std::move(done_);
     done_ = nullptr;
-    std::vector<Result<Decision>>& results = impl_.completed_results;
+    std::vector<Result<Decision>> results;
+    results.swap(impl_.completed_results);  // empty if a completion up the stack holds it
     results.swap(results_);
     impl_.batches.give(*this);
     done(std::span<const Result<Decision>>(results));
+    if (results.capacity() > impl_.completed_results.capacity()) {
+      impl_.completed_results.swap(results);
+    }
   }
 
   Client::Impl& impl_;

@@ -396,11 +396,13 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
         for (auto& [pending, reply] : ready_) complete(pending, &reply, Status());
         ready_.clear();
         lock.lock();
+        if (epoch != epoch_) break;  // a callback closed the client
       }
     }
   }
   for (auto& [pending, frame] : ready_) complete(pending, &frame, Status());
   ready_.clear();
+  if (epoch != epoch_) return;  // a callback closed the client: nothing more to read
   if (!fatal.ok()) {
     fail_connection(fatal);
     return;
@@ -442,14 +444,31 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
   }
 }
 
-void Connection::take_all_pending_locked() {
+void Connection::take_all_pending_locked(std::vector<Pending>& failed) {
   for (Pending& p : table_) {
     if (!p.active) continue;
-    failed_.push_back(std::move(p));
+    failed.push_back(std::move(p));
     p.active = false;
     p.sink = nullptr;
   }
   in_flight_ = 0;
+}
+
+std::vector<Connection::Pending> Connection::detach_failed() {
+  std::vector<Pending> failed;
+  failed.swap(failed_);
+  return failed;
+}
+
+void Connection::complete_failed(std::vector<Pending>& failed, const Status& why) {
+  for (Pending& p : failed) complete(p, nullptr, why);
+  failed.clear();
+  keep_failed_buffer(failed);
+}
+
+void Connection::keep_failed_buffer(std::vector<Pending>& failed) {
+  // A nested failure path may have put a buffer back meanwhile: keep the bigger one.
+  if (failed.capacity() > failed_.capacity()) failed_.swap(failed);
 }
 
 void Connection::fail_connection(const Status& why) {
@@ -457,7 +476,7 @@ void Connection::fail_connection(const Status& why) {
   boost::system::error_code ignored;
   socket_.close(ignored);
   connect_deadline_ns_ = 0;
-  failed_.clear();
+  std::vector<Pending> failed = detach_failed();
   std::uint32_t oldest = 0;
   {
     std::lock_guard lock(mu_);
@@ -477,14 +496,13 @@ void Connection::fail_connection(const Status& why) {
     ++attempts_finished_;
     write_in_flight_ = false;
     out_.clear();
-    take_all_pending_locked();
+    take_all_pending_locked(failed);
   }
   handshake_cv_.notify_all();
   // Oldest first, so callers see failures in submission order.
-  std::sort(failed_.begin(), failed_.end(),
+  std::sort(failed.begin(), failed.end(),
             [oldest](const Pending& a, const Pending& b) { return a.id - oldest < b.id - oldest; });
-  for (Pending& p : failed_) complete(p, nullptr, why);
-  failed_.clear();
+  complete_failed(failed, why);
 }
 
 bool Connection::expire(std::uint64_t now_ns) {
@@ -495,7 +513,7 @@ bool Connection::expire(std::uint64_t now_ns) {
     return false;
   }
   bool busy = false;
-  failed_.clear();
+  std::vector<Pending> failed = detach_failed();
   {
     std::lock_guard lock(mu_);
     while (in_flight_ > 0) {
@@ -505,7 +523,7 @@ bool Connection::expire(std::uint64_t now_ns) {
         continue;
       }
       if (p.deadline_ns > now_ns) break;
-      failed_.push_back(std::move(p));
+      failed.push_back(std::move(p));
       p.active = false;
       p.sink = nullptr;
       --in_flight_;
@@ -513,13 +531,14 @@ bool Connection::expire(std::uint64_t now_ns) {
     }
     busy = in_flight_ > 0 || state_ == State::kConnecting || state_ == State::kHandshaking;
   }
-  if (!failed_.empty()) {
-    const Status timeout(ErrorCode::kTimeout, "no reply from " + config_.name + " within " +
-                                                  std::to_string(config_.timeout_ns / kNsPerMs) +
-                                                  " ms");
-    for (Pending& p : failed_) complete(p, nullptr, timeout);
-    failed_.clear();
+  if (failed.empty()) {
+    keep_failed_buffer(failed);
+    return busy;
   }
+  const Status timeout(ErrorCode::kTimeout, "no reply from " + config_.name + " within " +
+                                                std::to_string(config_.timeout_ns / kNsPerMs) +
+                                                " ms");
+  complete_failed(failed, timeout);
   return busy;
 }
 
@@ -528,17 +547,15 @@ void Connection::shut_down() {
   boost::system::error_code ignored;
   socket_.close(ignored);
   connect_deadline_ns_ = 0;
-  failed_.clear();
+  std::vector<Pending> failed = detach_failed();
   {
     std::lock_guard lock(mu_);
     state_ = State::kClosed;
     out_.clear();
-    take_all_pending_locked();
+    take_all_pending_locked(failed);
   }
   handshake_cv_.notify_all();
-  const Status closed(ErrorCode::kClosed, "client is shutting down");
-  for (Pending& p : failed_) complete(p, nullptr, closed);
-  failed_.clear();
+  complete_failed(failed, Status(ErrorCode::kClosed, "client is shutting down"));
 }
 
 }  // namespace sluice::client::detail

@@ -213,9 +213,15 @@ class Connection {
   void on_read(std::uint64_t epoch, const boost::system::error_code& ec, std::size_t n);
   void handle_handshake(const protocol::Frame& frame);
   void fail_connection(const Status& why);
-  // Moves every call in flight to failed_. REQUIRES: mu_ held.
-  void take_all_pending_locked();
+  // Moves every call in flight to `failed`. REQUIRES: mu_ held.
+  void take_all_pending_locked(std::vector<Pending>& failed);
   void complete(Pending& pending, const protocol::Frame* reply, const Status& failure);
+  // The failure paths complete a list detached from failed_: a callback may close the client,
+  // which fails calls again (shut_down()) while the outer list is still being walked.
+  std::vector<Pending> detach_failed();
+  // Completes every call in `failed` with `why`, then keeps its buffer for the next failure.
+  void complete_failed(std::vector<Pending>& failed, const Status& why);
+  void keep_failed_buffer(std::vector<Pending>& failed);
 
   boost::asio::io_context& io_;
   const ConnectionConfig config_;
@@ -254,7 +260,7 @@ class Connection {
   protocol::FrameDecoder decoder_;
   std::string server_error_;  // the last ERROR frame's text, for the close message
   std::vector<std::pair<Pending, protocol::Frame>> ready_;  // replies matched in one read
-  std::vector<Pending> failed_;
+  std::vector<Pending> failed_;  // a spare buffer, empty while a failure path holds it
   std::vector<protocol::AcquireResult> results_;
 };
 

@@ -113,6 +113,13 @@ class FakeServer {
     return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
   }
   int accepted() const { return accepted_.load(); }
+  // ACQUIRE frames received so far (answered, held or refused).
+  int acquires() const { return acquires_.load(); }
+  // Waits until at least `n` ACQUIRE frames have arrived; false after `limit`.
+  bool wait_acquires(int n, std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return acquires_.load() >= n; });
+  }
 
   void set_mode(Mode mode) {
     run([this, mode] { mode_ = mode; });
@@ -210,6 +217,11 @@ class FakeServer {
         protocol::encode_ping(out, id, frame.body, true);
         break;
       case protocol::Opcode::kAcquire: {
+        {
+          std::lock_guard lock(mu_);
+          ++acquires_;
+          cv_.notify_all();
+        }
         if (mode_ == Mode::kRefuse) {
           protocol::encode_error(out, id, protocol::ErrorCode::kInternal, "boom");
           boost::system::error_code ec;
@@ -238,6 +250,9 @@ class FakeServer {
   boost::asio::ip::tcp::acceptor acceptor_;
   std::vector<std::shared_ptr<Session>> sessions_;
   std::atomic<int> accepted_{0};
+  std::atomic<int> acquires_{0};
+  std::mutex mu_;  // for waiting on acquires_
+  std::condition_variable cv_;
   std::thread thread_;
 };
 
