@@ -50,6 +50,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "protocol_error";
     case ErrorCode::kClosed:
       return "closed";
+    case ErrorCode::kOverloaded:
+      return "overloaded";
   }
   return "unknown";
 }
@@ -216,6 +218,8 @@ class Latch {
 constexpr std::size_t kItemOverhead = 32;
 constexpr std::size_t kFrameOverhead = 64;
 constexpr unsigned kMaxConnectionsPerShard = 1024;
+// Request ids are 32-bit and index each connection's pending ring: keep far below that.
+constexpr std::size_t kMaxInFlight = std::size_t{1} << 24;
 
 class AsyncBatch;
 
@@ -243,7 +247,8 @@ struct Client::Impl {
         owned_io(external == nullptr ? std::make_unique<asio::io_context>(1) : nullptr),
         io(external == nullptr ? *owned_io : *external),
         timer(io),
-        batches(*this) {
+        batches(*this),
+        in_flight(options.max_in_flight) {
     const auto shortest = std::min(options.timeout, options.connect_timeout);
     tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
                                                  std::chrono::milliseconds(10));
@@ -299,6 +304,7 @@ struct Client::Impl {
         std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
     config.connect_timeout_ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(options.connect_timeout).count());
+    config.in_flight_limit = &in_flight;
     auto connection = std::make_unique<Connection>(io, std::move(config), [this] { arm_timer(); });
     std::lock_guard lock(connections_mu);
     connections.push_back(std::move(connection));
@@ -384,7 +390,8 @@ struct Client::Impl {
   bool closed = false;       // I/O thread: shut_down() ran; the timer stays off
   detail::HandlerSlot timer_slot;
   std::chrono::milliseconds tick{10};
-  BatchPool batches;  // outlives the connections: failing them completes batches
+  BatchPool batches;                // outlives the connections: failing them completes batches
+  detail::InFlightLimit in_flight;  // outlives the connections, which share it
   std::vector<Result<Decision>> completed_results;  // I/O thread: the spare results vector
   std::mutex connections_mu;                        // guards the list; connections live until ~Impl
   std::vector<std::unique_ptr<Connection>> connections;
@@ -607,6 +614,13 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
   }
   if (options.timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
     return Status(ErrorCode::kInvalidArgument, "timeouts must be positive");
+  }
+  // Deadlines are counted in nanoseconds: a larger timeout would overflow them.
+  options.timeout = std::min(options.timeout, kMaxTimeout);
+  options.connect_timeout = std::min(options.connect_timeout, kMaxTimeout);
+  if (options.max_in_flight == 0 || options.max_in_flight > kMaxInFlight) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "max_in_flight must be 1.." + std::to_string(kMaxInFlight));
   }
   if (options.connections_per_shard == 0 ||
       options.connections_per_shard > kMaxConnectionsPerShard) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,9 +29,14 @@ class io_context;
 
 namespace sluice::client {
 
+// The longest timeout a client keeps: larger ones (up to std::chrono::milliseconds::max()) are
+// clamped to it, so that deadlines in nanoseconds cannot overflow.
+inline constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24);
+
 struct ClientOptions {
   // "host:port" of the daemon's public port. One node is used for now: the first that answers.
   std::vector<std::string> servers = {"127.0.0.1:7420"};
+  // Both timeouts must be positive; above kMaxTimeout they are clamped to it.
   std::chrono::milliseconds timeout{100};           // per call, from submission to reply
   std::chrono::milliseconds connect_timeout{1000};  // TCP connect + HELLO
   std::string client_name = "sluice-client";        // sent in HELLO, for the server's logs
@@ -40,6 +46,11 @@ struct ClientOptions {
   // TCP connections to each shard's port (or to the public port when not shard-aware). A call
   // goes to the owning shard's connection with the fewest calls in flight.
   unsigned connections_per_shard = 1;
+  // Calls in flight at once on this client, over all its connections, 1..16,777,216. A call
+  // beyond it is refused at once with kOverloaded (never queued). Each acquire, peek, reset,
+  // ping and stats counts one; an async batch counts one per frame it sends (one per owning
+  // shard, more when split at the server's max_batch or max_frame).
+  std::size_t max_in_flight = 65536;
 };
 
 // One item of a batch.

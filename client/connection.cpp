@@ -111,6 +111,13 @@ Connection::Connection(asio::io_context& io, ConnectionConfig config,
 
 // ---- any thread ----------------------------------------------------------------------------
 
+Status Connection::overloaded() const {
+  const std::string max = std::to_string(config_.in_flight_limit->max());
+  return Status(ErrorCode::kOverloaded,
+                max + " calls already in flight (the client's max_in_flight is " + max +
+                    "); retry once replies drain");
+}
+
 Status Connection::admit_locked() {
   switch (state_) {
     case State::kClosed:
@@ -389,6 +396,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
       p.active = false;
       p.sink = nullptr;
       --in_flight_;
+      config_.in_flight_limit->give_back(1);
       if (ready_.size() == kMaxReadyBatch) {
         // Bounded batches keep ready_ at its reserved size; frames stay valid (read_buf_ is
         // only touched by this handler).
@@ -451,7 +459,7 @@ void Connection::take_all_pending_locked(std::vector<Pending>& failed) {
     p.active = false;
     p.sink = nullptr;
   }
-  in_flight_ = 0;
+  config_.in_flight_limit->give_back(in_flight_.exchange(0));
 }
 
 std::vector<Connection::Pending> Connection::detach_failed() {
@@ -527,6 +535,7 @@ bool Connection::expire(std::uint64_t now_ns) {
       p.active = false;
       p.sink = nullptr;
       --in_flight_;
+      config_.in_flight_limit->give_back(1);
       ++oldest_id_;
     }
     busy = in_flight_ > 0 || state_ == State::kConnecting || state_ == State::kHandshaking;

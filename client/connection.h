@@ -131,6 +131,28 @@ SlotHandler<std::decay_t<Handler>> in_slot(HandlerSlot& slot, Handler&& handler)
   return SlotHandler<std::decay_t<Handler>>(slot, std::forward<Handler>(handler));
 }
 
+// The client's bound on calls in flight (ClientOptions::max_in_flight), shared by its
+// connections: a call takes a unit when it is queued and gives it back when it leaves the
+// pending table (answered, timed out, failed or closed).
+class InFlightLimit {
+ public:
+  explicit InFlightLimit(std::size_t max) : max_(max) {}
+  std::size_t max() const { return max_; }
+  // False, taking nothing, when max() calls are already in flight.
+  bool try_take() {
+    std::size_t n = count_.load(std::memory_order_relaxed);
+    do {
+      if (n >= max_) return false;
+    } while (!count_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+    return true;
+  }
+  void give_back(std::size_t n) { count_.fetch_sub(n, std::memory_order_relaxed); }
+
+ private:
+  const std::size_t max_;
+  std::atomic<std::size_t> count_{0};
+};
+
 struct ConnectionConfig {
   std::string name;  // "host:port", for messages
   boost::asio::ip::tcp::endpoint endpoint;
@@ -138,6 +160,7 @@ struct ConnectionConfig {
   std::string client_name;
   std::uint64_t timeout_ns = 0;
   std::uint64_t connect_timeout_ns = 0;
+  InFlightLimit* in_flight_limit = nullptr;  // the client's; outlives the connection
 };
 
 class Connection {
@@ -151,11 +174,16 @@ class Connection {
 
   // Queues one request: `encode(out, request_id)` appends exactly one frame to `out`. Connects
   // first when disconnected (at most once per backoff interval). A failed Status means nothing
-  // was queued and nobody will be called; the caller reports it.
+  // was queued and nobody will be called; the caller reports it. kOverloaded when the client
+  // already has max_in_flight calls in flight.
   template <typename Encode>
   Status submit(Encode&& encode, const Completion& completion) {
     std::unique_lock lock(mu_);
-    if (Status admitted = admit_locked(); !admitted.ok()) return admitted;
+    if (!config_.in_flight_limit->try_take()) return overloaded();
+    if (Status admitted = admit_locked(); !admitted.ok()) {
+      config_.in_flight_limit->give_back(1);
+      return admitted;
+    }
     const std::uint32_t id = next_request_id_locked();
     encode(out_, id);
     insert_locked(id, completion);
@@ -197,6 +225,7 @@ class Connection {
 
   static constexpr std::uint32_t kHandshakeId = 0;  // HELLO only; never in the table
 
+  Status overloaded() const;
   Status admit_locked();
   std::uint32_t next_request_id_locked();
   void insert_locked(std::uint32_t id, const Completion& completion);
