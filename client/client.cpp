@@ -800,6 +800,18 @@ void Client::close() {
   }
 }
 
+ClientCounters Client::counters() const {
+  ClientCounters sum;
+  std::lock_guard lock(impl_->connections_mu);
+  for (const auto& c : impl_->connections) {
+    const ClientCounters one = c->counters();
+    sum.timed_out += one.timed_out;
+    sum.withdrawn += one.withdrawn;
+    sum.late_replies += one.late_replies;
+  }
+  return sum;
+}
+
 const ServerInfo& Client::server_info() const { return impl_->info; }
 const ClientOptions& Client::options() const { return impl_->options; }
 

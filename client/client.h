@@ -76,6 +76,13 @@ struct ServerInfo {
   std::uint16_t max_batch = 0;
 };
 
+// What the client itself saw since connect() (the server's counters are Client::stats()).
+struct ClientCounters {
+  std::uint64_t timed_out = 0;     // calls that ended with kTimeout
+  std::uint64_t withdrawn = 0;     // of those, taken back before their bytes were sent
+  std::uint64_t late_replies = 0;  // replies that came after their call had timed out: dropped
+};
+
 // Invoked exactly once, on the client's I/O thread. A callback that captures at most two
 // pointers is stored without a heap allocation.
 using AcquireCallback = std::function<void(Result<Decision>)>;
@@ -138,6 +145,9 @@ class Client {
   // With an external io_context: call it on the thread running `io` or while nobody runs it;
   // afterwards the client leaves no work on `io`, so `io.run()` can return.
   void close();
+
+  // The client's own counters, summed over its connections. Any thread.
+  ClientCounters counters() const;
 
   const ServerInfo& server_info() const;
   const ClientOptions& options() const;

@@ -148,7 +148,8 @@ std::uint32_t Connection::next_request_id_locked() {
   return id;
 }
 
-void Connection::insert_locked(std::uint32_t id, const Completion& completion) {
+void Connection::insert_locked(std::uint32_t id, const Completion& completion,
+                               std::uint32_t bytes) {
   if (in_flight_ == 0) oldest_id_ = id;
   while (table_[id & mask_].active) grow_table_locked();
   Pending& p = table_[id & mask_];
@@ -156,6 +157,7 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion) {
   p.active = true;
   p.part = completion.part;
   p.deadline_ns = steady_now_ns() + config_.timeout_ns;
+  p.bytes = bytes;
   p.sink = completion.sink;
   if (completion.callback != nullptr) p.callback = std::move(*completion.callback);
   if (completion.batch_callback != nullptr)
@@ -177,8 +179,7 @@ void Connection::grow_table_locked() {
 }
 
 void Connection::wake_locked() {
-  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
-  if (writable && !write_in_flight_ && !wake_posted_) {
+  if (state_ == State::kReady && !write_in_flight_ && !wake_posted_) {
     wake_posted_ = true;
     asio::post(io_, in_slot(wake_slot_, [this] { on_wake(); }));
   }
@@ -259,12 +260,11 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
   std::unique_lock lock(mu_);
   if (state_ != State::kConnecting) return;  // shut down meanwhile
   state_ = State::kHandshaking;
-  // HELLO goes first; whatever callers queued meanwhile is pipelined right behind it.
+  // HELLO alone: what callers queued meanwhile waits in out_ for the reply (and can still be
+  // withdrawn if it times out first).
   sending_.clear();
   protocol::encode_hello_request(sending_, kHandshakeId,
                                  protocol::HelloRequest{protocol::kVersion, config_.client_name});
-  sending_.insert(sending_.end(), out_.begin(), out_.end());
-  out_.clear();
   write_in_flight_ = true;
   lock.unlock();
   asio::async_write(socket_, asio::buffer(sending_),
@@ -276,8 +276,7 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
 void Connection::on_wake() {
   std::unique_lock lock(mu_);
   wake_posted_ = false;
-  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
-  if (!writable || write_in_flight_ || out_.empty()) return;
+  if (state_ != State::kReady || write_in_flight_ || out_.empty()) return;
   start_write_locked(lock);
 }
 
@@ -286,6 +285,7 @@ void Connection::start_write_locked(std::unique_lock<std::mutex>& lock) {
   // and both keep their capacity.
   sending_.clear();
   sending_.swap(out_);
+  unsent_from_ = next_issued_id_locked();  // everything queued has left
   write_in_flight_ = true;
   lock.unlock();
   arm_timer_();
@@ -304,8 +304,7 @@ void Connection::on_written(std::uint64_t epoch, const boost::system::error_code
   }
   std::unique_lock lock(mu_);
   write_in_flight_ = false;
-  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
-  if (writable && !out_.empty()) start_write_locked(lock);
+  if (state_ == State::kReady && !out_.empty()) start_write_locked(lock);
 }
 
 void Connection::start_read() {
@@ -340,6 +339,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
   read_end_ += n;
 
   Status fatal;
+  bool handshake_done = false;
   ready_.clear();
   {
     std::unique_lock lock(mu_);
@@ -388,10 +388,14 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
         backoff_ns_ = 0;
         connect_deadline_ns_ = 0;
         handshake_cv_.notify_all();
+        handshake_done = true;
         continue;
       }
       Pending& p = table_[id & mask_];
-      if (!p.active || p.id != id) continue;  // late reply to a call that timed out
+      if (!p.active || p.id != id) {  // a late reply to a call that timed out
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       ready_.emplace_back(std::move(p), frame);
       p.active = false;
       p.sink = nullptr;
@@ -414,6 +418,11 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
   if (!fatal.ok()) {
     fail_connection(fatal);
     return;
+  }
+  if (handshake_done) {
+    // What was queued during the handshake goes now.
+    std::unique_lock lock(mu_);
+    if (state_ == State::kReady && !write_in_flight_ && !out_.empty()) start_write_locked(lock);
   }
   start_read();
 }
@@ -503,7 +512,9 @@ void Connection::fail_connection(const Status& why) {
     last_error_ = why;
     ++attempts_finished_;
     write_in_flight_ = false;
+    if (why.code() == ErrorCode::kTimeout) count_timeouts_locked();
     out_.clear();
+    unsent_from_ = next_issued_id_locked();
     take_all_pending_locked(failed);
   }
   handshake_cv_.notify_all();
@@ -524,6 +535,9 @@ bool Connection::expire(std::uint64_t now_ns) {
   std::vector<Pending> failed = detach_failed();
   {
     std::lock_guard lock(mu_);
+    // Deadlines grow with the id and out_ holds the frames of the newest ids in id order, so
+    // the expired requests still in out_ are its first `withdrawn` bytes.
+    std::size_t withdrawn = 0;
     while (in_flight_ > 0) {
       Pending& p = table_[oldest_id_ & mask_];
       if (!p.active || p.id != oldest_id_) {
@@ -531,6 +545,11 @@ bool Connection::expire(std::uint64_t now_ns) {
         continue;
       }
       if (p.deadline_ns > now_ns) break;
+      if (p.id == unsent_from_ && withdrawn + p.bytes <= out_.size()) {
+        withdrawn += p.bytes;
+        unsent_from_ = id_after(p.id);
+        withdrawn_.fetch_add(1, std::memory_order_relaxed);
+      }
       failed.push_back(std::move(p));
       p.active = false;
       p.sink = nullptr;
@@ -538,6 +557,8 @@ bool Connection::expire(std::uint64_t now_ns) {
       config_.in_flight_limit->give_back(1);
       ++oldest_id_;
     }
+    out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(withdrawn));
+    timed_out_.fetch_add(failed.size(), std::memory_order_relaxed);
     busy = in_flight_ > 0 || state_ == State::kConnecting || state_ == State::kHandshaking;
   }
   if (failed.empty()) {
@@ -551,6 +572,23 @@ bool Connection::expire(std::uint64_t now_ns) {
   return busy;
 }
 
+void Connection::count_timeouts_locked() {
+  std::uint64_t unsent = 0;
+  for (const Pending& p : table_) {
+    if (p.active && unsent_locked(p.id)) ++unsent;
+  }
+  timed_out_.fetch_add(in_flight_, std::memory_order_relaxed);
+  withdrawn_.fetch_add(unsent, std::memory_order_relaxed);
+}
+
+ClientCounters Connection::counters() const {
+  ClientCounters c;
+  c.timed_out = timed_out_.load(std::memory_order_relaxed);
+  c.withdrawn = withdrawn_.load(std::memory_order_relaxed);
+  c.late_replies = late_replies_.load(std::memory_order_relaxed);
+  return c;
+}
+
 void Connection::shut_down() {
   ++epoch_;
   boost::system::error_code ignored;
@@ -561,6 +599,7 @@ void Connection::shut_down() {
     std::lock_guard lock(mu_);
     state_ = State::kClosed;
     out_.clear();
+    unsent_from_ = next_issued_id_locked();
     take_all_pending_locked(failed);
   }
   handshake_cv_.notify_all();

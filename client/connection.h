@@ -185,8 +185,9 @@ class Connection {
       return admitted;
     }
     const std::uint32_t id = next_request_id_locked();
+    const std::size_t before = out_.size();
     encode(out_, id);
-    insert_locked(id, completion);
+    insert_locked(id, completion, static_cast<std::uint32_t>(out_.size() - before));
     wake_locked();
     return Status();
   }
@@ -201,9 +202,13 @@ class Connection {
   // Calls in flight (a hint for choosing among connections; read without the mutex).
   std::size_t load() const { return in_flight_.load(std::memory_order_relaxed); }
 
-  // I/O thread: fails requests whose deadline passed and a connect that took too long. True
-  // while anything is pending or a connect is in progress (the timer must keep running).
+  // I/O thread: fails requests whose deadline passed and a connect that took too long. A
+  // request whose bytes are still queued (not yet handed to the socket) is withdrawn: they are
+  // never sent. True while anything is pending or a connect is in progress (the timer must
+  // keep running).
   bool expire(std::uint64_t now_ns);
+  // Timed-out, withdrawn and late-reply counts (any thread).
+  ClientCounters counters() const;
   // I/O thread: fails everything with kClosed, closes the socket and refuses new requests.
   void shut_down();
 
@@ -215,6 +220,7 @@ class Connection {
     bool active = false;
     std::uint32_t part = 0;
     std::uint64_t deadline_ns = 0;
+    std::uint32_t bytes = 0;  // the frame's size in out_, for withdrawing it
     ReplySink* sink = nullptr;
     AcquireCallback callback;
     BatchCallback batch_callback;
@@ -228,7 +234,14 @@ class Connection {
   Status overloaded() const;
   Status admit_locked();
   std::uint32_t next_request_id_locked();
-  void insert_locked(std::uint32_t id, const Completion& completion);
+  void insert_locked(std::uint32_t id, const Completion& completion, std::uint32_t bytes);
+  // The id after `id`, skipping the handshake's; next_issued_id_locked(): the next submit's.
+  static std::uint32_t id_after(std::uint32_t id) {
+    return id + 1 == kHandshakeId ? id + 2 : id + 1;
+  }
+  std::uint32_t next_issued_id_locked() const { return id_after(next_id_ - 1); }
+  // True while the request's frame is still in out_. REQUIRES: the request is pending.
+  bool unsent_locked(std::uint32_t id) const { return id - unsent_from_ < next_id_ - unsent_from_; }
   void grow_table_locked();
   void wake_locked();
 
@@ -244,6 +257,8 @@ class Connection {
   void fail_connection(const Status& why);
   // Moves every call in flight to `failed`. REQUIRES: mu_ held.
   void take_all_pending_locked(std::vector<Pending>& failed);
+  // A connect timed out: counts its calls as timed out, and those still queued as withdrawn.
+  void count_timeouts_locked();
   void complete(Pending& pending, const protocol::Frame* reply, const Status& failure);
   // The failure paths complete a list detached from failed_: a callback may close the client,
   // which fails calls again (shut_down()) while the outer list is still being walked.
@@ -263,7 +278,12 @@ class Connection {
   Status last_error_;                    // why the last connection or attempt ended
   std::uint64_t next_attempt_ns_ = 0;    // no reconnect before this (backoff)
   std::uint64_t backoff_ns_ = 0;
-  protocol::Bytes out_;           // frames queued by submit(), not yet handed to the socket
+  // Frames queued by submit(), not yet handed to the socket: those of ids [unsent_from_,
+  // next_id_), in id order, each still pending (a reply cannot precede its request; a
+  // timeout withdraws its frame; a failure clears them all). Sent only once HELLO is
+  // answered, so a request never reaches a peer that has not proved to be the right shard.
+  protocol::Bytes out_;
+  std::uint32_t unsent_from_ = 1;
   bool wake_posted_ = false;      // an on_wake() is queued
   HandlerSlot wake_slot_;         // wake-ups: allocated under mu_, freed on the I/O thread
   bool write_in_flight_ = false;  // an async_write is in flight
@@ -274,6 +294,10 @@ class Connection {
   std::uint32_t next_id_ = 1;
   std::uint32_t oldest_id_ = 1;
   std::atomic<std::size_t> in_flight_{0};  // changed under mu_; load() reads it without
+  // Written on the I/O thread, read by counters() from any thread.
+  std::atomic<std::uint64_t> timed_out_{0};
+  std::atomic<std::uint64_t> withdrawn_{0};
+  std::atomic<std::uint64_t> late_replies_{0};
   protocol::HelloReply hello_;
 
   // I/O thread only.

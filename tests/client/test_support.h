@@ -256,4 +256,136 @@ class FakeServer {
   std::thread thread_;
 };
 
+// A TCP proxy on 127.0.0.1 in front of a server's port: forwards bytes both ways, except that
+// while replies are held, what the server sends waits in the proxy (so a real daemon's HELLO
+// reply can be delayed at will).
+class GateProxy {
+ public:
+  explicit GateProxy(std::uint16_t target_port) : target_port_(target_port), acceptor_(io_) {
+    namespace ip = boost::asio::ip;
+    acceptor_.open(ip::tcp::v4());
+    acceptor_.set_option(ip::tcp::acceptor::reuse_address(true));
+    acceptor_.bind(ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
+    acceptor_.listen();
+    accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~GateProxy() {
+    io_.stop();
+    thread_.join();
+  }
+
+  std::string address() const {
+    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+  int accepted() const { return accepted_.load(); }
+
+  // From now on the server's bytes wait in the proxy.
+  void hold_replies() {
+    run([this] { holding_ = true; });
+  }
+  // Sends what was held and forwards again.
+  void release_replies() {
+    run([this] {
+      holding_ = false;
+      for (auto& pair : pairs_) {
+        boost::system::error_code ec;
+        if (pair->client.is_open())
+          boost::asio::write(pair->client, boost::asio::buffer(pair->held), ec);
+        pair->held.clear();
+      }
+    });
+  }
+  // Closes both sides of every proxied connection; new ones are still accepted.
+  void drop_connections() {
+    run([this] {
+      for (auto& pair : pairs_) {
+        boost::system::error_code ec;
+        pair->client.close(ec);
+        pair->server.close(ec);
+      }
+      pairs_.clear();
+    });
+  }
+
+ private:
+  struct Pair {
+    explicit Pair(boost::asio::io_context& io) : client(io), server(io) {}
+    boost::asio::ip::tcp::socket client;
+    boost::asio::ip::tcp::socket server;
+    std::vector<std::uint8_t> from_client = std::vector<std::uint8_t>(1 << 16);
+    std::vector<std::uint8_t> from_server = std::vector<std::uint8_t>(1 << 16);
+    std::vector<std::uint8_t> held;
+  };
+
+  template <typename F>
+  void run(F f) {
+    std::promise<void> done;
+    boost::asio::post(io_, [&] {
+      f();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+
+  void accept() {
+    auto pair = std::make_shared<Pair>(io_);
+    acceptor_.async_accept(pair->client, [this, pair](const boost::system::error_code& ec) {
+      if (ec) return;
+      boost::system::error_code connect_ec;
+      pair->server.connect(
+          boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), target_port_),
+          connect_ec);
+      if (!connect_ec) {
+        ++accepted_;
+        pairs_.push_back(pair);
+        pump_to_server(pair);
+        pump_to_client(pair);
+      }
+      accept();
+    });
+  }
+
+  void pump_to_server(const std::shared_ptr<Pair>& p) {
+    p->client.async_read_some(boost::asio::buffer(p->from_client),
+                              [this, p](const boost::system::error_code& ec, std::size_t n) {
+                                boost::system::error_code wec;
+                                if (ec) {
+                                  p->server.close(wec);
+                                  return;
+                                }
+                                boost::asio::write(
+                                    p->server, boost::asio::buffer(p->from_client.data(), n), wec);
+                                pump_to_server(p);
+                              });
+  }
+
+  void pump_to_client(const std::shared_ptr<Pair>& p) {
+    p->server.async_read_some(
+        boost::asio::buffer(p->from_server),
+        [this, p](const boost::system::error_code& ec, std::size_t n) {
+          boost::system::error_code wec;
+          if (ec) {
+            p->client.close(wec);
+            return;
+          }
+          if (holding_) {
+            p->held.insert(p->held.end(), p->from_server.begin(),
+                           p->from_server.begin() + static_cast<std::ptrdiff_t>(n));
+          } else {
+            boost::asio::write(p->client, boost::asio::buffer(p->from_server.data(), n), wec);
+          }
+          pump_to_client(p);
+        });
+  }
+
+  const std::uint16_t target_port_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::vector<std::shared_ptr<Pair>> pairs_;  // proxy thread
+  bool holding_ = false;                      // proxy thread
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
 }  // namespace sluice::client::testing
