@@ -643,7 +643,7 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
     asio::ip::tcp::resolver resolver(impl->io);
     const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
     if (ec || endpoints.empty()) {
-      last = Status(ErrorCode::kConnectionFailed, "cannot resolve " + host + ": " + ec.message());
+      last = Status(ErrorCode::kConnectionFailed, "cannot resolve " + server + ": " + ec.message());
       continue;
     }
     const asio::ip::tcp::endpoint endpoint = endpoints.begin()->endpoint();

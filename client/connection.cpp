@@ -217,9 +217,14 @@ Status Connection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
     finished = handshake_cv_.wait_until(lock, give_up, done);
   }
   if (state_ == State::kReady) return Status();
-  if (!finished) return Status(ErrorCode::kTimeout, "no HELLO reply from " + config_.name);
+  if (!finished) return Status(ErrorCode::kTimeout, "no Sluice HELLO from " + config_.name);
   if (state_ == State::kClosed) return Status(ErrorCode::kClosed, "client is shutting down");
   return last_error_;
+}
+
+bool Connection::handshaking() const {
+  std::lock_guard lock(mu_);
+  return state_ == State::kHandshaking;
 }
 
 protocol::HelloReply Connection::hello() const {
@@ -332,6 +337,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
     std::string why = ec == asio::error::eof
                           ? "connection closed by " + config_.name
                           : "read from " + config_.name + " failed: " + ec.message();
+    if (handshaking()) why += " before its HELLO reply (is it a Sluice server?)";
     if (!server_error_.empty()) why += " after ERROR " + server_error_;
     fail_connection(Status(ErrorCode::kConnectionFailed, std::move(why)));
     return;
@@ -348,8 +354,13 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
           std::span<const std::uint8_t>(read_buf_.data() + read_begin_, read_end_ - read_begin_));
       if (r.status == protocol::DecodeStatus::kNeedMore) break;
       if (r.status == protocol::DecodeStatus::kMalformed) {
-        fatal = Status(ErrorCode::kProtocolError,
-                       "malformed reply from " + config_.name + ": " + std::string(r.reason));
+        // Before HELLO is answered, bad bytes mean the peer is something else (Redis, HTTP).
+        fatal = state_ == State::kHandshaking
+                    ? Status(ErrorCode::kProtocolError,
+                             config_.name + " answered something that is not Sluice (" +
+                                 std::string(r.reason) + ")")
+                    : Status(ErrorCode::kProtocolError,
+                             "malformed reply from " + config_.name + ": " + std::string(r.reason));
         break;
       }
       read_begin_ += r.frame_size;
@@ -526,9 +537,12 @@ void Connection::fail_connection(const Status& why) {
 
 bool Connection::expire(std::uint64_t now_ns) {
   if (connect_deadline_ns_ != 0 && now_ns >= connect_deadline_ns_) {
+    // The TCP connect did not finish, or the peer accepted it but sent no HELLO reply.
+    const std::string ms = std::to_string(config_.connect_timeout_ns / kNsPerMs);
     fail_connection(Status(ErrorCode::kTimeout,
-                           "connect to " + config_.name + " timed out after " +
-                               std::to_string(config_.connect_timeout_ns / kNsPerMs) + " ms"));
+                           handshaking()
+                               ? "no Sluice HELLO from " + config_.name + " within " + ms + " ms"
+                               : "connect to " + config_.name + " timed out after " + ms + " ms"));
     return false;
   }
   bool busy = false;

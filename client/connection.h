@@ -232,6 +232,7 @@ class Connection {
   static constexpr std::uint32_t kHandshakeId = 0;  // HELLO only; never in the table
 
   Status overloaded() const;
+  bool handshaking() const;  // TCP connected, HELLO sent, no reply yet
   Status admit_locked();
   std::uint32_t next_request_id_locked();
   void insert_locked(std::uint32_t id, const Completion& completion, std::uint32_t bytes);

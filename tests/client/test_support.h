@@ -90,16 +90,18 @@ class CallbackLatch {
 // A node on 127.0.0.1 that speaks just enough protocol: in kSilent it never writes a byte;
 // otherwise it answers HELLO (one shard: its own port; connect with shard_aware = false) and, in
 // kAnswer, ACQUIRE with `remaining` set to the item's cost (so a test can tell replies apart) and
-// PING. In kHold it keeps ACQUIRE replies until release_held().
+// PING. In kHold it keeps ACQUIRE replies until release_held(). In kNotSluice it answers any
+// bytes as Redis answers an unknown command. `bind` may be "::1" for an IPv6 node.
 class FakeServer {
  public:
-  enum class Mode { kSilent, kHold, kAnswer, kRefuse };
+  enum class Mode { kSilent, kHold, kAnswer, kRefuse, kNotSluice };
 
-  explicit FakeServer(Mode mode) : mode_(mode), acceptor_(io_) {
+  explicit FakeServer(Mode mode, const char* bind = "127.0.0.1") : mode_(mode), acceptor_(io_) {
     namespace ip = boost::asio::ip;
-    acceptor_.open(ip::tcp::v4());
+    const ip::tcp::endpoint endpoint(ip::make_address(bind), 0);
+    acceptor_.open(endpoint.protocol());
     acceptor_.set_option(ip::tcp::acceptor::reuse_address(true));
-    acceptor_.bind(ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
+    acceptor_.bind(endpoint);
     acceptor_.listen();
     accept();
     thread_ = std::thread([this] { io_.run(); });
@@ -110,7 +112,10 @@ class FakeServer {
   }
 
   std::string address() const {
-    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+    const auto endpoint = acceptor_.local_endpoint();
+    const std::string host = endpoint.address().to_string();
+    return (endpoint.address().is_v6() ? "[" + host + "]" : host) + ":" +
+           std::to_string(endpoint.port());
   }
   int accepted() const { return accepted_.load(); }
   // ACQUIRE frames received so far (answered, held or refused).
@@ -179,25 +184,31 @@ class FakeServer {
   }
 
   void read(const std::shared_ptr<Session>& s) {
-    s->socket.async_read_some(boost::asio::buffer(s->in.data() + s->used, s->in.size() - s->used),
-                              [this, s](const boost::system::error_code& ec, std::size_t n) {
-                                if (ec) return;
-                                s->used += n;
-                                std::size_t begin = 0;
-                                protocol::FrameDecoder decoder;
-                                for (;;) {
-                                  auto r = decoder.decode(std::span<const std::uint8_t>(
-                                      s->in.data() + begin, s->used - begin));
-                                  if (r.status != protocol::DecodeStatus::kOk) break;
-                                  begin += r.frame_size;
-                                  handle(*s, r.frame);
-                                }
-                                std::copy(s->in.begin() + static_cast<std::ptrdiff_t>(begin),
-                                          s->in.begin() + static_cast<std::ptrdiff_t>(s->used),
-                                          s->in.begin());
-                                s->used -= begin;
-                                read(s);
-                              });
+    s->socket.async_read_some(
+        boost::asio::buffer(s->in.data() + s->used, s->in.size() - s->used),
+        [this, s](const boost::system::error_code& ec, std::size_t n) {
+          if (ec) return;
+          if (mode_ == Mode::kNotSluice) {
+            static constexpr char kReply[] = "-ERR unknown command\r\n";
+            boost::system::error_code wec;
+            boost::asio::write(s->socket, boost::asio::buffer(kReply, sizeof(kReply) - 1), wec);
+            return read(s);
+          }
+          s->used += n;
+          std::size_t begin = 0;
+          protocol::FrameDecoder decoder;
+          for (;;) {
+            auto r = decoder.decode(
+                std::span<const std::uint8_t>(s->in.data() + begin, s->used - begin));
+            if (r.status != protocol::DecodeStatus::kOk) break;
+            begin += r.frame_size;
+            handle(*s, r.frame);
+          }
+          std::copy(s->in.begin() + static_cast<std::ptrdiff_t>(begin),
+                    s->in.begin() + static_cast<std::ptrdiff_t>(s->used), s->in.begin());
+          s->used -= begin;
+          read(s);
+        });
   }
 
   void handle(Session& s, const protocol::Frame& frame) {
