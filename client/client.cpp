@@ -50,6 +50,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "protocol_error";
     case ErrorCode::kClosed:
       return "closed";
+    case ErrorCode::kOverloaded:
+      return "overloaded";
   }
   return "unknown";
 }
@@ -216,6 +218,8 @@ class Latch {
 constexpr std::size_t kItemOverhead = 32;
 constexpr std::size_t kFrameOverhead = 64;
 constexpr unsigned kMaxConnectionsPerShard = 1024;
+// Request ids are 32-bit and index each connection's pending ring: keep far below that.
+constexpr std::size_t kMaxInFlight = std::size_t{1} << 24;
 
 class AsyncBatch;
 
@@ -243,7 +247,8 @@ struct Client::Impl {
         owned_io(external == nullptr ? std::make_unique<asio::io_context>(1) : nullptr),
         io(external == nullptr ? *owned_io : *external),
         timer(io),
-        batches(*this) {
+        batches(*this),
+        in_flight(options.max_in_flight) {
     const auto shortest = std::min(options.timeout, options.connect_timeout);
     tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
                                                  std::chrono::milliseconds(10));
@@ -274,9 +279,17 @@ struct Client::Impl {
     }
   }
 
-  // The I/O side: fails everything in flight, closes every connection, stops the timer.
+  // The I/O side: fails everything in flight, closes every connection, stops the timer. May
+  // run inside a callback, hence its own copy of the list: the timer's walk over snapshot()
+  // may be under way further up the stack.
   void shut_down() {
-    for (Connection* c : snapshot()) c->shut_down();
+    closed = true;
+    std::vector<Connection*> all;
+    {
+      std::lock_guard lock(connections_mu);
+      for (auto& c : connections) all.push_back(c.get());
+    }
+    for (Connection* c : all) c->shut_down();
     timer.cancel();
   }
 
@@ -291,6 +304,7 @@ struct Client::Impl {
         std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
     config.connect_timeout_ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(options.connect_timeout).count());
+    config.in_flight_limit = &in_flight;
     auto connection = std::make_unique<Connection>(io, std::move(config), [this] { arm_timer(); });
     std::lock_guard lock(connections_mu);
     connections.push_back(std::move(connection));
@@ -313,7 +327,7 @@ struct Client::Impl {
   // I/O thread. One timer for the whole client: while anything is in flight it ticks every
   // `tick` and each connection fails what is past its deadline. No timer per call.
   void arm_timer() {
-    if (timer_armed) return;
+    if (timer_armed || closed) return;
     timer_armed = true;
     timer.expires_after(tick);
     timer.async_wait(detail::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
@@ -322,7 +336,7 @@ struct Client::Impl {
       const std::uint64_t now = detail::steady_now_ns();
       bool busy = false;
       for (Connection* c : snapshot()) busy = c->expire(now) || busy;
-      if (busy) arm_timer();
+      if (busy) arm_timer();  // not after a callback's close(): see arm_timer()
     }));
   }
 
@@ -373,10 +387,12 @@ struct Client::Impl {
   asio::io_context& io;
   asio::steady_timer timer;
   bool timer_armed = false;  // I/O thread
+  bool closed = false;       // I/O thread: shut_down() ran; the timer stays off
   detail::HandlerSlot timer_slot;
   std::chrono::milliseconds tick{10};
-  BatchPool batches;  // outlives the connections: failing them completes batches
-  std::vector<Result<Decision>> completed_results;  // I/O thread: a finished batch's results
+  BatchPool batches;                // outlives the connections: failing them completes batches
+  detail::InFlightLimit in_flight;  // outlives the connections, which share it
+  std::vector<Result<Decision>> completed_results;  // I/O thread: the spare results vector
   std::mutex connections_mu;                        // guards the list; connections live until ~Impl
   std::vector<std::unique_ptr<Connection>> connections;
   std::vector<Connection*> io_connections;  // I/O thread: snapshot()'s buffer
@@ -523,15 +539,21 @@ class AsyncBatch final : public ReplySink {
 
   // I/O thread, once. The batch goes back to the pool before the callback runs, so a caller
   // that submits again from the callback (or as soon as it sees it) reuses it: the pool never
-  // needs more batches than are in flight. The results move to the I/O thread's scratch
-  // (vectors swapped, no copy) so they stay valid for the callback.
+  // needs more batches than are in flight. The results move out of the batch (vectors
+  // swapped, no copy) into a local that the callback's span points into: a batch completed
+  // inside the callback (close() fails the others) cannot touch them. The batch takes the
+  // I/O thread's spare vector instead, and the results' vector becomes the next spare.
   void complete() {
     const BatchCallback done = std::move(done_);
     done_ = nullptr;
-    std::vector<Result<Decision>>& results = impl_.completed_results;
+    std::vector<Result<Decision>> results;
+    results.swap(impl_.completed_results);  // empty if a completion up the stack holds it
     results.swap(results_);
     impl_.batches.give(*this);
     done(std::span<const Result<Decision>>(results));
+    if (results.capacity() > impl_.completed_results.capacity()) {
+      impl_.completed_results.swap(results);
+    }
   }
 
   Client::Impl& impl_;
@@ -593,6 +615,13 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
   if (options.timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
     return Status(ErrorCode::kInvalidArgument, "timeouts must be positive");
   }
+  // Deadlines are counted in nanoseconds: a larger timeout would overflow them.
+  options.timeout = std::min(options.timeout, kMaxTimeout);
+  options.connect_timeout = std::min(options.connect_timeout, kMaxTimeout);
+  if (options.max_in_flight == 0 || options.max_in_flight > kMaxInFlight) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "max_in_flight must be 1.." + std::to_string(kMaxInFlight));
+  }
   if (options.connections_per_shard == 0 ||
       options.connections_per_shard > kMaxConnectionsPerShard) {
     return Status(ErrorCode::kInvalidArgument,
@@ -614,7 +643,7 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
     asio::ip::tcp::resolver resolver(impl->io);
     const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
     if (ec || endpoints.empty()) {
-      last = Status(ErrorCode::kConnectionFailed, "cannot resolve " + host + ": " + ec.message());
+      last = Status(ErrorCode::kConnectionFailed, "cannot resolve " + server + ": " + ec.message());
       continue;
     }
     const asio::ip::tcp::endpoint endpoint = endpoints.begin()->endpoint();
@@ -769,6 +798,18 @@ void Client::close() {
   } else {
     impl_->shut_down();
   }
+}
+
+ClientCounters Client::counters() const {
+  ClientCounters sum;
+  std::lock_guard lock(impl_->connections_mu);
+  for (const auto& c : impl_->connections) {
+    const ClientCounters one = c->counters();
+    sum.timed_out += one.timed_out;
+    sum.withdrawn += one.withdrawn;
+    sum.late_replies += one.late_replies;
+  }
+  return sum;
 }
 
 const ServerInfo& Client::server_info() const { return impl_->info; }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,9 +29,14 @@ class io_context;
 
 namespace sluice::client {
 
+// The longest timeout a client keeps: larger ones (up to std::chrono::milliseconds::max()) are
+// clamped to it, so that deadlines in nanoseconds cannot overflow.
+inline constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24);
+
 struct ClientOptions {
   // "host:port" of the daemon's public port. One node is used for now: the first that answers.
   std::vector<std::string> servers = {"127.0.0.1:7420"};
+  // Both timeouts must be positive; above kMaxTimeout they are clamped to it.
   std::chrono::milliseconds timeout{100};           // per call, from submission to reply
   std::chrono::milliseconds connect_timeout{1000};  // TCP connect + HELLO
   std::string client_name = "sluice-client";        // sent in HELLO, for the server's logs
@@ -40,6 +46,11 @@ struct ClientOptions {
   // TCP connections to each shard's port (or to the public port when not shard-aware). A call
   // goes to the owning shard's connection with the fewest calls in flight.
   unsigned connections_per_shard = 1;
+  // Calls in flight at once on this client, over all its connections, 1..16,777,216. A call
+  // beyond it is refused at once with kOverloaded (never queued). Each acquire, peek, reset,
+  // ping and stats counts one; an async batch counts one per frame it sends (one per owning
+  // shard, more when split at the server's max_batch or max_frame).
+  std::size_t max_in_flight = 65536;
 };
 
 // One item of a batch.
@@ -63,6 +74,13 @@ struct ServerInfo {
   std::uint32_t max_frame = 0;
   std::uint16_t max_key = 0;
   std::uint16_t max_batch = 0;
+};
+
+// What the client itself saw since connect() (the server's counters are Client::stats()).
+struct ClientCounters {
+  std::uint64_t timed_out = 0;     // calls that ended with kTimeout
+  std::uint64_t withdrawn = 0;     // of those, taken back before their bytes were sent
+  std::uint64_t late_replies = 0;  // replies that came after their call had timed out: dropped
 };
 
 // Invoked exactly once, on the client's I/O thread. A callback that captures at most two
@@ -127,6 +145,9 @@ class Client {
   // With an external io_context: call it on the thread running `io` or while nobody runs it;
   // afterwards the client leaves no work on `io`, so `io.run()` can return.
   void close();
+
+  // The client's own counters, summed over its connections. Any thread.
+  ClientCounters counters() const;
 
   const ServerInfo& server_info() const;
   const ClientOptions& options() const;

@@ -111,6 +111,13 @@ Connection::Connection(asio::io_context& io, ConnectionConfig config,
 
 // ---- any thread ----------------------------------------------------------------------------
 
+Status Connection::overloaded() const {
+  const std::string max = std::to_string(config_.in_flight_limit->max());
+  return Status(ErrorCode::kOverloaded,
+                max + " calls already in flight (the client's max_in_flight is " + max +
+                    "); retry once replies drain");
+}
+
 Status Connection::admit_locked() {
   switch (state_) {
     case State::kClosed:
@@ -141,7 +148,8 @@ std::uint32_t Connection::next_request_id_locked() {
   return id;
 }
 
-void Connection::insert_locked(std::uint32_t id, const Completion& completion) {
+void Connection::insert_locked(std::uint32_t id, const Completion& completion,
+                               std::uint32_t bytes) {
   if (in_flight_ == 0) oldest_id_ = id;
   while (table_[id & mask_].active) grow_table_locked();
   Pending& p = table_[id & mask_];
@@ -149,6 +157,7 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion) {
   p.active = true;
   p.part = completion.part;
   p.deadline_ns = steady_now_ns() + config_.timeout_ns;
+  p.bytes = bytes;
   p.sink = completion.sink;
   if (completion.callback != nullptr) p.callback = std::move(*completion.callback);
   if (completion.batch_callback != nullptr)
@@ -170,8 +179,7 @@ void Connection::grow_table_locked() {
 }
 
 void Connection::wake_locked() {
-  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
-  if (writable && !write_in_flight_ && !wake_posted_) {
+  if (state_ == State::kReady && !write_in_flight_ && !wake_posted_) {
     wake_posted_ = true;
     asio::post(io_, in_slot(wake_slot_, [this] { on_wake(); }));
   }
@@ -209,9 +217,14 @@ Status Connection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
     finished = handshake_cv_.wait_until(lock, give_up, done);
   }
   if (state_ == State::kReady) return Status();
-  if (!finished) return Status(ErrorCode::kTimeout, "no HELLO reply from " + config_.name);
+  if (!finished) return Status(ErrorCode::kTimeout, "no Sluice HELLO from " + config_.name);
   if (state_ == State::kClosed) return Status(ErrorCode::kClosed, "client is shutting down");
   return last_error_;
+}
+
+bool Connection::handshaking() const {
+  std::lock_guard lock(mu_);
+  return state_ == State::kHandshaking;
 }
 
 protocol::HelloReply Connection::hello() const {
@@ -252,12 +265,11 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
   std::unique_lock lock(mu_);
   if (state_ != State::kConnecting) return;  // shut down meanwhile
   state_ = State::kHandshaking;
-  // HELLO goes first; whatever callers queued meanwhile is pipelined right behind it.
+  // HELLO alone: what callers queued meanwhile waits in out_ for the reply (and can still be
+  // withdrawn if it times out first).
   sending_.clear();
   protocol::encode_hello_request(sending_, kHandshakeId,
                                  protocol::HelloRequest{protocol::kVersion, config_.client_name});
-  sending_.insert(sending_.end(), out_.begin(), out_.end());
-  out_.clear();
   write_in_flight_ = true;
   lock.unlock();
   asio::async_write(socket_, asio::buffer(sending_),
@@ -269,8 +281,7 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
 void Connection::on_wake() {
   std::unique_lock lock(mu_);
   wake_posted_ = false;
-  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
-  if (!writable || write_in_flight_ || out_.empty()) return;
+  if (state_ != State::kReady || write_in_flight_ || out_.empty()) return;
   start_write_locked(lock);
 }
 
@@ -279,6 +290,7 @@ void Connection::start_write_locked(std::unique_lock<std::mutex>& lock) {
   // and both keep their capacity.
   sending_.clear();
   sending_.swap(out_);
+  unsent_from_ = next_issued_id_locked();  // everything queued has left
   write_in_flight_ = true;
   lock.unlock();
   arm_timer_();
@@ -297,8 +309,7 @@ void Connection::on_written(std::uint64_t epoch, const boost::system::error_code
   }
   std::unique_lock lock(mu_);
   write_in_flight_ = false;
-  const bool writable = state_ == State::kHandshaking || state_ == State::kReady;
-  if (writable && !out_.empty()) start_write_locked(lock);
+  if (state_ == State::kReady && !out_.empty()) start_write_locked(lock);
 }
 
 void Connection::start_read() {
@@ -326,6 +337,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
     std::string why = ec == asio::error::eof
                           ? "connection closed by " + config_.name
                           : "read from " + config_.name + " failed: " + ec.message();
+    if (handshaking()) why += " before its HELLO reply (is it a Sluice server?)";
     if (!server_error_.empty()) why += " after ERROR " + server_error_;
     fail_connection(Status(ErrorCode::kConnectionFailed, std::move(why)));
     return;
@@ -333,6 +345,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
   read_end_ += n;
 
   Status fatal;
+  bool handshake_done = false;
   ready_.clear();
   {
     std::unique_lock lock(mu_);
@@ -341,8 +354,13 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
           std::span<const std::uint8_t>(read_buf_.data() + read_begin_, read_end_ - read_begin_));
       if (r.status == protocol::DecodeStatus::kNeedMore) break;
       if (r.status == protocol::DecodeStatus::kMalformed) {
-        fatal = Status(ErrorCode::kProtocolError,
-                       "malformed reply from " + config_.name + ": " + std::string(r.reason));
+        // Before HELLO is answered, bad bytes mean the peer is something else (Redis, HTTP).
+        fatal = state_ == State::kHandshaking
+                    ? Status(ErrorCode::kProtocolError,
+                             config_.name + " answered something that is not Sluice (" +
+                                 std::string(r.reason) + ")")
+                    : Status(ErrorCode::kProtocolError,
+                             "malformed reply from " + config_.name + ": " + std::string(r.reason));
         break;
       }
       read_begin_ += r.frame_size;
@@ -381,14 +399,19 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
         backoff_ns_ = 0;
         connect_deadline_ns_ = 0;
         handshake_cv_.notify_all();
+        handshake_done = true;
         continue;
       }
       Pending& p = table_[id & mask_];
-      if (!p.active || p.id != id) continue;  // late reply to a call that timed out
+      if (!p.active || p.id != id) {  // a late reply to a call that timed out
+        late_replies_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       ready_.emplace_back(std::move(p), frame);
       p.active = false;
       p.sink = nullptr;
       --in_flight_;
+      config_.in_flight_limit->give_back(1);
       if (ready_.size() == kMaxReadyBatch) {
         // Bounded batches keep ready_ at its reserved size; frames stay valid (read_buf_ is
         // only touched by this handler).
@@ -396,14 +419,21 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
         for (auto& [pending, reply] : ready_) complete(pending, &reply, Status());
         ready_.clear();
         lock.lock();
+        if (epoch != epoch_) break;  // a callback closed the client
       }
     }
   }
   for (auto& [pending, frame] : ready_) complete(pending, &frame, Status());
   ready_.clear();
+  if (epoch != epoch_) return;  // a callback closed the client: nothing more to read
   if (!fatal.ok()) {
     fail_connection(fatal);
     return;
+  }
+  if (handshake_done) {
+    // What was queued during the handshake goes now.
+    std::unique_lock lock(mu_);
+    if (state_ == State::kReady && !write_in_flight_ && !out_.empty()) start_write_locked(lock);
   }
   start_read();
 }
@@ -442,14 +472,31 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
   }
 }
 
-void Connection::take_all_pending_locked() {
+void Connection::take_all_pending_locked(std::vector<Pending>& failed) {
   for (Pending& p : table_) {
     if (!p.active) continue;
-    failed_.push_back(std::move(p));
+    failed.push_back(std::move(p));
     p.active = false;
     p.sink = nullptr;
   }
-  in_flight_ = 0;
+  config_.in_flight_limit->give_back(in_flight_.exchange(0));
+}
+
+std::vector<Connection::Pending> Connection::detach_failed() {
+  std::vector<Pending> failed;
+  failed.swap(failed_);
+  return failed;
+}
+
+void Connection::complete_failed(std::vector<Pending>& failed, const Status& why) {
+  for (Pending& p : failed) complete(p, nullptr, why);
+  failed.clear();
+  keep_failed_buffer(failed);
+}
+
+void Connection::keep_failed_buffer(std::vector<Pending>& failed) {
+  // A nested failure path may have put a buffer back meanwhile: keep the bigger one.
+  if (failed.capacity() > failed_.capacity()) failed_.swap(failed);
 }
 
 void Connection::fail_connection(const Status& why) {
@@ -457,7 +504,7 @@ void Connection::fail_connection(const Status& why) {
   boost::system::error_code ignored;
   socket_.close(ignored);
   connect_deadline_ns_ = 0;
-  failed_.clear();
+  std::vector<Pending> failed = detach_failed();
   std::uint32_t oldest = 0;
   {
     std::lock_guard lock(mu_);
@@ -476,28 +523,35 @@ void Connection::fail_connection(const Status& why) {
     last_error_ = why;
     ++attempts_finished_;
     write_in_flight_ = false;
+    if (why.code() == ErrorCode::kTimeout) count_timeouts_locked();
     out_.clear();
-    take_all_pending_locked();
+    unsent_from_ = next_issued_id_locked();
+    take_all_pending_locked(failed);
   }
   handshake_cv_.notify_all();
   // Oldest first, so callers see failures in submission order.
-  std::sort(failed_.begin(), failed_.end(),
+  std::sort(failed.begin(), failed.end(),
             [oldest](const Pending& a, const Pending& b) { return a.id - oldest < b.id - oldest; });
-  for (Pending& p : failed_) complete(p, nullptr, why);
-  failed_.clear();
+  complete_failed(failed, why);
 }
 
 bool Connection::expire(std::uint64_t now_ns) {
   if (connect_deadline_ns_ != 0 && now_ns >= connect_deadline_ns_) {
+    // The TCP connect did not finish, or the peer accepted it but sent no HELLO reply.
+    const std::string ms = std::to_string(config_.connect_timeout_ns / kNsPerMs);
     fail_connection(Status(ErrorCode::kTimeout,
-                           "connect to " + config_.name + " timed out after " +
-                               std::to_string(config_.connect_timeout_ns / kNsPerMs) + " ms"));
+                           handshaking()
+                               ? "no Sluice HELLO from " + config_.name + " within " + ms + " ms"
+                               : "connect to " + config_.name + " timed out after " + ms + " ms"));
     return false;
   }
   bool busy = false;
-  failed_.clear();
+  std::vector<Pending> failed = detach_failed();
   {
     std::lock_guard lock(mu_);
+    // Deadlines grow with the id and out_ holds the frames of the newest ids in id order, so
+    // the expired requests still in out_ are its first `withdrawn` bytes.
+    std::size_t withdrawn = 0;
     while (in_flight_ > 0) {
       Pending& p = table_[oldest_id_ & mask_];
       if (!p.active || p.id != oldest_id_) {
@@ -505,22 +559,48 @@ bool Connection::expire(std::uint64_t now_ns) {
         continue;
       }
       if (p.deadline_ns > now_ns) break;
-      failed_.push_back(std::move(p));
+      if (p.id == unsent_from_ && withdrawn + p.bytes <= out_.size()) {
+        withdrawn += p.bytes;
+        unsent_from_ = id_after(p.id);
+        withdrawn_.fetch_add(1, std::memory_order_relaxed);
+      }
+      failed.push_back(std::move(p));
       p.active = false;
       p.sink = nullptr;
       --in_flight_;
+      config_.in_flight_limit->give_back(1);
       ++oldest_id_;
     }
+    out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(withdrawn));
+    timed_out_.fetch_add(failed.size(), std::memory_order_relaxed);
     busy = in_flight_ > 0 || state_ == State::kConnecting || state_ == State::kHandshaking;
   }
-  if (!failed_.empty()) {
-    const Status timeout(ErrorCode::kTimeout, "no reply from " + config_.name + " within " +
-                                                  std::to_string(config_.timeout_ns / kNsPerMs) +
-                                                  " ms");
-    for (Pending& p : failed_) complete(p, nullptr, timeout);
-    failed_.clear();
+  if (failed.empty()) {
+    keep_failed_buffer(failed);
+    return busy;
   }
+  const Status timeout(ErrorCode::kTimeout, "no reply from " + config_.name + " within " +
+                                                std::to_string(config_.timeout_ns / kNsPerMs) +
+                                                " ms");
+  complete_failed(failed, timeout);
   return busy;
+}
+
+void Connection::count_timeouts_locked() {
+  std::uint64_t unsent = 0;
+  for (const Pending& p : table_) {
+    if (p.active && unsent_locked(p.id)) ++unsent;
+  }
+  timed_out_.fetch_add(in_flight_, std::memory_order_relaxed);
+  withdrawn_.fetch_add(unsent, std::memory_order_relaxed);
+}
+
+ClientCounters Connection::counters() const {
+  ClientCounters c;
+  c.timed_out = timed_out_.load(std::memory_order_relaxed);
+  c.withdrawn = withdrawn_.load(std::memory_order_relaxed);
+  c.late_replies = late_replies_.load(std::memory_order_relaxed);
+  return c;
 }
 
 void Connection::shut_down() {
@@ -528,17 +608,16 @@ void Connection::shut_down() {
   boost::system::error_code ignored;
   socket_.close(ignored);
   connect_deadline_ns_ = 0;
-  failed_.clear();
+  std::vector<Pending> failed = detach_failed();
   {
     std::lock_guard lock(mu_);
     state_ = State::kClosed;
     out_.clear();
-    take_all_pending_locked();
+    unsent_from_ = next_issued_id_locked();
+    take_all_pending_locked(failed);
   }
   handshake_cv_.notify_all();
-  const Status closed(ErrorCode::kClosed, "client is shutting down");
-  for (Pending& p : failed_) complete(p, nullptr, closed);
-  failed_.clear();
+  complete_failed(failed, Status(ErrorCode::kClosed, "client is shutting down"));
 }
 
 }  // namespace sluice::client::detail

@@ -131,6 +131,28 @@ SlotHandler<std::decay_t<Handler>> in_slot(HandlerSlot& slot, Handler&& handler)
   return SlotHandler<std::decay_t<Handler>>(slot, std::forward<Handler>(handler));
 }
 
+// The client's bound on calls in flight (ClientOptions::max_in_flight), shared by its
+// connections: a call takes a unit when it is queued and gives it back when it leaves the
+// pending table (answered, timed out, failed or closed).
+class InFlightLimit {
+ public:
+  explicit InFlightLimit(std::size_t max) : max_(max) {}
+  std::size_t max() const { return max_; }
+  // False, taking nothing, when max() calls are already in flight.
+  bool try_take() {
+    std::size_t n = count_.load(std::memory_order_relaxed);
+    do {
+      if (n >= max_) return false;
+    } while (!count_.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
+    return true;
+  }
+  void give_back(std::size_t n) { count_.fetch_sub(n, std::memory_order_relaxed); }
+
+ private:
+  const std::size_t max_;
+  std::atomic<std::size_t> count_{0};
+};
+
 struct ConnectionConfig {
   std::string name;  // "host:port", for messages
   boost::asio::ip::tcp::endpoint endpoint;
@@ -138,6 +160,7 @@ struct ConnectionConfig {
   std::string client_name;
   std::uint64_t timeout_ns = 0;
   std::uint64_t connect_timeout_ns = 0;
+  InFlightLimit* in_flight_limit = nullptr;  // the client's; outlives the connection
 };
 
 class Connection {
@@ -151,14 +174,20 @@ class Connection {
 
   // Queues one request: `encode(out, request_id)` appends exactly one frame to `out`. Connects
   // first when disconnected (at most once per backoff interval). A failed Status means nothing
-  // was queued and nobody will be called; the caller reports it.
+  // was queued and nobody will be called; the caller reports it. kOverloaded when the client
+  // already has max_in_flight calls in flight.
   template <typename Encode>
   Status submit(Encode&& encode, const Completion& completion) {
     std::unique_lock lock(mu_);
-    if (Status admitted = admit_locked(); !admitted.ok()) return admitted;
+    if (!config_.in_flight_limit->try_take()) return overloaded();
+    if (Status admitted = admit_locked(); !admitted.ok()) {
+      config_.in_flight_limit->give_back(1);
+      return admitted;
+    }
     const std::uint32_t id = next_request_id_locked();
+    const std::size_t before = out_.size();
     encode(out_, id);
-    insert_locked(id, completion);
+    insert_locked(id, completion, static_cast<std::uint32_t>(out_.size() - before));
     wake_locked();
     return Status();
   }
@@ -173,9 +202,13 @@ class Connection {
   // Calls in flight (a hint for choosing among connections; read without the mutex).
   std::size_t load() const { return in_flight_.load(std::memory_order_relaxed); }
 
-  // I/O thread: fails requests whose deadline passed and a connect that took too long. True
-  // while anything is pending or a connect is in progress (the timer must keep running).
+  // I/O thread: fails requests whose deadline passed and a connect that took too long. A
+  // request whose bytes are still queued (not yet handed to the socket) is withdrawn: they are
+  // never sent. True while anything is pending or a connect is in progress (the timer must
+  // keep running).
   bool expire(std::uint64_t now_ns);
+  // Timed-out, withdrawn and late-reply counts (any thread).
+  ClientCounters counters() const;
   // I/O thread: fails everything with kClosed, closes the socket and refuses new requests.
   void shut_down();
 
@@ -187,6 +220,7 @@ class Connection {
     bool active = false;
     std::uint32_t part = 0;
     std::uint64_t deadline_ns = 0;
+    std::uint32_t bytes = 0;  // the frame's size in out_, for withdrawing it
     ReplySink* sink = nullptr;
     AcquireCallback callback;
     BatchCallback batch_callback;
@@ -197,9 +231,18 @@ class Connection {
 
   static constexpr std::uint32_t kHandshakeId = 0;  // HELLO only; never in the table
 
+  Status overloaded() const;
+  bool handshaking() const;  // TCP connected, HELLO sent, no reply yet
   Status admit_locked();
   std::uint32_t next_request_id_locked();
-  void insert_locked(std::uint32_t id, const Completion& completion);
+  void insert_locked(std::uint32_t id, const Completion& completion, std::uint32_t bytes);
+  // The id after `id`, skipping the handshake's; next_issued_id_locked(): the next submit's.
+  static std::uint32_t id_after(std::uint32_t id) {
+    return id + 1 == kHandshakeId ? id + 2 : id + 1;
+  }
+  std::uint32_t next_issued_id_locked() const { return id_after(next_id_ - 1); }
+  // True while the request's frame is still in out_. REQUIRES: the request is pending.
+  bool unsent_locked(std::uint32_t id) const { return id - unsent_from_ < next_id_ - unsent_from_; }
   void grow_table_locked();
   void wake_locked();
 
@@ -213,9 +256,17 @@ class Connection {
   void on_read(std::uint64_t epoch, const boost::system::error_code& ec, std::size_t n);
   void handle_handshake(const protocol::Frame& frame);
   void fail_connection(const Status& why);
-  // Moves every call in flight to failed_. REQUIRES: mu_ held.
-  void take_all_pending_locked();
+  // Moves every call in flight to `failed`. REQUIRES: mu_ held.
+  void take_all_pending_locked(std::vector<Pending>& failed);
+  // A connect timed out: counts its calls as timed out, and those still queued as withdrawn.
+  void count_timeouts_locked();
   void complete(Pending& pending, const protocol::Frame* reply, const Status& failure);
+  // The failure paths complete a list detached from failed_: a callback may close the client,
+  // which fails calls again (shut_down()) while the outer list is still being walked.
+  std::vector<Pending> detach_failed();
+  // Completes every call in `failed` with `why`, then keeps its buffer for the next failure.
+  void complete_failed(std::vector<Pending>& failed, const Status& why);
+  void keep_failed_buffer(std::vector<Pending>& failed);
 
   boost::asio::io_context& io_;
   const ConnectionConfig config_;
@@ -228,7 +279,12 @@ class Connection {
   Status last_error_;                    // why the last connection or attempt ended
   std::uint64_t next_attempt_ns_ = 0;    // no reconnect before this (backoff)
   std::uint64_t backoff_ns_ = 0;
-  protocol::Bytes out_;           // frames queued by submit(), not yet handed to the socket
+  // Frames queued by submit(), not yet handed to the socket: those of ids [unsent_from_,
+  // next_id_), in id order, each still pending (a reply cannot precede its request; a
+  // timeout withdraws its frame; a failure clears them all). Sent only once HELLO is
+  // answered, so a request never reaches a peer that has not proved to be the right shard.
+  protocol::Bytes out_;
+  std::uint32_t unsent_from_ = 1;
   bool wake_posted_ = false;      // an on_wake() is queued
   HandlerSlot wake_slot_;         // wake-ups: allocated under mu_, freed on the I/O thread
   bool write_in_flight_ = false;  // an async_write is in flight
@@ -239,6 +295,10 @@ class Connection {
   std::uint32_t next_id_ = 1;
   std::uint32_t oldest_id_ = 1;
   std::atomic<std::size_t> in_flight_{0};  // changed under mu_; load() reads it without
+  // Written on the I/O thread, read by counters() from any thread.
+  std::atomic<std::uint64_t> timed_out_{0};
+  std::atomic<std::uint64_t> withdrawn_{0};
+  std::atomic<std::uint64_t> late_replies_{0};
   protocol::HelloReply hello_;
 
   // I/O thread only.
@@ -254,7 +314,7 @@ class Connection {
   protocol::FrameDecoder decoder_;
   std::string server_error_;  // the last ERROR frame's text, for the close message
   std::vector<std::pair<Pending, protocol::Frame>> ready_;  // replies matched in one read
-  std::vector<Pending> failed_;
+  std::vector<Pending> failed_;  // a spare buffer, empty while a failure path holds it
   std::vector<protocol::AcquireResult> results_;
 };
 

@@ -20,10 +20,11 @@ enum class ErrorCode : std::uint8_t {
   kServerError,       // the server sent an ERROR frame for this call (message says which)
   kProtocolError,     // the reply did not parse or did not match the request
   kClosed,            // the client is shutting down
+  kOverloaded,        // refused at once: the client already has max_in_flight calls in flight
 };
 
 // "ok", "invalid_argument", "invalid_rule", "invalid_key", "no_memory", "timeout",
-// "connection_failed", "server_error", "protocol_error", "closed".
+// "connection_failed", "server_error", "protocol_error", "closed", "overloaded".
 std::string_view error_code_name(ErrorCode code);
 
 class Status {

@@ -339,5 +339,20 @@ TEST_CASE("an IPv6 endpoint prints in brackets in sluiced and sluicectl and slui
   CHECK(sluiced.stop() == 0);
 }
 
+TEST_CASE("sluicectl pointed at something that is not Sluice says so") {
+  require_sluicectl();
+  FakeServer silent(FakeServer::Mode::kSilent);
+  Run no_hello = run("--servers " + silent.address() + " --timeout 100ms ping");
+  CHECK(no_hello.status == 2);
+  CHECK(no_hello.output ==
+        "sluicectl: timeout: no Sluice HELLO from " + silent.address() + " within 100 ms\n");
+
+  FakeServer redis(FakeServer::Mode::kNotSluice);
+  Run not_sluice = run("--servers " + redis.address() + " --timeout 1s ping");
+  CHECK(not_sluice.status == 2);
+  CHECK(not_sluice.output == "sluicectl: protocol_error: " + redis.address() +
+                                 " answered something that is not Sluice (bad magic)\n");
+}
+
 }  // namespace
 }  // namespace sluice::client

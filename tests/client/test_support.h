@@ -90,16 +90,18 @@ class CallbackLatch {
 // A node on 127.0.0.1 that speaks just enough protocol: in kSilent it never writes a byte;
 // otherwise it answers HELLO (one shard: its own port; connect with shard_aware = false) and, in
 // kAnswer, ACQUIRE with `remaining` set to the item's cost (so a test can tell replies apart) and
-// PING. In kHold it keeps ACQUIRE replies until release_held().
+// PING. In kHold it keeps ACQUIRE replies until release_held(). In kNotSluice it answers any
+// bytes as Redis answers an unknown command. `bind` may be "::1" for an IPv6 node.
 class FakeServer {
  public:
-  enum class Mode { kSilent, kHold, kAnswer, kRefuse };
+  enum class Mode { kSilent, kHold, kAnswer, kRefuse, kNotSluice };
 
-  explicit FakeServer(Mode mode) : mode_(mode), acceptor_(io_) {
+  explicit FakeServer(Mode mode, const char* bind = "127.0.0.1") : mode_(mode), acceptor_(io_) {
     namespace ip = boost::asio::ip;
-    acceptor_.open(ip::tcp::v4());
+    const ip::tcp::endpoint endpoint(ip::make_address(bind), 0);
+    acceptor_.open(endpoint.protocol());
     acceptor_.set_option(ip::tcp::acceptor::reuse_address(true));
-    acceptor_.bind(ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
+    acceptor_.bind(endpoint);
     acceptor_.listen();
     accept();
     thread_ = std::thread([this] { io_.run(); });
@@ -110,9 +112,19 @@ class FakeServer {
   }
 
   std::string address() const {
-    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+    const auto endpoint = acceptor_.local_endpoint();
+    const std::string host = endpoint.address().to_string();
+    return (endpoint.address().is_v6() ? "[" + host + "]" : host) + ":" +
+           std::to_string(endpoint.port());
   }
   int accepted() const { return accepted_.load(); }
+  // ACQUIRE frames received so far (answered, held or refused).
+  int acquires() const { return acquires_.load(); }
+  // Waits until at least `n` ACQUIRE frames have arrived; false after `limit`.
+  bool wait_acquires(int n, std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return acquires_.load() >= n; });
+  }
 
   void set_mode(Mode mode) {
     run([this, mode] { mode_ = mode; });
@@ -172,25 +184,31 @@ class FakeServer {
   }
 
   void read(const std::shared_ptr<Session>& s) {
-    s->socket.async_read_some(boost::asio::buffer(s->in.data() + s->used, s->in.size() - s->used),
-                              [this, s](const boost::system::error_code& ec, std::size_t n) {
-                                if (ec) return;
-                                s->used += n;
-                                std::size_t begin = 0;
-                                protocol::FrameDecoder decoder;
-                                for (;;) {
-                                  auto r = decoder.decode(std::span<const std::uint8_t>(
-                                      s->in.data() + begin, s->used - begin));
-                                  if (r.status != protocol::DecodeStatus::kOk) break;
-                                  begin += r.frame_size;
-                                  handle(*s, r.frame);
-                                }
-                                std::copy(s->in.begin() + static_cast<std::ptrdiff_t>(begin),
-                                          s->in.begin() + static_cast<std::ptrdiff_t>(s->used),
-                                          s->in.begin());
-                                s->used -= begin;
-                                read(s);
-                              });
+    s->socket.async_read_some(
+        boost::asio::buffer(s->in.data() + s->used, s->in.size() - s->used),
+        [this, s](const boost::system::error_code& ec, std::size_t n) {
+          if (ec) return;
+          if (mode_ == Mode::kNotSluice) {
+            static constexpr char kReply[] = "-ERR unknown command\r\n";
+            boost::system::error_code wec;
+            boost::asio::write(s->socket, boost::asio::buffer(kReply, sizeof(kReply) - 1), wec);
+            return read(s);
+          }
+          s->used += n;
+          std::size_t begin = 0;
+          protocol::FrameDecoder decoder;
+          for (;;) {
+            auto r = decoder.decode(
+                std::span<const std::uint8_t>(s->in.data() + begin, s->used - begin));
+            if (r.status != protocol::DecodeStatus::kOk) break;
+            begin += r.frame_size;
+            handle(*s, r.frame);
+          }
+          std::copy(s->in.begin() + static_cast<std::ptrdiff_t>(begin),
+                    s->in.begin() + static_cast<std::ptrdiff_t>(s->used), s->in.begin());
+          s->used -= begin;
+          read(s);
+        });
   }
 
   void handle(Session& s, const protocol::Frame& frame) {
@@ -210,6 +228,11 @@ class FakeServer {
         protocol::encode_ping(out, id, frame.body, true);
         break;
       case protocol::Opcode::kAcquire: {
+        {
+          std::lock_guard lock(mu_);
+          ++acquires_;
+          cv_.notify_all();
+        }
         if (mode_ == Mode::kRefuse) {
           protocol::encode_error(out, id, protocol::ErrorCode::kInternal, "boom");
           boost::system::error_code ec;
@@ -237,6 +260,141 @@ class FakeServer {
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::vector<std::shared_ptr<Session>> sessions_;
+  std::atomic<int> accepted_{0};
+  std::atomic<int> acquires_{0};
+  std::mutex mu_;  // for waiting on acquires_
+  std::condition_variable cv_;
+  std::thread thread_;
+};
+
+// A TCP proxy on 127.0.0.1 in front of a server's port: forwards bytes both ways, except that
+// while replies are held, what the server sends waits in the proxy (so a real daemon's HELLO
+// reply can be delayed at will).
+class GateProxy {
+ public:
+  explicit GateProxy(std::uint16_t target_port) : target_port_(target_port), acceptor_(io_) {
+    namespace ip = boost::asio::ip;
+    acceptor_.open(ip::tcp::v4());
+    acceptor_.set_option(ip::tcp::acceptor::reuse_address(true));
+    acceptor_.bind(ip::tcp::endpoint(ip::make_address("127.0.0.1"), 0));
+    acceptor_.listen();
+    accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~GateProxy() {
+    io_.stop();
+    thread_.join();
+  }
+
+  std::string address() const {
+    return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+  int accepted() const { return accepted_.load(); }
+
+  // From now on the server's bytes wait in the proxy.
+  void hold_replies() {
+    run([this] { holding_ = true; });
+  }
+  // Sends what was held and forwards again.
+  void release_replies() {
+    run([this] {
+      holding_ = false;
+      for (auto& pair : pairs_) {
+        boost::system::error_code ec;
+        if (pair->client.is_open())
+          boost::asio::write(pair->client, boost::asio::buffer(pair->held), ec);
+        pair->held.clear();
+      }
+    });
+  }
+  // Closes both sides of every proxied connection; new ones are still accepted.
+  void drop_connections() {
+    run([this] {
+      for (auto& pair : pairs_) {
+        boost::system::error_code ec;
+        pair->client.close(ec);
+        pair->server.close(ec);
+      }
+      pairs_.clear();
+    });
+  }
+
+ private:
+  struct Pair {
+    explicit Pair(boost::asio::io_context& io) : client(io), server(io) {}
+    boost::asio::ip::tcp::socket client;
+    boost::asio::ip::tcp::socket server;
+    std::vector<std::uint8_t> from_client = std::vector<std::uint8_t>(1 << 16);
+    std::vector<std::uint8_t> from_server = std::vector<std::uint8_t>(1 << 16);
+    std::vector<std::uint8_t> held;
+  };
+
+  template <typename F>
+  void run(F f) {
+    std::promise<void> done;
+    boost::asio::post(io_, [&] {
+      f();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+
+  void accept() {
+    auto pair = std::make_shared<Pair>(io_);
+    acceptor_.async_accept(pair->client, [this, pair](const boost::system::error_code& ec) {
+      if (ec) return;
+      boost::system::error_code connect_ec;
+      pair->server.connect(
+          boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), target_port_),
+          connect_ec);
+      if (!connect_ec) {
+        ++accepted_;
+        pairs_.push_back(pair);
+        pump_to_server(pair);
+        pump_to_client(pair);
+      }
+      accept();
+    });
+  }
+
+  void pump_to_server(const std::shared_ptr<Pair>& p) {
+    p->client.async_read_some(boost::asio::buffer(p->from_client),
+                              [this, p](const boost::system::error_code& ec, std::size_t n) {
+                                boost::system::error_code wec;
+                                if (ec) {
+                                  p->server.close(wec);
+                                  return;
+                                }
+                                boost::asio::write(
+                                    p->server, boost::asio::buffer(p->from_client.data(), n), wec);
+                                pump_to_server(p);
+                              });
+  }
+
+  void pump_to_client(const std::shared_ptr<Pair>& p) {
+    p->server.async_read_some(
+        boost::asio::buffer(p->from_server),
+        [this, p](const boost::system::error_code& ec, std::size_t n) {
+          boost::system::error_code wec;
+          if (ec) {
+            p->client.close(wec);
+            return;
+          }
+          if (holding_) {
+            p->held.insert(p->held.end(), p->from_server.begin(),
+                           p->from_server.begin() + static_cast<std::ptrdiff_t>(n));
+          } else {
+            boost::asio::write(p->client, boost::asio::buffer(p->from_server.data(), n), wec);
+          }
+          pump_to_client(p);
+        });
+  }
+
+  const std::uint16_t target_port_;
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::vector<std::shared_ptr<Pair>> pairs_;  // proxy thread
+  bool holding_ = false;                      // proxy thread
   std::atomic<int> accepted_{0};
   std::thread thread_;
 };

@@ -1,0 +1,104 @@
+// A call that timed out is never spent later: withdrawn while its bytes are still queued, and
+// its late reply dropped (and counted) once they had left.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+
+#include "client/client.h"
+#include "tests/client/test_support.h"
+
+namespace sluice::client {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::connect_or_fail;
+using testing::FakeServer;
+using testing::GateProxy;
+using testing::options_for;
+using testing::TestServer;
+using Clock = std::chrono::steady_clock;
+
+Rule rule_of(std::uint32_t limit) {
+  Rule r;
+  r.limit = limit;
+  r.period_ms = 60'000;
+  return r;
+}
+
+// Wall-clock bounds only catch hangs.
+constexpr auto kHang = 10s;
+
+TEST_CASE("a call that times out while the handshake is delayed is never sent") {
+  TestServer server;
+  GateProxy proxy(server.server().port());
+  ClientOptions options = options_for(proxy.address(), /*shard_aware=*/false);
+  options.timeout = 300ms;
+  options.connect_timeout = 10s;  // the reconnect below must outlast the timed-out call
+  auto client = connect_or_fail(options);
+  REQUIRE(client->acquire("withdraw:warm", rule_of(5)).ok());
+
+  // The daemon's replies (its next HELLO reply first) now wait in the proxy. Cut the
+  // connection and let a call reconnect: it times out with the handshake still under way.
+  proxy.hold_replies();
+  proxy.drop_connections();
+  Result<Decision> probe = client->peek("withdraw:probe", rule_of(5));
+  for (int i = 0; i < 20 && probe.code() != ErrorCode::kTimeout; ++i) {
+    probe = client->peek("withdraw:probe", rule_of(5));
+  }
+  REQUIRE(probe.code() == ErrorCode::kTimeout);
+
+  // The call under test: told it failed, so it must never reach the daemon.
+  const Result<Decision> timed_out = client->acquire("withdraw:key", rule_of(5));
+  REQUIRE(timed_out.code() == ErrorCode::kTimeout);
+  const ClientCounters before_release = client->counters();
+  CHECK(before_release.withdrawn >= 1);
+
+  // The handshake completes; a peek on the same connection (same key, so the same shard, after
+  // the acquire had it been sent) finds the key untouched: all 5 units could still be taken.
+  proxy.release_replies();
+  const auto deadline = Clock::now() + kHang;
+  Result<Decision> peeked = client->peek("withdraw:key", rule_of(5), 5);
+  while (!peeked.ok() && Clock::now() < deadline) {
+    peeked = client->peek("withdraw:key", rule_of(5), 5);
+  }
+  REQUIRE(peeked.ok());
+  CHECK(peeked->allowed);
+  // And so does a client of its own, straight to the daemon.
+  auto direct = connect_or_fail(options_for(server.address()));
+  const Result<Decision> direct_peek = direct->peek("withdraw:key", rule_of(5), 5);
+  REQUIRE(direct_peek.ok());
+  CHECK(direct_peek->allowed);
+  CHECK(client->counters().late_replies == 0);  // nothing withdrawn was answered
+}
+
+TEST_CASE("a reply that arrives after its call timed out is dropped and counted") {
+  FakeServer node(FakeServer::Mode::kHold);
+  ClientOptions options = options_for(node.address(), /*shard_aware=*/false);
+  options.timeout = 100ms;
+  auto client = connect_or_fail(options);
+  CHECK(client->counters().late_replies == 0);
+  CHECK(client->acquire("late:key", rule_of(10), 111).code() == ErrorCode::kTimeout);
+  REQUIRE(node.wait_acquires(1, kHang));  // it was sent before it timed out: not withdrawn
+  ClientCounters counters = client->counters();
+  CHECK(counters.timed_out == 1);
+  CHECK(counters.withdrawn == 0);
+
+  node.release_held();  // the reply to cost 111 arrives now, late
+  node.set_mode(FakeServer::Mode::kAnswer);
+  // The next call's reply comes after the late one on the same connection, so once it is
+  // answered the late one has been read. Retries only guard a loaded machine's timeouts.
+  const auto deadline = Clock::now() + kHang;
+  std::uint32_t cost = 222;
+  Result<Decision> d = client->acquire("late:key", rule_of(1000), cost);
+  while (d.code() == ErrorCode::kTimeout && Clock::now() < deadline) {
+    d = client->acquire("late:key", rule_of(1000), ++cost);
+  }
+  REQUIRE(d.ok());
+  CHECK(d->remaining == cost);
+  counters = client->counters();
+  CHECK(counters.late_replies >= 1);
+  CHECK(counters.late_replies <= counters.timed_out);
+}
+
+}  // namespace
+}  // namespace sluice::client
