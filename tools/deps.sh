@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Sluice needs to build, test and benchmark.
+# Installs the Debian packages Sluice needs to build, test and benchmark, plus any packages
+# given as arguments (tools/test.sh adds clang-format, clang and libclang-rt-14-dev).
 # Idempotent: does nothing (and prints nothing) when everything is already there.
 set -euo pipefail
 

@@ -130,7 +130,7 @@ TEST_CASE("merging an empty histogram changes nothing", "[histogram]") {
   CHECK(empty.min() == 500);
 }
 
-TEST_CASE("percentile arguments outside [0, 100] are clamped", "[histogram]") {
+TEST_CASE("percentile arguments below 0 or above 100 are clamped", "[histogram]") {
   LatencyHistogram h;
   h.record(5);
   h.record(50);

@@ -75,7 +75,7 @@ TEST_CASE("the same seed gives the same keys, another seed other keys", "[keys]"
   CHECK(derive_seed(1, 0) != derive_seed(2, 0));
 }
 
-TEST_CASE("uniform keys cover [0, K) evenly", "[keys]") {
+TEST_CASE("uniform keys cover keys 0 to K-1 evenly", "[keys]") {
   constexpr std::uint64_t kKeys = 100;
   constexpr std::uint64_t kSamples = 1'000'000;
   KeyGenerator gen(*parse_distribution("uniform"), kKeys, 7);

@@ -2,6 +2,7 @@
 // reuse their out-params.
 #include "protocol/messages.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <ostream>
@@ -60,21 +61,26 @@ void check_same_items(const std::vector<AcquireItem>& got, const std::vector<Acq
 
 // An ACQUIRE body written by hand: `count` in the list header, then the given item bytes.
 Bytes acquire_body(std::uint16_t count, const Bytes& items, std::uint16_t reserved = 0) {
-  Bytes body = {static_cast<std::uint8_t>(count), static_cast<std::uint8_t>(count >> 8),
-                static_cast<std::uint8_t>(reserved), static_cast<std::uint8_t>(reserved >> 8)};
-  body.insert(body.end(), items.begin(), items.end());
+  Bytes body(4 + items.size());
+  body[0] = static_cast<std::uint8_t>(count);
+  body[1] = static_cast<std::uint8_t>(count >> 8);
+  body[2] = static_cast<std::uint8_t>(reserved);
+  body[3] = static_cast<std::uint8_t>(reserved >> 8);
+  std::copy(items.begin(), items.end(), body.begin() + 4);
   return body;
 }
 
 // One ACQUIRE item written by hand: fixed part with the given key length, then `key`.
 Bytes acquire_item_bytes(std::uint16_t key_len, std::string_view key, std::uint8_t flags = 0) {
-  Bytes bytes = {4, flags, static_cast<std::uint8_t>(key_len),
-                 static_cast<std::uint8_t>(key_len >> 8)};
-  bytes.resize(24, 0);
+  Bytes bytes(24 + key.size(), 0);
+  bytes[0] = 4;  // algorithm
+  bytes[1] = flags;
+  bytes[2] = static_cast<std::uint8_t>(key_len);
+  bytes[3] = static_cast<std::uint8_t>(key_len >> 8);
   bytes[4] = 10;    // limit
   bytes[12] = 1;    // cost
   bytes[16] = 100;  // period_ms
-  bytes.insert(bytes.end(), key.begin(), key.end());
+  std::copy(key.begin(), key.end(), bytes.begin() + 24);
   return bytes;
 }
 
@@ -191,8 +197,7 @@ TEST_CASE("a HELLO reply with an inconsistent body fails to parse") {
     CHECK_FALSE(parse_hello_reply(bad, parsed));
   }
   SECTION("node id past the end") {
-    Bytes bad = body;
-    bad.pop_back();
+    const Bytes bad(body.begin(), body.end() - 1);
     CHECK_FALSE(parse_hello_reply(bad, parsed));
   }
   SECTION("trailing byte") {

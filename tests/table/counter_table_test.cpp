@@ -582,7 +582,7 @@ TEST_CASE("at the cap the search for a ring runs across every segment") {
   CHECK(table.TEST_check_invariants());
 }
 
-TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones; a peek needs none") {
+TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones, and a peek needs none") {
   CounterTable table(config(kSmallCap));
   const Rule& small = kLog20;
   const Rule large{Algorithm::kSlidingLog, 500, 60'000, 0};  // 4 KiB rings
