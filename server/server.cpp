@@ -15,6 +15,7 @@
 #include <system_error>
 #include <thread>
 
+#include "core/units.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -38,7 +39,7 @@ std::uint16_t bind_guard(boost::asio::ip::tcp::acceptor& guard,
   if (!ec) bound = guard.local_endpoint(ec).port();
   if (ec) {
     throw std::system_error(std::error_code(ec.value(), std::system_category()),
-                            fmt::format("cannot bind {}:{}", address.to_string(), port));
+                            "cannot bind " + format_host_port(address.to_string(), port));
   }
   return bound;
 }
@@ -121,7 +122,7 @@ void Server::start() {
         context.shards[i]->listen_shard(address, static_cast<std::uint16_t>(wanted));
   }
 
-  context.node_id = config.node_id.empty() ? fmt::format("{}:{}", config.bind, context.public_port)
+  context.node_id = config.node_id.empty() ? format_host_port(config.bind, context.public_port)
                                            : config.node_id;
 
   for (auto& shard : context.shards) shard->spawn();
