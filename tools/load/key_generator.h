@@ -5,8 +5,8 @@
 //  - "uniform": every index in [0, K) equally likely.
 //  - "zipf:S" (S > 0): index i has probability (i+1)^-S / H(K,S), H(K,S) = sum_{k=1..K} k^-S,
 //    so index 0 is the hottest. Sampled by rejection-inversion (Hormann & Derflinger, 1996):
-//    O(1) memory whatever K (no table, so K = 10M costs nothing); 1.00-1.02 uniform draws and
-//    a few exp/log per sample (about 0.1 us).
+//    O(1) memory whatever K (no table, so K = 10M costs nothing); a few exp/log per sample,
+//    and a rejected draw is rare.
 //  - "hot:P" (0 <= P <= 100): index 0 gets P percent of the draws, the rest are uniform over
 //    [1, K). With K = 1 every draw is index 0.
 //  - "seq": 0, 1, ..., K-1, 0, ... in order (every key touched once in K draws: for memory

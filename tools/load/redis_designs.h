@@ -1,5 +1,5 @@
 // The two ways people build a rate limiter on Redis, as command builders and reply readers, so
-// sluice-load can drive Redis with the same traffic it sends to Sluice (DESIGN.md section 2).
+// sluice-load can drive Redis with the same traffic it sends to Sluice (docs/BENCHMARKS.md).
 //
 //  - lua_token_bucket: one EVALSHA per decision of the script below (HMGET tokens/ts, refill
 //    by elapsed server time, take `cost` if enough, HSET, PEXPIRE). Loaded once with SCRIPT LOAD.
