@@ -122,8 +122,8 @@ void Server::start() {
         context.shards[i]->listen_shard(address, static_cast<std::uint16_t>(wanted));
   }
 
-  context.node_id = config.node_id.empty() ? format_host_port(config.bind, context.public_port)
-                                           : config.node_id;
+  context.node_id =
+      config.node_id.empty() ? format_host_port(config.bind, context.public_port) : config.node_id;
 
   for (auto& shard : context.shards) shard->spawn();
   impl_->threads.reserve(context.shard_count);
