@@ -794,6 +794,12 @@ Result<std::vector<Stat>> Client::stats() {
 
 void Client::close() {
   if (impl_->owned_io) {
+    // Refused here, before close() returns: a call made after it must not reach the server
+    // through a write the I/O thread has yet to start.
+    {
+      std::lock_guard lock(impl_->connections_mu);
+      for (auto& c : impl_->connections) c->refuse_new();
+    }
     asio::post(impl_->io, [impl = impl_.get()] { impl->shut_down(); });
   } else {
     impl_->shut_down();

@@ -217,7 +217,10 @@ Status Connection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
     finished = handshake_cv_.wait_until(lock, give_up, done);
   }
   if (state_ == State::kReady) return Status();
-  if (!finished) return Status(ErrorCode::kTimeout, "no Sluice HELLO from " + config_.name);
+  if (!finished) {
+    return Status(ErrorCode::kTimeout, "no Sluice HELLO from " + config_.name + " within " +
+                                           std::to_string(limit.count()) + " ms");
+  }
   if (state_ == State::kClosed) return Status(ErrorCode::kClosed, "client is shutting down");
   return last_error_;
 }
@@ -407,6 +410,12 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
         late_replies_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
+      if (unsent_locked(id)) {
+        // Its frame is still in out_: answering it would decide it twice once it is sent.
+        fatal = Status(ErrorCode::kProtocolError, config_.name + " answered request " +
+                                                      std::to_string(id) + " before it was sent");
+        break;
+      }
       ready_.emplace_back(std::move(p), frame);
       p.active = false;
       p.sink = nullptr;
@@ -573,7 +582,11 @@ bool Connection::expire(std::uint64_t now_ns) {
     }
     out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(withdrawn));
     timed_out_.fetch_add(failed.size(), std::memory_order_relaxed);
-    busy = in_flight_ > 0 || state_ == State::kConnecting || state_ == State::kHandshaking;
+    // A write still in flight keeps the timer on even with nothing pending: a call queued
+    // behind a stalled write arms nothing itself (wake_locked() waits for the write), and must
+    // still time out (and be withdrawn) at its deadline.
+    busy = in_flight_ > 0 || write_in_flight_ || state_ == State::kConnecting ||
+           state_ == State::kHandshaking;
   }
   if (failed.empty()) {
     keep_failed_buffer(failed);
@@ -597,10 +610,17 @@ void Connection::count_timeouts_locked() {
 
 ClientCounters Connection::counters() const {
   ClientCounters c;
+  // Late replies first: each follows its timeout, so a snapshot under traffic still has
+  // late_replies <= timed_out - withdrawn.
+  c.late_replies = late_replies_.load(std::memory_order_relaxed);
   c.timed_out = timed_out_.load(std::memory_order_relaxed);
   c.withdrawn = withdrawn_.load(std::memory_order_relaxed);
-  c.late_replies = late_replies_.load(std::memory_order_relaxed);
   return c;
+}
+
+void Connection::refuse_new() {
+  std::lock_guard lock(mu_);
+  state_ = State::kClosed;
 }
 
 void Connection::shut_down() {

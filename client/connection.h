@@ -209,6 +209,9 @@ class Connection {
   bool expire(std::uint64_t now_ns);
   // Timed-out, withdrawn and late-reply counts (any thread).
   ClientCounters counters() const;
+  // Any thread: refuses new requests (kClosed) and sends nothing more that is queued; what is
+  // pending waits for shut_down().
+  void refuse_new();
   // I/O thread: fails everything with kClosed, closes the socket and refuses new requests.
   void shut_down();
 

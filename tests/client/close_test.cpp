@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -276,6 +277,53 @@ TEST_CASE("close() from a callback on the client's own I/O thread completes ever
     CHECK(client->acquire("threaded:after", rule_of(5)).code() == ErrorCode::kClosed);
     CHECK(out.latch.done() == kCalls);
   }
+}
+
+TEST_CASE("a call made after close() returns is never sent while a write waits to start") {
+  FakeServer node(FakeServer::Mode::kAnswer);
+  auto client = connect_or_fail(options_for(node.address(), /*shard_aware=*/false));
+  // Declared after the client, so it opens (and frees the I/O thread) before the client's
+  // destructor joins that thread, whatever fails below.
+  struct Gate {
+    std::promise<void> promise;
+    std::shared_future<void> future = promise.get_future().share();
+    bool opened = false;
+    void open() {
+      if (!opened) promise.set_value();
+      opened = true;
+    }
+    ~Gate() { open(); }
+  } gate;
+
+  // Hold the client's I/O thread inside a callback: the write of the next call is posted but
+  // cannot start until the gate opens.
+  CallbackLatch entered;
+  client->acquire_async("close:holder", rule_of(5), 1, [&](Result<Decision>) {
+    entered.count_down();
+    gate.future.wait();
+  });
+  REQUIRE(entered.wait_for(1, kHang));
+
+  CallbackLatch done;
+  ErrorCode queued_code = ErrorCode::kOk;
+  ErrorCode after_code = ErrorCode::kOk;
+  client->acquire_async("close:queued", rule_of(5), 1, [&](Result<Decision> r) {
+    queued_code = r.code();
+    done.count_down();
+  });
+  client->close();
+  client->acquire_async("close:after", rule_of(5), 1, [&](Result<Decision> r) {
+    after_code = r.code();
+    done.count_down();
+  });
+  gate.open();
+  REQUIRE(done.wait_for(2, kHang));
+  CHECK(queued_code == ErrorCode::kClosed);
+  CHECK(after_code == ErrorCode::kClosed);
+  // Only the holder's ACQUIRE reached the node. (Sent bytes arrive within milliseconds on
+  // loopback; the wait only bounds the check.)
+  CHECK_FALSE(node.wait_acquires(2, 500ms));
+  CHECK(node.acquires() == 1);
 }
 
 }  // namespace

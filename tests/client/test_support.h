@@ -91,16 +91,20 @@ class CallbackLatch {
 // otherwise it answers HELLO (one shard: its own port; connect with shard_aware = false) and, in
 // kAnswer, ACQUIRE with `remaining` set to the item's cost (so a test can tell replies apart) and
 // PING. In kHold it keeps ACQUIRE replies until release_held(). In kNotSluice it answers any
-// bytes as Redis answers an unknown command. `bind` may be "::1" for an IPv6 node.
+// bytes as Redis answers an unknown command. In kStall it answers HELLO and then reads nothing
+// more, with a small receive window, so the client's writes stall. `bind` may be "::1" for an
+// IPv6 node.
 class FakeServer {
  public:
-  enum class Mode { kSilent, kHold, kAnswer, kRefuse, kNotSluice };
+  enum class Mode { kSilent, kHold, kAnswer, kRefuse, kNotSluice, kStall };
 
   explicit FakeServer(Mode mode, const char* bind = "127.0.0.1") : mode_(mode), acceptor_(io_) {
     namespace ip = boost::asio::ip;
     const ip::tcp::endpoint endpoint(ip::make_address(bind), 0);
     acceptor_.open(endpoint.protocol());
     acceptor_.set_option(ip::tcp::acceptor::reuse_address(true));
+    // Accepted sockets inherit a small receive window, so a peer's writes stall sooner.
+    if (mode == Mode::kStall) acceptor_.set_option(ip::tcp::socket::receive_buffer_size(4096));
     acceptor_.bind(endpoint);
     acceptor_.listen();
     accept();
@@ -203,6 +207,7 @@ class FakeServer {
             if (r.status != protocol::DecodeStatus::kOk) break;
             begin += r.frame_size;
             handle(*s, r.frame);
+            if (mode_ == Mode::kStall) return;  // HELLO answered; never read again
           }
           std::copy(s->in.begin() + static_cast<std::ptrdiff_t>(begin),
                     s->in.begin() + static_cast<std::ptrdiff_t>(s->used), s->in.begin());

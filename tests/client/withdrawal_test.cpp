@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "client/client.h"
 #include "tests/client/test_support.h"
@@ -11,6 +12,7 @@ namespace sluice::client {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::CallbackLatch;
 using testing::connect_or_fail;
 using testing::FakeServer;
 using testing::GateProxy;
@@ -48,10 +50,12 @@ TEST_CASE("a call that times out while the handshake is delayed is never sent") 
   REQUIRE(probe.code() == ErrorCode::kTimeout);
 
   // The call under test: told it failed, so it must never reach the daemon.
+  const ClientCounters before_call = client->counters();
   const Result<Decision> timed_out = client->acquire("withdraw:key", rule_of(5));
   REQUIRE(timed_out.code() == ErrorCode::kTimeout);
-  const ClientCounters before_release = client->counters();
-  CHECK(before_release.withdrawn >= 1);
+  const ClientCounters after_call = client->counters();
+  CHECK(after_call.withdrawn == before_call.withdrawn + 1);
+  CHECK(after_call.timed_out == before_call.timed_out + 1);
 
   // The handshake completes; a peek on the same connection (same key, so the same shard, after
   // the acquire had it been sent) finds the key untouched: all 5 units could still be taken.
@@ -98,6 +102,45 @@ TEST_CASE("a reply that arrives after its call timed out is dropped and counted"
   counters = client->counters();
   CHECK(counters.late_replies >= 1);
   CHECK(counters.late_replies <= counters.timed_out);
+}
+
+TEST_CASE("a call queued behind a stalled write still times out and is withdrawn") {
+  FakeServer node(FakeServer::Mode::kStall);
+  ClientOptions options = options_for(node.address(), /*shard_aware=*/false);
+  options.timeout = 200ms;
+  auto client = connect_or_fail(options);
+
+  // The node reads nothing after HELLO: batches of ~1 MB each, more than the kernel's buffers
+  // on both ends hold, leave the client's write stuck. Every call in them times out.
+  constexpr std::size_t kItems = 4000;
+  constexpr int kBatches = 12;
+  std::vector<std::string> keys;
+  keys.reserve(kItems);
+  for (std::size_t i = 0; i < kItems; ++i)
+    keys.push_back(std::string(200, 'k') + std::to_string(i));
+  std::vector<AcquireRequest> items;
+  for (const std::string& key : keys) items.push_back(AcquireRequest{key, rule_of(5)});
+  CallbackLatch batches;
+  for (int b = 0; b < kBatches; ++b) {
+    client->acquire_batch_async(items,
+                                [&](std::span<const Result<Decision>>) { batches.count_down(); });
+  }
+  REQUIRE(batches.wait_for(kBatches, kHang));
+
+  // Nothing is in flight now but the stuck write. A new call waits behind it, so it arms no
+  // timer of its own; it must still time out, with its bytes withdrawn.
+  const ClientCounters before = client->counters();
+  CallbackLatch answered;
+  ErrorCode code = ErrorCode::kOk;
+  client->acquire_async("stall:after", rule_of(5), 1, [&](Result<Decision> r) {
+    code = r.code();
+    answered.count_down();
+  });
+  REQUIRE(answered.wait_for(1, kHang));
+  CHECK(code == ErrorCode::kTimeout);
+  const ClientCounters after = client->counters();
+  CHECK(after.withdrawn == before.withdrawn + 1);
+  CHECK(node.acquires() == 0);
 }
 
 }  // namespace
