@@ -22,17 +22,9 @@ using namespace std::chrono_literals;
 using testing::CallbackLatch;
 using testing::connect_or_fail;
 using testing::FakeServer;
+using testing::kHang;
 using testing::options_for;
-
-Rule rule_of(std::uint32_t limit) {
-  Rule r;
-  r.limit = limit;
-  r.period_ms = 60'000;
-  return r;
-}
-
-// Wall-clock bounds only catch hangs.
-constexpr auto kHang = 10s;
+using testing::per_minute;
 
 // What each call saw: how many times it was called back, and with what. Once every call has
 // been answered the guard timer is cancelled, so io.run() returns only if the client left no
@@ -117,9 +109,9 @@ TEST_CASE("close() from a callback during a timeout expiry completes every call 
   REQUIRE(connected.ok());
   Client& client = **connected;
 
-  const std::vector<AcquireRequest> one = {{"close:expire", rule_of(5), 1}};
-  const std::vector<AcquireRequest> two = {{"close:expire:a", rule_of(5), 1},
-                                           {"close:expire:b", rule_of(5), 1}};
+  const std::vector<AcquireRequest> one = {{"close:expire", per_minute(5), 1}};
+  const std::vector<AcquireRequest> two = {{"close:expire:a", per_minute(5), 1},
+                                           {"close:expire:b", per_minute(5), 1}};
   constexpr std::size_t kCalls = 30;
   Outcomes out(io, kCalls);
   issue_closing_calls(client, out, kCalls, one, two);
@@ -144,9 +136,9 @@ TEST_CASE("close() from a callback during a connection failure completes every c
   REQUIRE(connected.ok());
   Client& client = **connected;
 
-  const std::vector<AcquireRequest> one = {{"close:drop", rule_of(5), 1}};
-  const std::vector<AcquireRequest> two = {{"close:drop:a", rule_of(5), 1},
-                                           {"close:drop:b", rule_of(5), 1}};
+  const std::vector<AcquireRequest> one = {{"close:drop", per_minute(5), 1}};
+  const std::vector<AcquireRequest> two = {{"close:drop:a", per_minute(5), 1},
+                                           {"close:drop:b", per_minute(5), 1}};
   constexpr std::size_t kCalls = 30;  // one frame each
   Outcomes out(io, kCalls);
   issue_closing_calls(client, out, kCalls, one, two);
@@ -181,12 +173,12 @@ TEST_CASE("a batch callback that calls close() keeps its results while close() e
   REQUIRE(connected.ok());
   Client& client = **connected;
 
-  const std::vector<AcquireRequest> two = {{"nested:a", rule_of(5), 1},
-                                           {"nested:b", rule_of(5), 1}};
+  const std::vector<AcquireRequest> two = {{"nested:a", per_minute(5), 1},
+                                           {"nested:b", per_minute(5), 1}};
   std::vector<std::string> keys;
   for (int i = 0; i < 64; ++i) keys.push_back("nested:big:" + std::to_string(i));
   std::vector<AcquireRequest> big;
-  for (const std::string& k : keys) big.push_back({k, rule_of(5), 1});
+  for (const std::string& k : keys) big.push_back({k, per_minute(5), 1});
 
   Outcomes out(io, 3);
   // The first batch times out first; its callback closes the client, which fails the second
@@ -228,13 +220,14 @@ struct ThreadedOutcomes {
 
 void issue_closing_calls(Client& client, ThreadedOutcomes& out, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
-    client.acquire_async("threaded:close", rule_of(5), 1, [&client, &out, i](Result<Decision> d) {
-      if (!out.closer) {
-        out.closer = i;
-        client.close();
-      }
-      out.record(i, code_of(d));
-    });
+    client.acquire_async("threaded:close", per_minute(5), 1,
+                         [&client, &out, i](Result<Decision> d) {
+                           if (!out.closer) {
+                             out.closer = i;
+                             client.close();
+                           }
+                           out.record(i, code_of(d));
+                         });
   }
 }
 
@@ -256,7 +249,7 @@ TEST_CASE("close() from a callback on the client's own I/O thread completes ever
       CHECK(out.calls[i] == 1);
       CHECK((out.codes[i] == ErrorCode::kTimeout || out.codes[i] == ErrorCode::kClosed));
     }
-    CHECK(client->acquire("threaded:after", rule_of(5)).code() == ErrorCode::kClosed);
+    CHECK(client->acquire("threaded:after", per_minute(5)).code() == ErrorCode::kClosed);
     CHECK(out.latch.done() == kCalls);  // nothing called back twice meanwhile
   }
 
@@ -274,7 +267,7 @@ TEST_CASE("close() from a callback on the client's own I/O thread completes ever
       CHECK(out.calls[i] == 1);
       CHECK(out.codes[i] == ErrorCode::kConnectionFailed);
     }
-    CHECK(client->acquire("threaded:after", rule_of(5)).code() == ErrorCode::kClosed);
+    CHECK(client->acquire("threaded:after", per_minute(5)).code() == ErrorCode::kClosed);
     CHECK(out.latch.done() == kCalls);
   }
 }
@@ -298,7 +291,7 @@ TEST_CASE("a call made after close() returns is never sent while a write waits t
   // Hold the client's I/O thread inside a callback: the write of the next call is posted but
   // cannot start until the gate opens.
   CallbackLatch entered;
-  client->acquire_async("close:holder", rule_of(5), 1, [&](Result<Decision>) {
+  client->acquire_async("close:holder", per_minute(5), 1, [&](Result<Decision>) {
     entered.count_down();
     gate.future.wait();
   });
@@ -307,12 +300,12 @@ TEST_CASE("a call made after close() returns is never sent while a write waits t
   CallbackLatch done;
   ErrorCode queued_code = ErrorCode::kOk;
   ErrorCode after_code = ErrorCode::kOk;
-  client->acquire_async("close:queued", rule_of(5), 1, [&](Result<Decision> r) {
+  client->acquire_async("close:queued", per_minute(5), 1, [&](Result<Decision> r) {
     queued_code = r.code();
     done.count_down();
   });
   client->close();
-  client->acquire_async("close:after", rule_of(5), 1, [&](Result<Decision> r) {
+  client->acquire_async("close:after", per_minute(5), 1, [&](Result<Decision> r) {
     after_code = r.code();
     done.count_down();
   });

@@ -11,20 +11,12 @@ namespace {
 using testing::CallbackLatch;
 using testing::connect_or_fail;
 using testing::FakeServer;
+using testing::kHang;
 using testing::options_for;
+using testing::per_minute;
 using testing::TestServer;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
-Rule rule(std::uint32_t limit) {
-  Rule r;
-  r.limit = limit;
-  r.period_ms = 60'000;
-  return r;
-}
-
-// Wall-clock upper bounds in these tests only catch hangs; they are not speed assertions.
-constexpr auto kHang = 10s;
 
 // Long call and connect timeouts (2 s, from options_for): for clients whose calls must succeed.
 ClientOptions long_options(const std::string& address) {
@@ -77,7 +69,7 @@ TEST_CASE("a call the node never answers returns a timeout within bounds") {
   FakeServer node(FakeServer::Mode::kHold);
   auto client = connect_or_fail(short_call_options(node.address()));
   const auto start = Clock::now();
-  auto d = client->acquire("timeout:key", rule(10));
+  auto d = client->acquire("timeout:key", per_minute(10));
   const auto elapsed = Clock::now() - start;
   CHECK(d.code() == ErrorCode::kTimeout);
   CHECK(elapsed >= 100ms);
@@ -92,7 +84,7 @@ TEST_CASE("async calls the node never answers each time out exactly once") {
   std::atomic<int> calls{0};
   CallbackLatch latch;
   for (int i = 0; i < kCalls; ++i) {
-    client->acquire_async("timeout:async", rule(10), 1, [&](Result<Decision> d) {
+    client->acquire_async("timeout:async", per_minute(10), 1, [&](Result<Decision> d) {
       ++calls;
       if (d.code() == ErrorCode::kTimeout) ++timeouts;
       latch.count_down();
@@ -106,7 +98,7 @@ TEST_CASE("async calls the node never answers each time out exactly once") {
 TEST_CASE("a late reply after a timeout is dropped, and the next call gets its own reply") {
   FakeServer node(FakeServer::Mode::kHold);
   auto client = connect_or_fail(short_call_options(node.address()));
-  CHECK(client->acquire("late:key", rule(10), 111).code() == ErrorCode::kTimeout);
+  CHECK(client->acquire("late:key", per_minute(10), 111).code() == ErrorCode::kTimeout);
   node.release_held();  // the reply to cost 111 arrives now, late
   node.set_mode(FakeServer::Mode::kAnswer);
   // The timeout is per client, so the next call has 100 ms too; on a loaded machine it may time
@@ -114,9 +106,9 @@ TEST_CASE("a late reply after a timeout is dropped, and the next call gets its o
   // gets must be its own (the fake echoes the cost), never an earlier call's late reply.
   const auto deadline = Clock::now() + kHang;
   std::uint32_t cost = 222;
-  Result<Decision> d = client->acquire("late:key", rule(1000), cost);
+  Result<Decision> d = client->acquire("late:key", per_minute(1000), cost);
   while (d.code() == ErrorCode::kTimeout && Clock::now() < deadline) {
-    d = client->acquire("late:key", rule(1000), ++cost);
+    d = client->acquire("late:key", per_minute(1000), ++cost);
   }
   REQUIRE(d.ok());
   CHECK(d->remaining == cost);
@@ -131,7 +123,7 @@ TEST_CASE("calls in flight when the connection drops fail, and a later call reco
   std::atomic<int> connection_errors{0};
   CallbackLatch latch;
   for (int i = 0; i < kCalls; ++i) {
-    client->acquire_async("drop:key", rule(10), 1, [&](Result<Decision> d) {
+    client->acquire_async("drop:key", per_minute(10), 1, [&](Result<Decision> d) {
       if (d.code() == ErrorCode::kConnectionFailed) ++connection_errors;
       latch.count_down();
     });
@@ -142,7 +134,7 @@ TEST_CASE("calls in flight when the connection drops fail, and a later call reco
   CHECK(connection_errors == kCalls);
 
   node.set_mode(FakeServer::Mode::kAnswer);
-  auto d = client->acquire("drop:key", rule(10), 7);
+  auto d = client->acquire("drop:key", per_minute(10), 7);
   REQUIRE(d.ok());
   CHECK(d->remaining == 7);
   CHECK(node.accepted() == 2);
@@ -151,13 +143,13 @@ TEST_CASE("calls in flight when the connection drops fail, and a later call reco
 TEST_CASE("an ERROR reply fails its call with the server's reason, and the next call reconnects") {
   FakeServer node(FakeServer::Mode::kRefuse);
   auto client = connect_or_fail(long_options(node.address()));
-  auto refused = client->acquire("error:key", rule(10));
+  auto refused = client->acquire("error:key", per_minute(10));
   CHECK(refused.code() == ErrorCode::kServerError);
   CHECK_THAT(refused.status().message(), Catch::Contains("boom"));
   node.set_mode(FakeServer::Mode::kAnswer);
   // The connection closes after the ERROR; a call may still see that close before reconnecting.
-  Result<Decision> d = client->acquire("error:key", rule(10), 5);
-  if (d.code() == ErrorCode::kConnectionFailed) d = client->acquire("error:key", rule(10), 5);
+  Result<Decision> d = client->acquire("error:key", per_minute(10), 5);
+  if (d.code() == ErrorCode::kConnectionFailed) d = client->acquire("error:key", per_minute(10), 5);
   REQUIRE(d.ok());
   CHECK(d->remaining == 5);
 }
@@ -167,19 +159,19 @@ TEST_CASE("after the server stops, calls fail with a connection error instead of
   ClientOptions options = options_for(server->address());
   options.timeout = 2s;
   auto client = connect_or_fail(options);
-  REQUIRE(client->acquire("stop:key", rule(10))->allowed);
+  REQUIRE(client->acquire("stop:key", per_minute(10))->allowed);
   server->server().stop();
   server->server().wait();
   for (int i = 0; i < 5; ++i) {
     INFO(i);
     const auto start = Clock::now();
-    auto d = client->acquire("stop:key", rule(10));
+    auto d = client->acquire("stop:key", per_minute(10));
     CHECK(d.code() == ErrorCode::kConnectionFailed);
     CHECK(Clock::now() - start < kHang);
     CHECK(client->ping().code() == ErrorCode::kConnectionFailed);
   }
-  std::vector<AcquireRequest> items = {{"stop:a", rule(1), 1, false},
-                                       {"stop:b", rule(1), 1, false}};
+  std::vector<AcquireRequest> items = {{"stop:a", per_minute(1), 1, false},
+                                       {"stop:b", per_minute(1), 1, false}};
   for (const auto& r : client->acquire_batch(items))
     CHECK(r.code() == ErrorCode::kConnectionFailed);
 }
@@ -192,7 +184,7 @@ TEST_CASE("destroying the client fails the calls still in flight with kClosed") 
   std::atomic<int> closed{0};
   CallbackLatch latch;
   for (int i = 0; i < 5; ++i) {
-    client->acquire_async("close:key", rule(10), 1, [&](Result<Decision> d) {
+    client->acquire_async("close:key", per_minute(10), 1, [&](Result<Decision> d) {
       if (d.code() == ErrorCode::kClosed) ++closed;
       latch.count_down();
     });

@@ -15,18 +15,10 @@ using namespace std::chrono_literals;
 using testing::CallbackLatch;
 using testing::connect_or_fail;
 using testing::FakeServer;
+using testing::kHang;
 using testing::options_for;
+using testing::per_minute;
 using testing::TestServer;
-
-Rule rule_of(std::uint32_t limit) {
-  Rule r;
-  r.limit = limit;
-  r.period_ms = 60'000;
-  return r;
-}
-
-// Wall-clock bounds only catch hangs.
-constexpr auto kHang = 10s;
 
 TEST_CASE(
     "exactly max_in_flight calls are accepted and one more is overloaded until replies drain") {
@@ -36,15 +28,15 @@ TEST_CASE(
   constexpr std::size_t kMax = 8;
   options.max_in_flight = kMax;
   auto client = connect_or_fail(options);
-  const std::vector<AcquireRequest> two = {{"inflight:a", rule_of(100), 1},
-                                           {"inflight:b", rule_of(100), 1}};
+  const std::vector<AcquireRequest> two = {{"inflight:a", per_minute(100), 1},
+                                           {"inflight:b", per_minute(100), 1}};
 
   for (int round = 0; round < 2; ++round) {
     INFO("round " << round);
     std::atomic<int> answered{0};
     CallbackLatch held;
     for (std::size_t i = 0; i < kMax; ++i) {
-      client->acquire_async("inflight:key", rule_of(100), 1, [&](Result<Decision> d) {
+      client->acquire_async("inflight:key", per_minute(100), 1, [&](Result<Decision> d) {
         if (d.ok()) ++answered;
         held.count_down();
       });
@@ -52,14 +44,14 @@ TEST_CASE(
     REQUIRE(node.wait_acquires(static_cast<int>(kMax) * (round + 1), kHang));
 
     // Full: every kind of call is refused at once, and nothing more reaches the node.
-    const Result<Decision> refused = client->acquire("inflight:key", rule_of(100));
+    const Result<Decision> refused = client->acquire("inflight:key", per_minute(100));
     CHECK(refused.code() == ErrorCode::kOverloaded);
     CHECK_THAT(refused.status().message(),
                Catch::Contains("max_in_flight") && Catch::Contains(std::to_string(kMax)));
     CHECK(client->ping().code() == ErrorCode::kOverloaded);
     CallbackLatch refusals;
     std::atomic<int> overloaded{0};
-    client->acquire_async("inflight:key", rule_of(100), 1, [&](Result<Decision> d) {
+    client->acquire_async("inflight:key", per_minute(100), 1, [&](Result<Decision> d) {
       if (d.code() == ErrorCode::kOverloaded) ++overloaded;
       refusals.count_down();
     });
@@ -92,7 +84,7 @@ TEST_CASE("a timeout too large to count in nanoseconds is clamped to kMaxTimeout
   auto client = connect_or_fail(options);
   CHECK(client->options().timeout == kMaxTimeout);
   CHECK(client->options().connect_timeout == kMaxTimeout);
-  const Result<Decision> d = client->acquire("huge:timeout", rule_of(5));
+  const Result<Decision> d = client->acquire("huge:timeout", per_minute(5));
   REQUIRE(d.ok());
   CHECK(d->allowed);
 
@@ -104,7 +96,7 @@ TEST_CASE("a timeout too large to count in nanoseconds is clamped to kMaxTimeout
   CallbackLatch latch;
   std::atomic<std::uint64_t> remaining{0};
   std::atomic<bool> ok{false};
-  held_client->acquire_async("huge:held", rule_of(50), 7, [&](Result<Decision> r) {
+  held_client->acquire_async("huge:held", per_minute(50), 7, [&](Result<Decision> r) {
     ok = r.ok();
     if (r.ok()) remaining = r->remaining;
     latch.count_down();

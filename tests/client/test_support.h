@@ -48,6 +48,28 @@ class TestServer {
   server::Server server_;
 };
 
+// Wall-clock bounds in the client tests only catch hangs; they are not speed assertions.
+inline constexpr std::chrono::seconds kHang{10};
+
+// A token bucket of `limit` per minute: nothing refills within a test.
+inline Rule per_minute(std::uint32_t limit) {
+  Rule r;
+  r.limit = limit;
+  r.period_ms = 60'000;
+  return r;
+}
+
+// Runs `f` on the thread that runs `io` and waits for it.
+template <typename F>
+void run_on(boost::asio::io_context& io, F f) {
+  std::promise<void> done;
+  boost::asio::post(io, [&] {
+    f();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
 inline ClientOptions options_for(const std::string& address, bool shard_aware = true) {
   ClientOptions options;
   options.servers = {address};
@@ -168,12 +190,7 @@ class FakeServer {
   // Runs `f` on the server's thread and waits for it.
   template <typename F>
   void run(F f) {
-    std::promise<void> done;
-    boost::asio::post(io_, [&] {
-      f();
-      done.set_value();
-    });
-    done.get_future().wait();
+    run_on(io_, std::move(f));
   }
 
   void accept() {
@@ -334,14 +351,10 @@ class GateProxy {
     std::vector<std::uint8_t> held;
   };
 
+  // Runs `f` on the server's thread and waits for it.
   template <typename F>
   void run(F f) {
-    std::promise<void> done;
-    boost::asio::post(io_, [&] {
-      f();
-      done.set_value();
-    });
-    done.get_future().wait();
+    run_on(io_, std::move(f));
   }
 
   void accept() {

@@ -16,19 +16,11 @@ using testing::CallbackLatch;
 using testing::connect_or_fail;
 using testing::FakeServer;
 using testing::GateProxy;
+using testing::kHang;
 using testing::options_for;
+using testing::per_minute;
 using testing::TestServer;
 using Clock = std::chrono::steady_clock;
-
-Rule rule_of(std::uint32_t limit) {
-  Rule r;
-  r.limit = limit;
-  r.period_ms = 60'000;
-  return r;
-}
-
-// Wall-clock bounds only catch hangs.
-constexpr auto kHang = 10s;
 
 TEST_CASE("a call that times out while the handshake is delayed is never sent") {
   TestServer server;
@@ -37,21 +29,21 @@ TEST_CASE("a call that times out while the handshake is delayed is never sent") 
   options.timeout = 300ms;
   options.connect_timeout = 10s;  // the reconnect below must outlast the timed-out call
   auto client = connect_or_fail(options);
-  REQUIRE(client->acquire("withdraw:warm", rule_of(5)).ok());
+  REQUIRE(client->acquire("withdraw:warm", per_minute(5)).ok());
 
   // The daemon's replies (its next HELLO reply first) now wait in the proxy. Cut the
   // connection and let a call reconnect: it times out with the handshake still under way.
   proxy.hold_replies();
   proxy.drop_connections();
-  Result<Decision> probe = client->peek("withdraw:probe", rule_of(5));
+  Result<Decision> probe = client->peek("withdraw:probe", per_minute(5));
   for (int i = 0; i < 20 && probe.code() != ErrorCode::kTimeout; ++i) {
-    probe = client->peek("withdraw:probe", rule_of(5));
+    probe = client->peek("withdraw:probe", per_minute(5));
   }
   REQUIRE(probe.code() == ErrorCode::kTimeout);
 
   // The call under test: told it failed, so it must never reach the daemon.
   const ClientCounters before_call = client->counters();
-  const Result<Decision> timed_out = client->acquire("withdraw:key", rule_of(5));
+  const Result<Decision> timed_out = client->acquire("withdraw:key", per_minute(5));
   REQUIRE(timed_out.code() == ErrorCode::kTimeout);
   const ClientCounters after_call = client->counters();
   CHECK(after_call.withdrawn == before_call.withdrawn + 1);
@@ -61,15 +53,15 @@ TEST_CASE("a call that times out while the handshake is delayed is never sent") 
   // the acquire had it been sent) finds the key untouched: all 5 units could still be taken.
   proxy.release_replies();
   const auto deadline = Clock::now() + kHang;
-  Result<Decision> peeked = client->peek("withdraw:key", rule_of(5), 5);
+  Result<Decision> peeked = client->peek("withdraw:key", per_minute(5), 5);
   while (!peeked.ok() && Clock::now() < deadline) {
-    peeked = client->peek("withdraw:key", rule_of(5), 5);
+    peeked = client->peek("withdraw:key", per_minute(5), 5);
   }
   REQUIRE(peeked.ok());
   CHECK(peeked->allowed);
   // And so does a client of its own, straight to the daemon.
   auto direct = connect_or_fail(options_for(server.address()));
-  const Result<Decision> direct_peek = direct->peek("withdraw:key", rule_of(5), 5);
+  const Result<Decision> direct_peek = direct->peek("withdraw:key", per_minute(5), 5);
   REQUIRE(direct_peek.ok());
   CHECK(direct_peek->allowed);
   CHECK(client->counters().late_replies == 0);  // nothing withdrawn was answered
@@ -81,7 +73,7 @@ TEST_CASE("a reply that arrives after its call timed out is dropped and counted"
   options.timeout = 100ms;
   auto client = connect_or_fail(options);
   CHECK(client->counters().late_replies == 0);
-  CHECK(client->acquire("late:key", rule_of(10), 111).code() == ErrorCode::kTimeout);
+  CHECK(client->acquire("late:key", per_minute(10), 111).code() == ErrorCode::kTimeout);
   REQUIRE(node.wait_acquires(1, kHang));  // it was sent before it timed out: not withdrawn
   ClientCounters counters = client->counters();
   CHECK(counters.timed_out == 1);
@@ -93,9 +85,9 @@ TEST_CASE("a reply that arrives after its call timed out is dropped and counted"
   // answered the late one has been read. Retries only guard a loaded machine's timeouts.
   const auto deadline = Clock::now() + kHang;
   std::uint32_t cost = 222;
-  Result<Decision> d = client->acquire("late:key", rule_of(1000), cost);
+  Result<Decision> d = client->acquire("late:key", per_minute(1000), cost);
   while (d.code() == ErrorCode::kTimeout && Clock::now() < deadline) {
-    d = client->acquire("late:key", rule_of(1000), ++cost);
+    d = client->acquire("late:key", per_minute(1000), ++cost);
   }
   REQUIRE(d.ok());
   CHECK(d->remaining == cost);
@@ -119,7 +111,7 @@ TEST_CASE("a call queued behind a stalled write still times out and is withdrawn
   for (std::size_t i = 0; i < kItems; ++i)
     keys.push_back(std::string(200, 'k') + std::to_string(i));
   std::vector<AcquireRequest> items;
-  for (const std::string& key : keys) items.push_back(AcquireRequest{key, rule_of(5)});
+  for (const std::string& key : keys) items.push_back(AcquireRequest{key, per_minute(5)});
   CallbackLatch batches;
   for (int b = 0; b < kBatches; ++b) {
     client->acquire_batch_async(items,
@@ -132,7 +124,7 @@ TEST_CASE("a call queued behind a stalled write still times out and is withdrawn
   const ClientCounters before = client->counters();
   CallbackLatch answered;
   ErrorCode code = ErrorCode::kOk;
-  client->acquire_async("stall:after", rule_of(5), 1, [&](Result<Decision> r) {
+  client->acquire_async("stall:after", per_minute(5), 1, [&](Result<Decision> r) {
     code = r.code();
     answered.count_down();
   });
