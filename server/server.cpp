@@ -66,6 +66,9 @@ Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
       context.config.max_batch == 0) {
     throw std::invalid_argument("max_frame, max_key and max_batch must be at least 1");
   }
+  if (context.config.sliding_log_cap == 0 || context.config.sliding_log_cap > kMaxSlidingLogCap) {
+    throw std::invalid_argument(fmt::format("sliding_log_cap must be 1..{}", kMaxSlidingLogCap));
+  }
   // 0 would pause every reader for good: nothing is queued, so no write would wake it.
   if (context.config.max_queued_output == 0) {
     throw std::invalid_argument("max_queued_output must be at least 1");

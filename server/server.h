@@ -13,8 +13,12 @@
 #include "core/clock.h"
 #include "core/rule.h"
 #include "protocol/frame.h"
+#include "server/table/log_arena.h"
 
 namespace sluice::server {
+
+// The largest sliding_log_cap: the longest ring the log arena can store.
+inline constexpr std::uint32_t kMaxSlidingLogCap = LogArena::kMaxRingEntries;
 
 struct ServerConfig {
   std::string bind = "127.0.0.1";
@@ -30,8 +34,8 @@ struct ServerConfig {
   std::chrono::milliseconds idle_timeout{5 * 60 * 1000};  // 0 = never
   // Per connection: reading pauses while this much output waits to be written.
   std::size_t max_queued_output = 4u << 20;
-  std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;
-  std::string node_id;  // empty = "<bind>:<public port>"
+  std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;  // 1..kMaxSlidingLogCap
+  std::string node_id;                                    // empty = "<bind>:<public port>"
   // Shard threads poll instead of sleeping in epoll_wait: each keeps a core busy all the time,
   // and no request waits for its shard to wake up (lower tail latency on idle-prone machines).
   bool busy_poll = false;

@@ -339,6 +339,23 @@ TEST_CASE("an IPv6 endpoint prints in brackets in sluiced and sluicectl and slui
   CHECK(sluiced.stop() == 0);
 }
 
+TEST_CASE("sluiced accepts the largest sliding-log cap its arena stores and refuses one more") {
+  // 67108864 = 8 << 23 timestamps, the largest ring server/table/log_arena.h has.
+  // Bounded: a sluiced that took the flag would serve until `timeout` ends it (status 124).
+  require_binary(sibling("sluiced"));
+  const Run over = run_command("timeout 10 '" + sibling("sluiced").string() +
+                               "' --port 0 --shards 1 --sliding-log-cap 67108865");
+  CHECK(over.status == 2);
+  CHECK_THAT(over.output, Catch::Contains("--sliding-log-cap 67108865: must be 1..67108864"));
+
+  Child sluiced(sibling("sluiced"), {"--port", "0", "--shards", "1", "--max-memory", "16MiB",
+                                     "--sliding-log-cap", "67108864"});
+  const std::string line = sluiced.first_line(std::chrono::seconds(10));
+  INFO("start-up line: " << line);
+  CHECK_THAT(line, Catch::Contains("listening on 127.0.0.1:"));
+  CHECK(sluiced.stop() == 0);
+}
+
 TEST_CASE("sluicectl pointed at something that is not Sluice says so") {
   require_sluicectl();
   FakeServer silent(FakeServer::Mode::kSilent);
