@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -509,6 +510,54 @@ TEST_CASE("under a low open-file limit sluiced serves what fits and refuses the 
   const auto lines = std::count(log.begin(), log.end(), '\n');
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(elapsed).count();
   CHECK(lines <= 2 + seconds);
+}
+
+TEST_CASE("sluiced raises its soft open-file limit to the hard one before fitting connections") {
+  const std::filesystem::path prlimit = "/usr/bin/prlimit";
+  rlimit own{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &own) == 0);
+  if (!std::filesystem::exists(prlimit) || own.rlim_max < 10'100) {
+    WARN("needs /usr/bin/prlimit and a hard open-file limit of at least 10100");
+    return;
+  }
+  require_binary(sibling("sluiced"));
+  const std::string log_path =
+      (std::filesystem::temp_directory_path() / fmt::format("sluiced-fd-raise-{}.log", ::getpid()))
+          .string();
+  // Soft 64 alone would serve 33; raised to the hard limit it holds the default 10000.
+  Child sluiced(prlimit,
+                {fmt::format("--nofile=64:{}", own.rlim_max), sibling("sluiced").string(), "--port",
+                 "0", "--shards", "1", "--max-memory", "16MiB"},
+                log_path);
+  const std::string line = sluiced.first_line(std::chrono::seconds(10));
+  INFO("start-up line: " << line);
+  const std::size_t at = line.find("listening on 127.0.0.1:");
+  REQUIRE(at != std::string::npos);
+  const auto port = static_cast<std::uint16_t>(
+      std::stoi(line.substr(at + std::string_view("listening on 127.0.0.1:").size())));
+
+  constexpr int kConnections = 100;
+  std::vector<int> open;
+  for (int i = 0; i < kConnections; ++i) {
+    const int fd = connect_silent(port);
+    REQUIRE(fd >= 0);
+    open.push_back(fd);
+  }
+  test::RawClient good(port);
+  good.hello();
+  CHECK(good.ping());
+  int served = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  for (const int fd : open) served += outcome(fd, deadline) == Outcome::kSilent ? 1 : 0;
+  for (const int fd : open) ::close(fd);
+  CHECK(served == kConnections);
+  CHECK(sluiced.stop() == 0);
+
+  std::ifstream log_file(log_path);
+  std::stringstream log_stream;
+  log_stream << log_file.rdbuf();
+  std::filesystem::remove(log_path);
+  CHECK(log_stream.str().empty());
 }
 
 }  // namespace
