@@ -30,7 +30,9 @@ struct ServerConfig {
   std::uint32_t max_frame = protocol::kDefaultMaxFrame;
   std::uint16_t max_key = protocol::kDefaultMaxKey;
   std::uint16_t max_batch = protocol::kDefaultMaxBatch;
-  std::uint32_t max_connections = 10'000;                 // across all ports
+  // Across all ports. The constructor raises the soft RLIMIT_NOFILE to the hard limit and, when
+  // that still cannot hold these plus the node's own descriptors, lowers this to fit (stderr).
+  std::uint32_t max_connections = 10'000;
   std::chrono::milliseconds idle_timeout{5 * 60 * 1000};  // 0 = never
   // Per connection: reading pauses while this much output waits to be written.
   std::size_t max_queued_output = 4u << 20;
