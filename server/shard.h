@@ -130,6 +130,9 @@ class Shard {
   }
   // Copies the table's statistics into the counters other threads read.
   void publish_table_stats();
+  // Appends a STATS reply. Its body is this shard's snapshot of every shard's counters, rebuilt
+  // only when it is config.stats_refresh old or older; otherwise the same bytes are copied.
+  void append_stats_reply(protocol::Bytes& out, std::uint32_t request_id);
 
   // Scratch per destination shard for the item being grouped by a connection handler.
   std::vector<std::vector<HandoverItem>>& staging() { return staging_; }
@@ -187,6 +190,13 @@ class Shard {
   bool stopping_ = false;
   std::unordered_set<Connection*> connections_;  // open connections, for close_all()
   std::atomic<std::size_t> peak_queued_output_{0};
+
+  // The STATS snapshot (append_stats_reply): the encoded reply body and when it was built.
+  void rebuild_stats_snapshot(std::uint64_t now_ns);
+  std::vector<protocol::StatEntry> stats_entries_;  // names made once, values refreshed
+  protocol::Bytes stats_body_;
+  std::uint64_t stats_built_ns_ = 0;
+  bool stats_built_ = false;
 
   std::vector<std::vector<HandoverItem>> staging_;
   std::vector<std::unique_ptr<PendingFrame>> free_frames_;
