@@ -433,8 +433,20 @@ ParseResult parse_stats_request(std::span<const std::uint8_t> body) {
 }
 
 void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const StatEntry> stats) {
-  assert(stats.size() <= kU16Max);
   const std::size_t start = begin_frame(out, Opcode::kStats, kFlagReply, request_id);
+  encode_stats_body(out, stats);
+  finish_frame(out, start);
+}
+
+void encode_stats_reply_with_body(Bytes& out, std::uint32_t request_id,
+                                  std::span<const std::uint8_t> body) {
+  const std::size_t start = begin_frame(out, Opcode::kStats, kFlagReply, request_id);
+  out.insert(out.end(), body.begin(), body.end());
+  finish_frame(out, start);
+}
+
+void encode_stats_body(Bytes& out, std::span<const StatEntry> stats) {
+  assert(stats.size() <= kU16Max);
   encode_fixed16(append(out, 2), static_cast<std::uint16_t>(stats.size()));
   for (const StatEntry& entry : stats) {
     const std::string_view name = clip(entry.name, kU8Max);
@@ -443,7 +455,6 @@ void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const St
     append_bytes(p + 1, name);
     encode_fixed64(p + 1 + name.size(), entry.value);
   }
-  finish_frame(out, start);
 }
 
 ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<StatEntry>& out) {

@@ -149,6 +149,12 @@ struct StatEntry {
 void encode_stats_request(Bytes& out, std::uint32_t request_id);
 ParseResult parse_stats_request(std::span<const std::uint8_t> body);  // the body must be empty
 void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const StatEntry> stats);
+// The same reply in two steps, so a server can encode the body once and answer many requests
+// with it: encode_stats_body() appends the body alone, encode_stats_reply_with_body() a whole
+// reply frame around a body made by it.
+void encode_stats_body(Bytes& out, std::span<const StatEntry> stats);
+void encode_stats_reply_with_body(Bytes& out, std::uint32_t request_id,
+                                  std::span<const std::uint8_t> body);
 ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<StatEntry>& out);
 
 // ---- ERROR ---------------------------------------------------------------------------------

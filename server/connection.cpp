@@ -482,24 +482,7 @@ void Connection::handle_stats(std::uint32_t request_id, std::span<const std::uin
   if (const auto parsed = protocol::parse_stats_request(body); !parsed) {
     return fail(request_id, parsed.error, parsed.reason);
   }
-  shard_.publish_table_stats();
-  const ServerContext& context = shard_.context();
-  constexpr std::size_t kStats = static_cast<std::size_t>(Stat::kCount);
-  std::array<std::uint64_t, kStats> totals{};
-  std::vector<protocol::StatEntry> entries;
-  entries.reserve((context.shard_count + 1) * kStats);
-  for (std::size_t s = 0; s < kStats; ++s)
-    entries.push_back({fmt::format("total.{}", kStatNames[s]), 0});
-  for (unsigned i = 0; i < context.shard_count; ++i) {
-    const ShardCounters& counters = context.shards[i]->counters();
-    for (std::size_t s = 0; s < kStats; ++s) {
-      const std::uint64_t value = counters.values[s].get();
-      totals[s] += value;
-      entries.push_back({fmt::format("shard.{}.{}", i, kStatNames[s]), value});
-    }
-  }
-  for (std::size_t s = 0; s < kStats; ++s) entries[s].value = totals[s];
-  protocol::encode_stats_reply(out_queued_, request_id, entries);
+  shard_.append_stats_reply(out_queued_, request_id);
 }
 
 }  // namespace sluice::server

@@ -45,6 +45,9 @@ struct ServerConfig {
   // least 64 MiB): fewer TLB misses on large tables, but the first touch of each 2 MiB block is
   // one page fault that zeroes it, a pause while the table grows (BM_InsertMaxPause).
   bool huge_pages = false;
+  // STATS answers from a per-shard snapshot rebuilt when it is at least this old (by `clock`),
+  // so a flood of STATS costs a copy each, not a walk over every shard. 0 = rebuilt every time.
+  std::chrono::milliseconds stats_refresh{100};
   const Clock* clock = nullptr;  // nullptr = SystemClock; tests pass a ManualClock
 };
 

@@ -332,6 +332,44 @@ void Shard::publish_table_stats() {
   counters_[Stat::kHugePages].set(stats.huge_pages ? 1 : 0);
 }
 
+void Shard::append_stats_reply(protocol::Bytes& out, std::uint32_t request_id) {
+  const std::uint64_t now_ns = context_.clock->now_ns();
+  const auto refresh_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(context_.config.stats_refresh).count());
+  // A clock that stepped back also rebuilds: the snapshot is never older than the bound says.
+  if (!stats_built_ || now_ns < stats_built_ns_ || now_ns - stats_built_ns_ >= refresh_ns) {
+    rebuild_stats_snapshot(now_ns);
+  }
+  protocol::encode_stats_reply_with_body(out, request_id, stats_body_);
+}
+
+void Shard::rebuild_stats_snapshot(std::uint64_t now_ns) {
+  constexpr std::size_t kStats = static_cast<std::size_t>(Stat::kCount);
+  if (stats_entries_.empty()) {
+    stats_entries_.reserve((context_.shard_count + 1) * kStats);
+    for (std::size_t s = 0; s < kStats; ++s)
+      stats_entries_.push_back({fmt::format("total.{}", kStatNames[s]), 0});
+    for (unsigned i = 0; i < context_.shard_count; ++i) {
+      for (std::size_t s = 0; s < kStats; ++s)
+        stats_entries_.push_back({fmt::format("shard.{}.{}", i, kStatNames[s]), 0});
+    }
+  }
+  publish_table_stats();
+  for (std::size_t s = 0; s < kStats; ++s) stats_entries_[s].value = 0;
+  for (unsigned i = 0; i < context_.shard_count; ++i) {
+    const ShardCounters& counters = context_.shards[i]->counters();
+    for (std::size_t s = 0; s < kStats; ++s) {
+      const std::uint64_t value = counters.values[s].get();
+      stats_entries_[s].value += value;
+      stats_entries_[(i + 1) * kStats + s].value = value;
+    }
+  }
+  stats_body_.clear();
+  protocol::encode_stats_body(stats_body_, stats_entries_);
+  stats_built_ns_ = now_ns;
+  stats_built_ = true;
+}
+
 PendingFrame* Shard::new_pending_frame() {
   if (free_frames_.empty()) return new PendingFrame();
   PendingFrame* frame = free_frames_.back().release();

@@ -131,6 +131,9 @@ class Shard {
   }
   // Copies the table's statistics into the counters other threads read.
   void publish_table_stats();
+  // Appends a STATS reply. Its body is this shard's snapshot of every shard's counters, rebuilt
+  // only when it is config.stats_refresh old or older; otherwise the same bytes are copied.
+  void append_stats_reply(protocol::Bytes& out, std::uint32_t request_id);
 
   // Scratch per destination shard for the item being grouped by a connection handler.
   std::vector<std::vector<HandoverItem>>& staging() { return staging_; }
@@ -197,6 +200,13 @@ class Shard {
   int spare_fd_ = -1;  // /dev/null, kept so that one connection can be refused under EMFILE
   std::chrono::steady_clock::time_point last_accept_log_{};
   std::uint64_t unlogged_accept_errors_ = 0;
+
+  // The STATS snapshot (append_stats_reply): the encoded reply body and when it was built.
+  void rebuild_stats_snapshot(std::uint64_t now_ns);
+  std::vector<protocol::StatEntry> stats_entries_;  // names made once, values refreshed
+  protocol::Bytes stats_body_;
+  std::uint64_t stats_built_ns_ = 0;
+  bool stats_built_ = false;
 
   std::vector<std::vector<HandoverItem>> staging_;
   std::vector<std::unique_ptr<PendingFrame>> free_frames_;

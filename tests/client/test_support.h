@@ -41,6 +41,7 @@ class TestServer {
     c.port = 0;
     c.shards = 2;
     c.max_memory = 16u << 20;
+    c.stats_refresh = std::chrono::milliseconds(0);  // STATS shows every change at once
     c.clock = &clock;
     return c;
   }

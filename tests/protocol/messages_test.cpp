@@ -555,6 +555,17 @@ TEST_CASE("a STATS reply round-trips") {
   CHECK(parsed == stats);
 }
 
+TEST_CASE("a STATS reply around a body encoded once is byte for byte the one-step reply") {
+  const std::vector<StatEntry> stats = {{"total.keys", 12345}, {"shard.0.allowed", 9}};
+  Bytes body;
+  encode_stats_body(body, stats);
+  Bytes one_step;
+  Bytes two_steps;
+  encode_stats_reply(one_step, 41, stats);
+  encode_stats_reply_with_body(two_steps, 41, body);
+  CHECK(two_steps == one_step);
+}
+
 TEST_CASE("a stat name longer than 255 bytes is cut to 255") {
   const std::vector<StatEntry> stats = {{std::string(256, 'q'), 1}};
   Bytes out;
