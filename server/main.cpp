@@ -136,8 +136,8 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   constexpr std::uint64_t kMaxIdleMs = 366ull * 24 * 3600 * 1000;
   config.idle_timeout = std::chrono::milliseconds(
       sluice::duration_flag("idle-timeout", text("idle-timeout"), 0, kMaxIdleMs));
-  config.sliding_log_cap = static_cast<std::uint32_t>(count_flag(
-      "sliding-log-cap", text("sliding-log-cap"), 1, std::numeric_limits<std::uint32_t>::max()));
+  config.sliding_log_cap = static_cast<std::uint32_t>(
+      count_flag("sliding-log-cap", text("sliding-log-cap"), 1, sluice::server::kMaxSlidingLogCap));
   config.node_id = text("node-id");
   config.busy_poll = vm.count("busy-poll") != 0;
   config.huge_pages = vm.count("huge-pages") != 0;

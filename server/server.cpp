@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/address.hpp>
@@ -44,6 +45,34 @@ std::uint16_t bind_guard(boost::asio::ip::tcp::acceptor& guard,
   return bound;
 }
 
+// Descriptors the node holds besides its connections: stdio (3); sluiced's signal loop (epoll,
+// eventfd, timerfd and a self-pipe: 6 with room); per shard its epoll, eventfd, timerfd, two
+// listeners and the spare kept for refusing under EMFILE (6); and a margin for refused
+// connections still being answered and the port guard (16).
+constexpr std::uint64_t kFixedDescriptors = 3 + 6 + 16;
+constexpr std::uint64_t kDescriptorsPerShard = 6;
+
+// Raises the soft RLIMIT_NOFILE to the hard one; when even that cannot hold max_connections
+// plus what the node needs, lowers max_connections to fit and says so on stderr.
+void fit_connections_to_descriptors(ServerConfig& config, unsigned shards) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  if (limit.rlim_cur == RLIM_INFINITY) return;
+  const std::uint64_t needed = kFixedDescriptors + kDescriptorsPerShard * shards;
+  const std::uint64_t available = limit.rlim_cur > needed ? limit.rlim_cur - needed : 0;
+  if (available >= config.max_connections) return;
+  fmt::print(stderr,
+             "sluiced: open-file limit {} (hard {}) is below --max-connections {} plus {} "
+             "descriptors the node needs: serving at most {} connections (raise ulimit -n)\n",
+             limit.rlim_cur, limit.rlim_max, config.max_connections, needed, available);
+  config.max_connections = static_cast<std::uint32_t>(available);
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -66,12 +95,16 @@ Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
       context.config.max_batch == 0) {
     throw std::invalid_argument("max_frame, max_key and max_batch must be at least 1");
   }
+  if (context.config.sliding_log_cap == 0 || context.config.sliding_log_cap > kMaxSlidingLogCap) {
+    throw std::invalid_argument(fmt::format("sliding_log_cap must be 1..{}", kMaxSlidingLogCap));
+  }
   // 0 would pause every reader for good: nothing is queued, so no write would wake it.
   if (context.config.max_queued_output == 0) {
     throw std::invalid_argument("max_queued_output must be at least 1");
   }
   // Longer idle timeouts would overflow steady_clock arithmetic; nobody needs more than this.
   context.config.idle_timeout = std::min(context.config.idle_timeout, kMaxIdleTimeout);
+  fit_connections_to_descriptors(context.config, shards);
   context.shard_count = shards;
   context.clock = context.config.clock != nullptr ? context.config.clock : &SystemClock::instance();
   context.shards.reserve(shards);

@@ -13,8 +13,12 @@
 #include "core/clock.h"
 #include "core/rule.h"
 #include "protocol/frame.h"
+#include "server/table/log_arena.h"
 
 namespace sluice::server {
+
+// The largest sliding_log_cap: the longest ring the log arena can store.
+inline constexpr std::uint32_t kMaxSlidingLogCap = LogArena::kMaxRingEntries;
 
 struct ServerConfig {
   std::string bind = "127.0.0.1";
@@ -26,12 +30,14 @@ struct ServerConfig {
   std::uint32_t max_frame = protocol::kDefaultMaxFrame;
   std::uint16_t max_key = protocol::kDefaultMaxKey;
   std::uint16_t max_batch = protocol::kDefaultMaxBatch;
-  std::uint32_t max_connections = 10'000;                 // across all ports
+  // Across all ports. The constructor raises the soft RLIMIT_NOFILE to the hard limit and, when
+  // that still cannot hold these plus the node's own descriptors, lowers this to fit (stderr).
+  std::uint32_t max_connections = 10'000;
   std::chrono::milliseconds idle_timeout{5 * 60 * 1000};  // 0 = never
   // Per connection: reading pauses while this much output waits to be written.
   std::size_t max_queued_output = 4u << 20;
-  std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;
-  std::string node_id;  // empty = "<bind>:<public port>"
+  std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;  // 1..kMaxSlidingLogCap
+  std::string node_id;                                    // empty = "<bind>:<public port>"
   // Shard threads poll instead of sleeping in epoll_wait: each keeps a core busy all the time,
   // and no request waits for its shard to wake up (lower tail latency on idle-prone machines).
   bool busy_poll = false;

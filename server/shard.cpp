@@ -2,13 +2,16 @@
 
 #include <utility>
 
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <system_error>
@@ -29,8 +32,14 @@ constexpr int kDrainBudget = 256;
 // worth keeping (bigger ones are freed so the pool stays small).
 constexpr std::size_t kMaxPooled = 1024;
 constexpr std::size_t kMaxPooledItems = 512;
-// Backoff after an accept error such as EMFILE, so the loop does not spin.
+// Backoff after an accept error that refusing cannot clear, so the loop does not spin.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(20);
+constexpr auto kAcceptLogInterval = std::chrono::seconds(1);
+
+bool out_of_descriptors(const boost::system::error_code& ec) {
+  return ec == boost::system::errc::too_many_files_open ||
+         ec == boost::system::errc::too_many_files_open_in_system;
+}
 
 using ReusePort = asio::detail::socket_option::boolean<SOL_SOCKET, SO_REUSEPORT>;
 
@@ -91,12 +100,14 @@ Shard::Shard(ServerContext& context, unsigned index)
       sweep_timer_(io_),
       staging_(context.shard_count) {
   publish_table_stats();  // STATS shows the empty table (and its page size) from the start
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 Shard::~Shard() {
   // Normally empty: shutdown waits for every task to come home. Free stragglers anyway (the
   // threads have exited, so this thread is the only one left).
   while (HandoverTask* task = inbox_.pop()) delete task;
+  if (spare_fd_ >= 0) ::close(spare_fd_);
 }
 
 std::uint16_t Shard::listen_public(const asio::ip::address& address, std::uint16_t port) {
@@ -169,8 +180,11 @@ asio::awaitable<void> Shard::accept_loop(tcp::acceptor& acceptor, bool public_po
         co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (stopping_ || ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
-      // Out of descriptors or a connection reset before it was accepted: try again shortly.
-      fmt::print(stderr, "sluiced: shard {}: accept: {}\n", index_, ec.message());
+      log_accept_error(ec);
+      // Out of descriptors: refuse the newcomer with the spare one and go on at once, since
+      // the pending connection is gone. Otherwise (no spare, ENFILE that freeing one cannot
+      // cure, a reset before accept) try again shortly.
+      if (out_of_descriptors(ec) && refuse_without_descriptor(acceptor)) continue;
       backoff.expires_after(kAcceptBackoff);
       co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       continue;
@@ -201,6 +215,45 @@ void Shard::accept(tcp::socket socket, bool public_port) {
   auto connection = std::make_shared<Connection>(*this, std::move(socket), this_shard, true);
   connections_.insert(connection.get());
   connection->start();
+}
+
+bool Shard::refuse_without_descriptor(tcp::acceptor& acceptor) {
+  if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (spare_fd_ < 0) return false;
+  ::close(spare_fd_);
+  const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+  const int accept_errno = errno;
+  if (fd >= 0) {
+    protocol::Bytes refusal;
+    protocol::encode_error(refusal, 0, protocol::ErrorCode::kTooManyConnections,
+                           "too many connections (out of file descriptors)");
+    (void)::send(fd, refusal.data(), refusal.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    // Unread input would make close() send a reset that can destroy the ERROR in flight.
+    char sink[4096];
+    for (int i = 0; i < 16 && ::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
+    }
+    ::close(fd);
+    counters_[Stat::kRejectedConnections].add();
+  }
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // EAGAIN: another shard took the connection; the accept loop waits for the next one.
+  return fd >= 0 || accept_errno == EAGAIN || accept_errno == EWOULDBLOCK;
+}
+
+void Shard::log_accept_error(const boost::system::error_code& ec) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_accept_log_ < kAcceptLogInterval) {
+    ++unlogged_accept_errors_;
+    return;
+  }
+  if (unlogged_accept_errors_ == 0) {
+    fmt::print(stderr, "sluiced: shard {}: accept: {}\n", index_, ec.message());
+  } else {
+    fmt::print(stderr, "sluiced: shard {}: accept: {} ({} more since the last report)\n", index_,
+               ec.message(), unlogged_accept_errors_);
+  }
+  last_accept_log_ = now;
+  unlogged_accept_errors_ = 0;
 }
 
 void Shard::on_connection_closed(Connection* connection, bool counted) {

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -164,6 +165,12 @@ class Shard {
                                            bool public_port);
   boost::asio::awaitable<void> sweep_loop();
   void accept(boost::asio::ip::tcp::socket socket, bool public_port);
+  // Out of descriptors: frees the spare, accepts one pending connection, sends it
+  // TOO_MANY_CONNECTIONS, closes it and takes the spare back. False when nothing was accepted
+  // for want of a descriptor (the caller backs off).
+  bool refuse_without_descriptor(boost::asio::ip::tcp::acceptor& acceptor);
+  // At most one accept error line a second, naming how many were left out since the last.
+  void log_accept_error(const boost::system::error_code& ec);
   void close_all();
   void drain();
   void run_task(HandoverTask* task);
@@ -190,6 +197,9 @@ class Shard {
   bool stopping_ = false;
   std::unordered_set<Connection*> connections_;  // open connections, for close_all()
   std::atomic<std::size_t> peak_queued_output_{0};
+  int spare_fd_ = -1;  // /dev/null, kept so that one connection can be refused under EMFILE
+  std::chrono::steady_clock::time_point last_accept_log_{};
+  std::uint64_t unlogged_accept_errors_ = 0;
 
   // The STATS snapshot (append_stats_reply): the encoded reply body and when it was built.
   void rebuild_stats_snapshot(std::uint64_t now_ns);

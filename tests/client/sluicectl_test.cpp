@@ -2,22 +2,34 @@
 // then the command lines of all three binaries (sluicectl, sluiced, sluice-load): units, ranges,
 // usage errors, --version, IPv6 endpoints. The build makes client_tests depend on sluicectl and
 // passes its path as SLUICECTL_PATH; sluiced and sluice-load are built beside it.
+#include <fcntl.h>
+#include <fmt/core.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "protocol/frame.h"
+#include "protocol/messages.h"
 #include "tests/client/test_support.h"
+#include "tests/integration/raw_client.h"
 
 namespace sluice::client {
 namespace {
@@ -241,7 +253,9 @@ TEST_CASE("sluice-load --help lists every key distribution") {
 // reaps it.
 class Child {
  public:
-  Child(const std::filesystem::path& path, const std::vector<std::string>& args) {
+  // `stderr_path`, when not empty, receives the child's stderr (else it shares ours).
+  Child(const std::filesystem::path& path, const std::vector<std::string>& args,
+        const std::string& stderr_path = "") {
     require_binary(path);
     int fds[2];
     REQUIRE(::pipe(fds) == 0);
@@ -250,6 +264,10 @@ class Child {
     ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
     ::posix_spawn_file_actions_addclose(&actions, fds[0]);
     ::posix_spawn_file_actions_addclose(&actions, fds[1]);
+    if (!stderr_path.empty()) {
+      ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
+                                         O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    }
     std::vector<std::string> words{path.string()};
     words.insert(words.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -339,6 +357,23 @@ TEST_CASE("an IPv6 endpoint prints in brackets in sluiced and sluicectl and slui
   CHECK(sluiced.stop() == 0);
 }
 
+TEST_CASE("sluiced accepts the largest sliding-log cap its arena stores and refuses one more") {
+  // 67108864 = 8 << 23 timestamps, the largest ring server/table/log_arena.h has.
+  // Bounded: a sluiced that took the flag would serve until `timeout` ends it (status 124).
+  require_binary(sibling("sluiced"));
+  const Run over = run_command("timeout 10 '" + sibling("sluiced").string() +
+                               "' --port 0 --shards 1 --sliding-log-cap 67108865");
+  CHECK(over.status == 2);
+  CHECK_THAT(over.output, Catch::Contains("--sliding-log-cap 67108865: must be 1..67108864"));
+
+  Child sluiced(sibling("sluiced"), {"--port", "0", "--shards", "1", "--max-memory", "16MiB",
+                                     "--sliding-log-cap", "67108864"});
+  const std::string line = sluiced.first_line(std::chrono::seconds(10));
+  INFO("start-up line: " << line);
+  CHECK_THAT(line, Catch::Contains("listening on 127.0.0.1:"));
+  CHECK(sluiced.stop() == 0);
+}
+
 TEST_CASE("sluicectl pointed at something that is not Sluice says so") {
   require_sluicectl();
   FakeServer silent(FakeServer::Mode::kSilent);
@@ -352,6 +387,187 @@ TEST_CASE("sluicectl pointed at something that is not Sluice says so") {
   CHECK(not_sluice.status == 2);
   CHECK(not_sluice.output == "sluicectl: protocol_error: " + redis.address() +
                                  " answered something that is not Sluice (bad magic)\n");
+}
+
+}  // namespace
+}  // namespace sluice::client
+
+namespace sluice::client {
+namespace {
+
+// A blocking TCP connection to 127.0.0.1:port that sends nothing; -1 when connect fails.
+int connect_silent(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// kRefused: over the connection count; kRefusedNoFd: through the spare descriptor (EMFILE).
+enum class Outcome { kRefused, kRefusedNoFd, kClosed, kReset, kSilent, kOther };
+
+// What the server did with a connection that sent nothing, waiting until `deadline` at most:
+// an ERROR TOO_MANY_CONNECTIONS then end of stream (kRefused), end of stream alone, a reset,
+// or nothing (kSilent: it is being served and waits for a request).
+Outcome outcome(int fd, std::chrono::steady_clock::time_point deadline) {
+  protocol::Bytes input;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))) <= 0) {
+      return Outcome::kSilent;
+    }
+    std::uint8_t chunk[4096];
+    const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n < 0) return Outcome::kReset;
+    if (n > 0) {
+      input.insert(input.end(), chunk, chunk + n);
+      continue;
+    }
+    if (input.empty()) return Outcome::kClosed;
+    const protocol::DecodeResult decoded = protocol::FrameDecoder().decode(input);
+    protocol::ErrorReply error;
+    const bool refused = decoded.status == protocol::DecodeStatus::kOk &&
+                         decoded.frame.header.opcode == protocol::Opcode::kError &&
+                         decoded.frame_size == input.size() &&
+                         protocol::parse_error(decoded.frame.body, error) &&
+                         error.code == protocol::ErrorCode::kTooManyConnections;
+    if (!refused) return Outcome::kOther;
+    return error.message.find("file descriptors") != std::string_view::npos ? Outcome::kRefusedNoFd
+                                                                            : Outcome::kRefused;
+  }
+}
+
+TEST_CASE("under a low open-file limit sluiced serves what fits and refuses the rest cleanly") {
+  const std::filesystem::path prlimit = "/usr/bin/prlimit";
+  if (!std::filesystem::exists(prlimit)) {
+    WARN("no /usr/bin/prlimit (util-linux): cannot start sluiced with a low open-file limit");
+    return;
+  }
+  require_binary(sibling("sluiced"));
+  const std::string log_path =
+      (std::filesystem::temp_directory_path() / fmt::format("sluiced-fd-{}.log", ::getpid()))
+          .string();
+  // 64 descriptors, one shard: 3 + 6 + 16 + 6 for the node leaves 33 connections of the
+  // default 10000.
+  Child sluiced(prlimit,
+                {"--nofile=64:64", sibling("sluiced").string(), "--port", "0", "--shards", "1",
+                 "--max-memory", "16MiB"},
+                log_path);
+  const std::string line = sluiced.first_line(std::chrono::seconds(10));
+  INFO("start-up line: " << line);
+  const std::size_t at = line.find("listening on 127.0.0.1:");
+  REQUIRE(at != std::string::npos);
+  const auto port = static_cast<std::uint16_t>(
+      std::stoi(line.substr(at + std::string_view("listening on 127.0.0.1:").size())));
+
+  const auto started = std::chrono::steady_clock::now();
+  test::RawClient good(port);
+  good.hello();
+  CHECK(good.ping());
+
+  constexpr int kFlood = 200;
+  std::vector<int> flood;
+  for (int i = 0; i < kFlood; ++i) {
+    const int fd = connect_silent(port);
+    REQUIRE(fd >= 0);
+    flood.push_back(fd);
+    if (i % 20 == 19) CHECK(good.ping());  // served throughout, within its 5 s deadline
+  }
+  std::map<Outcome, int> outcomes;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (const int fd : flood) ++outcomes[outcome(fd, deadline)];
+  CHECK(good.ping());
+  for (const int fd : flood) ::close(fd);
+  CHECK(good.ping());
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  CHECK(sluiced.stop() == 0);
+
+  INFO("refused " << outcomes[Outcome::kRefused] << " (out of descriptors "
+                  << outcomes[Outcome::kRefusedNoFd] << "), closed " << outcomes[Outcome::kClosed]
+                  << ", reset " << outcomes[Outcome::kReset] << ", served "
+                  << outcomes[Outcome::kSilent] << ", other " << outcomes[Outcome::kOther]);
+  // 33 connections fit and the good client holds one; every other one is refused.
+  CHECK(outcomes[Outcome::kSilent] == 32);
+  CHECK(outcomes[Outcome::kRefused] + outcomes[Outcome::kRefusedNoFd] +
+            outcomes[Outcome::kClosed] ==
+        kFlood - 32);
+  // A refused connection keeps its descriptor until its client closes (or a 1 s grace), and
+  // these clients keep theirs open, so the flood runs the node out of descriptors: the rest
+  // are refused through the spare one.
+  CHECK(outcomes[Outcome::kRefusedNoFd] > 0);
+  CHECK(outcomes[Outcome::kReset] == 0);
+  CHECK(outcomes[Outcome::kOther] == 0);
+
+  std::ifstream log_file(log_path);
+  std::stringstream log_stream;
+  log_stream << log_file.rdbuf();
+  const std::string log = log_stream.str();
+  std::filesystem::remove(log_path);
+  INFO("stderr:\n" << log);
+  CHECK_THAT(log, Catch::Contains("open-file limit 64 (hard 64) is below --max-connections "
+                                  "10000 plus 31 descriptors the node needs: serving at "
+                                  "most 33 connections"));
+  // The warning, then at most one accept line a second.
+  const auto lines = std::count(log.begin(), log.end(), '\n');
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(elapsed).count();
+  CHECK(lines <= 2 + seconds);
+}
+
+TEST_CASE("sluiced raises its soft open-file limit to the hard one before fitting connections") {
+  const std::filesystem::path prlimit = "/usr/bin/prlimit";
+  rlimit own{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &own) == 0);
+  if (!std::filesystem::exists(prlimit) || own.rlim_max < 10'100) {
+    WARN("needs /usr/bin/prlimit and a hard open-file limit of at least 10100");
+    return;
+  }
+  require_binary(sibling("sluiced"));
+  const std::string log_path =
+      (std::filesystem::temp_directory_path() / fmt::format("sluiced-fd-raise-{}.log", ::getpid()))
+          .string();
+  // Soft 64 alone would serve 33; raised to the hard limit it holds the default 10000.
+  Child sluiced(prlimit,
+                {fmt::format("--nofile=64:{}", own.rlim_max), sibling("sluiced").string(), "--port",
+                 "0", "--shards", "1", "--max-memory", "16MiB"},
+                log_path);
+  const std::string line = sluiced.first_line(std::chrono::seconds(10));
+  INFO("start-up line: " << line);
+  const std::size_t at = line.find("listening on 127.0.0.1:");
+  REQUIRE(at != std::string::npos);
+  const auto port = static_cast<std::uint16_t>(
+      std::stoi(line.substr(at + std::string_view("listening on 127.0.0.1:").size())));
+
+  constexpr int kConnections = 100;
+  std::vector<int> open;
+  for (int i = 0; i < kConnections; ++i) {
+    const int fd = connect_silent(port);
+    REQUIRE(fd >= 0);
+    open.push_back(fd);
+  }
+  test::RawClient good(port);
+  good.hello();
+  CHECK(good.ping());
+  int served = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  for (const int fd : open) served += outcome(fd, deadline) == Outcome::kSilent ? 1 : 0;
+  for (const int fd : open) ::close(fd);
+  CHECK(served == kConnections);
+  CHECK(sluiced.stop() == 0);
+
+  std::ifstream log_file(log_path);
+  std::stringstream log_stream;
+  log_stream << log_file.rdbuf();
+  std::filesystem::remove(log_path);
+  CHECK(log_stream.str().empty());
 }
 
 }  // namespace
