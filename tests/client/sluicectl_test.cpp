@@ -446,6 +446,9 @@ Outcome outcome(int fd, std::chrono::steady_clock::time_point deadline) {
   }
 }
 
+// Not in sanitizer builds: their runtimes need descriptors of their own (UBSan checks that memory
+// is readable through a pipe), so a sluiced run out of descriptors reports false errors there.
+#if !defined(SLUICE_SANITIZED)
 TEST_CASE("under a low open-file limit sluiced serves what fits and refuses the rest cleanly") {
   const std::filesystem::path prlimit = "/usr/bin/prlimit";
   if (!std::filesystem::exists(prlimit)) {
@@ -521,6 +524,7 @@ TEST_CASE("under a low open-file limit sluiced serves what fits and refuses the 
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(elapsed).count();
   CHECK(lines <= 2 + seconds);
 }
+#endif  // !SLUICE_SANITIZED
 
 TEST_CASE("sluiced raises its soft open-file limit to the hard one before fitting connections") {
   const std::filesystem::path prlimit = "/usr/bin/prlimit";
