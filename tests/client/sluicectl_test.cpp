@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -140,15 +141,26 @@ Run run_binary(const std::filesystem::path& path, const std::string& args) {
   return run_command("'" + path.string() + "' " + args);
 }
 
+// A command line that must be refused as a usage error: exit status 2, `message` in the output.
+struct UsageError {
+  std::filesystem::path binary;
+  std::string args;
+  std::string message;
+};
+
+void check_usage_errors(std::span<const UsageError> cases) {
+  for (const UsageError& c : cases) {
+    INFO(c.binary.filename().string() << " " << c.args);
+    const Run r = run_binary(c.binary, c.args);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.output, Catch::Contains(c.message));
+  }
+}
+
 TEST_CASE("every binary refuses a bare number as a duration and shows the fix with exit status 2") {
   const auto sluiced = sibling("sluiced");
   const auto load = sibling("sluice-load");
-  struct Case {
-    std::filesystem::path binary;
-    std::string args;
-    std::string message;
-  };
-  const Case cases[] = {
+  const UsageError cases[] = {
       {sluicectl_path(), "acquire k --limit 2 --period 60", "--period 60: give a unit, e.g. 60s"},
       {sluicectl_path(), "--timeout 500 ping", "--timeout 500: give a unit, e.g. 500s"},
       {sluiced, "--idle-timeout 5", "--idle-timeout 5: give a unit, e.g. 5s"},
@@ -156,12 +168,7 @@ TEST_CASE("every binary refuses a bare number as a duration and shows the fix wi
       {load, "--period 60", "--period 60: give a unit, e.g. 60s"},
       {load, "--drain 100", "--drain 100: give a unit, e.g. 100s"},
   };
-  for (const Case& c : cases) {
-    INFO(c.binary.filename().string() << " " << c.args);
-    const Run r = run_binary(c.binary, c.args);
-    CHECK(r.status == 2);
-    CHECK_THAT(r.output, Catch::Contains(c.message));
-  }
+  check_usage_errors(cases);
 }
 
 TEST_CASE("a bare 0 still means off where 0 is allowed") {
@@ -176,12 +183,7 @@ TEST_CASE("a bare 0 still means off where 0 is allowed") {
 }
 
 TEST_CASE("an out-of-range value names the allowed range and exits 2") {
-  struct Case {
-    std::filesystem::path binary;
-    std::string args;
-    std::string message;
-  };
-  const Case cases[] = {
+  const UsageError cases[] = {
       {sluicectl_path(), "acquire k --limit 4294967296 --period 1s",
        "--limit 4294967296: must be 0..4294967295"},
       {sluicectl_path(), "acquire k --limit 1 --period 1s --cost 0",
@@ -194,21 +196,11 @@ TEST_CASE("an out-of-range value names the allowed range and exits 2") {
       {sibling("sluice-load"), "--limit 4294967296", "--limit 4294967296: must be 0..4294967295"},
       {sibling("sluice-load"), "--rate 1000000001", "--rate 1000000001: must be 0..1000000000"},
   };
-  for (const Case& c : cases) {
-    INFO(c.binary.filename().string() << " " << c.args);
-    const Run r = run_binary(c.binary, c.args);
-    CHECK(r.status == 2);
-    CHECK_THAT(r.output, Catch::Contains(c.message));
-  }
+  check_usage_errors(cases);
 }
 
 TEST_CASE("bad flags are usage errors: exit 2 with the reason on stderr") {
-  struct Case {
-    std::filesystem::path binary;
-    std::string args;
-    std::string message;
-  };
-  const Case cases[] = {
+  const UsageError cases[] = {
       {sibling("sluice-load"), "--servers 127.0.0.1",
        "--servers 127.0.0.1: expected HOST:PORT with a port 1..65535"},
       {sibling("sluice-load"), "--servers ::1:7420", "--servers ::1:7420: expected HOST:PORT"},
@@ -221,12 +213,7 @@ TEST_CASE("bad flags are usage errors: exit 2 with the reason on stderr") {
       {sibling("sluiced"), "--no-such-flag", "no-such-flag"},
       {sibling("sluiced"), "stray", "unexpected argument 'stray'"},
   };
-  for (const Case& c : cases) {
-    INFO(c.binary.filename().string() << " " << c.args);
-    const Run r = run_binary(c.binary, c.args);
-    CHECK(r.status == 2);
-    CHECK_THAT(r.output, Catch::Contains(c.message));
-  }
+  check_usage_errors(cases);
 }
 
 TEST_CASE("every binary prints the same project version with --version") {

@@ -82,7 +82,8 @@ TEST_CASE("a reply that arrives after its call timed out is dropped and counted"
   node.release_held();  // the reply to cost 111 arrives now, late
   node.set_mode(FakeServer::Mode::kAnswer);
   // The next call's reply comes after the late one on the same connection, so once it is
-  // answered the late one has been read. Retries only guard a loaded machine's timeouts.
+  // answered the late one has been read. Retries only guard a loaded machine's timeouts: a
+  // call's reply must be its own (the fake echoes the cost), never an earlier call's.
   const auto deadline = Clock::now() + kHang;
   std::uint32_t cost = 222;
   Result<Decision> d = client->acquire("late:key", per_minute(1000), cost);
