@@ -15,8 +15,7 @@
 
 #include <sys/socket.h>
 
-#include "core/key_hash.h"
-#include "core/rule.h"
+#include "server/dispatcher.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -43,9 +42,9 @@ auto redirect(boost::system::error_code& ec) {
 }  // namespace
 
 Connection::Connection(Shard& shard, tcp::socket socket, std::uint16_t this_shard, bool counted)
-    : shard_(shard),
+    : Peer(this_shard),
+      shard_(shard),
       socket_(std::move(socket)),
-      this_shard_(this_shard),
       counted_(counted),
       decoder_(shard.context().config.max_frame),
       write_signal_(shard.io()),
@@ -74,7 +73,7 @@ void Connection::start_refused(ErrorCode code, std::string_view message) {
 
 void Connection::spawn(asio::awaitable<void> coroutine) {
   asio::co_spawn(socket_.get_executor(), std::move(coroutine),
-                 [self = shared_from_this()](std::exception_ptr e) {
+                 [self = self()](std::exception_ptr e) {
                    if (!e) return;
                    try {
                      std::rethrow_exception(e);
@@ -115,8 +114,7 @@ void Connection::send_error_and_close(std::uint32_t request_id, ErrorCode code,
   begin_closing();
 }
 
-void Connection::fail(std::uint32_t request_id, ErrorCode code, std::string_view message) {
-  shard_.counters()[Stat::kProtocolErrors].add();
+void Connection::reject(std::uint32_t request_id, ErrorCode code, std::string_view message) {
   send_error_and_close(request_id, code, message);
 }
 
@@ -125,7 +123,7 @@ void Connection::wake_writer() { write_signal_.cancel(); }
 void Connection::flush() {
   if (out_queued_.empty() || flush_queued_) return;
   flush_queued_ = true;
-  shard_.queue_flush(shared_from_this());
+  shard_.queue_flush(self());
 }
 
 void Connection::flush_now() {
@@ -146,7 +144,7 @@ void Connection::flush_now() {
 
 bool Connection::should_pause_reading() const {
   return out_queued_.size() >= shard_.context().config.max_queued_output ||
-         frames_pending_ >= kMaxFramesPending;
+         frames_pending() >= kMaxFramesPending;
 }
 
 asio::awaitable<void> Connection::read_loop() {
@@ -178,7 +176,8 @@ asio::awaitable<void> Connection::read_loop() {
         // (it rejects bigger ones from their header, so this always makes room).
         const std::size_t capacity = std::min(in_capacity_ * 2, max_input);
         if (capacity <= in_capacity_) {
-          fail(0, ErrorCode::kInternal, "input buffer exhausted");
+          shard_.counters()[Stat::kProtocolErrors].add();
+          send_error_and_close(0, ErrorCode::kInternal, "input buffer exhausted");
           continue;
         }
         auto grown = std::make_unique_for_overwrite<std::uint8_t[]>(capacity);
@@ -209,7 +208,7 @@ asio::awaitable<void> Connection::write_loop() {
     if (out_queued_.empty()) {
       // A failed connection stops at its ERROR; one the peer finished waits for its last
       // hand-over replies.
-      if (closing_ && (failed_ || frames_pending_ == 0)) break;
+      if (closing_ && (failed_ || frames_pending() == 0)) break;
       write_signal_.expires_at(Clock::time_point::max());
       co_await write_signal_.async_wait(redirect(ec));
       continue;
@@ -270,219 +269,17 @@ void Connection::after_input(bool handled_any) {
 }
 
 bool Connection::handle_input() {
-  bool any = false;
-  input_held_ = false;
-  while (!closing_) {
-    if (should_pause_reading()) {
-      input_held_ = in_begin_ != in_end_;
-      break;
-    }
-    const std::span<const std::uint8_t> input(in_.get() + in_begin_, in_end_ - in_begin_);
-    const protocol::DecodeResult decoded = decoder_.decode(input);
-    if (decoded.status == protocol::DecodeStatus::kNeedMore) break;
-    if (decoded.status == protocol::DecodeStatus::kMalformed) {
-      fail(decoded.request_id, decoded.error, decoded.reason);
-      break;
-    }
-    any = true;
-    handle_frame(decoded.frame);  // the body stays valid: the buffer moves only before a read
-    in_begin_ += decoded.frame_size;
-  }
-  return any;
+  const std::span<const std::uint8_t> input(in_.get() + in_begin_, in_end_ - in_begin_);
+  const DispatchResult result = shard_.dispatcher().dispatch_frames(*this, decoder_, input);
+  in_begin_ += result.consumed;
+  // Paused by back-pressure (not by closing) with bytes left: they may hold whole frames.
+  input_held_ = result.stopped_early && !closing_;
+  return result.handled_any;
 }
 
-void Connection::handle_frame(const protocol::Frame& frame) {
-  const protocol::FrameHeader& header = frame.header;
-  if (header.is_reply()) {
-    return fail(header.request_id, ErrorCode::kMalformedFrame,
-                "a client must not send a reply frame");
-  }
-  switch (header.opcode) {
-    case protocol::Opcode::kHello:
-      return handle_hello(header.request_id, frame.body);
-    case protocol::Opcode::kPing:
-      return protocol::encode_ping(out_queued_, header.request_id, frame.body, /*reply=*/true);
-    case protocol::Opcode::kAcquire:
-      return handle_acquire(header.request_id, frame.body);
-    case protocol::Opcode::kReset:
-      return handle_reset(header.request_id, frame.body);
-    case protocol::Opcode::kStats:
-      return handle_stats(header.request_id, frame.body);
-    default:
-      return fail(
-          header.request_id, ErrorCode::kUnknownOpcode,
-          fmt::format("unknown request opcode 0x{:02x}", static_cast<unsigned>(header.opcode)));
-  }
-}
-
-void Connection::handle_hello(std::uint32_t request_id, std::span<const std::uint8_t> body) {
-  protocol::HelloRequest request;
-  if (const auto parsed = protocol::parse_hello_request(body, request); !parsed) {
-    return fail(request_id, parsed.error, parsed.reason);
-  }
-  if (request.version < 1) {
-    return fail(request_id, ErrorCode::kUnsupportedVersion,
-                fmt::format("HELLO version {} is not supported (this server speaks 1 to {})",
-                            request.version, protocol::kVersion));
-  }
-  const ServerContext& context = shard_.context();
-  protocol::HelloReply reply;
-  reply.version = std::min(request.version, protocol::kVersion);
-  reply.this_shard = this_shard_;
-  reply.max_frame = context.config.max_frame;
-  reply.max_key = context.config.max_key;
-  reply.max_batch = context.config.max_batch;
-  reply.shard_ports = context.shard_ports;
-  reply.node_id = context.node_id;
-  protocol::encode_hello_reply(out_queued_, request_id, reply);
-}
-
-void Connection::handle_acquire(std::uint32_t request_id, std::span<const std::uint8_t> body) {
-  const ServerContext& context = shard_.context();
-  if (const auto parsed =
-          protocol::parse_acquire_request(body, context.config.max_batch, acquire_items_);
-      !parsed) {
-    return fail(request_id, parsed.error, parsed.reason);
-  }
-  acquire_results_.assign(acquire_items_.size(), protocol::AcquireResult{});
-  acquire_hashes_.resize(acquire_items_.size());
-  local_items_.clear();
-  auto& staging = shard_.staging();
-  bool handed_over = false;
-  std::uint64_t invalid = 0;
-  for (std::size_t i = 0; i < acquire_items_.size(); ++i) {
-    const protocol::AcquireItem& item = acquire_items_[i];
-    protocol::AcquireResult& result = acquire_results_[i];
-    if (validate(item.rule, item.cost, context.config.sliding_log_cap) != RuleError::kOk) {
-      result.status = protocol::ItemStatus::kInvalidRule;
-      ++invalid;
-      continue;
-    }
-    if (item.key.empty() || item.key.size() > context.config.max_key) {
-      result.status = protocol::ItemStatus::kInvalidKey;
-      ++invalid;
-      continue;
-    }
-    const KeyHash hash = hash_key(item.key);
-    const unsigned owner = shard_for(hash, context.shard_count);
-    if (owner != shard_.index()) {
-      staging[owner].push_back(
-          HandoverItem{hash, item.rule, item.cost, item.peek, static_cast<std::uint32_t>(i)});
-      handed_over = true;
-      continue;
-    }
-    acquire_hashes_[i] = hash;
-    local_items_.push_back(static_cast<std::uint32_t>(i));
-  }
-  if (!local_items_.empty()) {
-    // The owned items are decided in a second pass, with their records prefetched ahead.
-    const std::uint64_t now_ns = context.clock->now_ns();
-    shard_.decide_prefetched(
-        local_items_.size(), [&](std::size_t k) { return acquire_hashes_[local_items_[k]]; },
-        [&](std::size_t k) {
-          const std::uint32_t i = local_items_[k];
-          const protocol::AcquireItem& item = acquire_items_[i];
-          acquire_results_[i] =
-              shard_.acquire_local(acquire_hashes_[i], item.rule, item.cost, item.peek, now_ns);
-        });
-  }
-  if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
-  if (!handed_over) {
-    protocol::encode_acquire_reply(out_queued_, request_id, acquire_results_);
-    return;
-  }
-  PendingFrame* frame = shard_.new_pending_frame();
-  frame->opcode = protocol::Opcode::kAcquire;
-  frame->request_id = request_id;
-  frame->acquire_results.swap(acquire_results_);
-  hand_over(frame);
-}
-
-void Connection::handle_reset(std::uint32_t request_id, std::span<const std::uint8_t> body) {
-  const ServerContext& context = shard_.context();
-  if (const auto parsed =
-          protocol::parse_reset_request(body, context.config.max_batch, reset_keys_);
-      !parsed) {
-    return fail(request_id, parsed.error, parsed.reason);
-  }
-  reset_results_.assign(reset_keys_.size(), protocol::ResetStatus::kAbsent);
-  auto& staging = shard_.staging();
-  bool handed_over = false;
-  std::uint64_t invalid = 0;
-  const std::uint64_t now_ns = context.clock->now_ns();
-  for (std::size_t i = 0; i < reset_keys_.size(); ++i) {
-    const std::string_view key = reset_keys_[i];
-    if (key.empty() || key.size() > context.config.max_key) {
-      reset_results_[i] = protocol::ResetStatus::kInvalidKey;
-      ++invalid;
-      continue;
-    }
-    const KeyHash hash = hash_key(key);
-    const unsigned owner = shard_for(hash, context.shard_count);
-    if (owner != shard_.index()) {
-      HandoverItem item;
-      item.hash = hash;
-      item.index = static_cast<std::uint32_t>(i);
-      staging[owner].push_back(item);
-      handed_over = true;
-      continue;
-    }
-    reset_results_[i] = shard_.reset_local(hash, now_ns);
-  }
-  if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
-  if (!handed_over) {
-    protocol::encode_reset_reply(out_queued_, request_id, reset_results_);
-    return;
-  }
-  PendingFrame* frame = shard_.new_pending_frame();
-  frame->opcode = protocol::Opcode::kReset;
-  frame->request_id = request_id;
-  frame->reset_results.swap(reset_results_);
-  hand_over(frame);
-}
-
-void Connection::hand_over(PendingFrame* frame) {
-  auto& staging = shard_.staging();
-  // Count first: the frame is complete before any of its tasks can come back.
-  for (const auto& items : staging) {
-    if (!items.empty()) ++frame->tasks_pending;
-  }
-  ++frames_pending_;
-  std::uint64_t items_handed_over = 0;
-  for (unsigned owner = 0; owner < staging.size(); ++owner) {
-    if (staging[owner].empty()) continue;
-    HandoverTask* task = shard_.new_task();
-    task->phase = HandoverTask::Phase::kRun;
-    task->opcode = frame->opcode;
-    task->origin = shard_.index();
-    task->connection = shared_from_this();
-    task->frame = frame;
-    task->items.swap(staging[owner]);  // the staging slot keeps the task's old capacity
-    staging[owner].clear();
-    items_handed_over += task->items.size();
-    shard_.send(owner, task);
-  }
-  shard_.counters()[Stat::kHandedOver].add(items_handed_over);
-}
-
-void Connection::finish_frame(PendingFrame& frame) {
-  --frames_pending_;
-  if (!closed_ && !failed_) {
-    if (frame.opcode == protocol::Opcode::kAcquire) {
-      protocol::encode_acquire_reply(out_queued_, frame.request_id, frame.acquire_results);
-    } else {
-      protocol::encode_reset_reply(out_queued_, frame.request_id, frame.reset_results);
-    }
-    flush();
-  }
+void Connection::frame_finished() {
+  if (wants_replies()) flush();
   read_resume_.cancel();  // a reader paused on pending frames may go on
-}
-
-void Connection::handle_stats(std::uint32_t request_id, std::span<const std::uint8_t> body) {
-  if (const auto parsed = protocol::parse_stats_request(body); !parsed) {
-    return fail(request_id, parsed.error, parsed.reason);
-  }
-  shard_.append_stats_reply(out_queued_, request_id);
 }
 
 }  // namespace sluice::server

@@ -1,8 +1,10 @@
-// One client connection, living on one shard's thread: a reader coroutine that decodes and
-// handles the complete frames of each read (pausing while output backs up), a writer coroutine that
-// sends everything queued in one write, and a watchdog coroutine for the idle timeout and the close
-// grace period. Everything here runs on the shard's thread; other shards reach a connection only
-// through hand-over tasks that come back to this shard (docs/ARCHITECTURE.md).
+// One client connection, the transport half of a request's path: it moves bytes and frames, and
+// the shard's Dispatcher executes them (server/dispatcher.h). A reader coroutine hands the
+// complete frames of each read to the dispatcher (pausing while output backs up), a writer
+// coroutine sends everything queued in one write, and a watchdog coroutine keeps the idle
+// timeout and the close grace period. Everything here runs on the shard's thread; other shards
+// reach a connection only through hand-over tasks that come back to this shard
+// (docs/ARCHITECTURE.md).
 #pragma once
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
@@ -18,24 +20,21 @@
 #include <string_view>
 #include <vector>
 
-#include "core/key_hash.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
+#include "server/peer.h"
 
 namespace sluice::server {
 
 class Shard;
-struct PendingFrame;
 
-class Connection : public std::enable_shared_from_this<Connection> {
+class Connection final : public Peer {
  public:
   // `this_shard` is the shard index for a shard port, protocol::kPublicPort for the public one.
   // `counted` says whether the connection holds a slot of max_connections.
   Connection(Shard& shard, boost::asio::ip::tcp::socket socket, std::uint16_t this_shard,
              bool counted);
-  ~Connection();
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
+  ~Connection() override;
 
   // Starts the reader, writer and watchdog coroutines.
   void start();
@@ -44,8 +43,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Closes the socket and stops the coroutines. Idempotent.
   void close();
 
-  // A frame whose hand-over tasks are all back: encode its reply (unless closed) and forget it.
-  void finish_frame(PendingFrame& frame);
+  // Peer: what the dispatcher sees.
+  protocol::Bytes& reply_buffer() override { return out_queued_; }
+  bool wants_replies() const override { return !closed_ && !failed_; }
+  void reject(std::uint32_t request_id, protocol::ErrorCode code,
+              std::string_view message) override;
+  void frame_finished() override;
+  bool stop_dispatching() const override { return closing_ || should_pause_reading(); }
+
   // Sends the queued output now, without blocking, when no write is in flight: a reply usually
   // leaves without a turn of the writer. What the socket does not take, and any error, is left
   // to the writer.
@@ -57,21 +62,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   boost::asio::awaitable<void> watchdog_loop();
   void spawn(boost::asio::awaitable<void> coroutine);
 
-  // Decodes and handles the complete frames in the input buffer until none is left or
-  // should_pause_reading(); sets input_held_ when it stopped with frames possibly left.
+  // Has the dispatcher handle the complete frames in the input buffer until none is left or
+  // stop_dispatching(); sets input_held_ when it stopped with frames possibly left.
   // Returns whether any frame was handled.
   bool handle_input();
   // After handle_input(): notes the activity and wakes the writer.
   void after_input(bool handled_any);
-  void handle_frame(const protocol::Frame& frame);
-  void handle_hello(std::uint32_t request_id, std::span<const std::uint8_t> body);
-  void handle_acquire(std::uint32_t request_id, std::span<const std::uint8_t> body);
-  void handle_reset(std::uint32_t request_id, std::span<const std::uint8_t> body);
-  void handle_stats(std::uint32_t request_id, std::span<const std::uint8_t> body);
-  // Sends the frame's foreign items (staged in the shard) to their owners.
-  void hand_over(PendingFrame* frame);
-  // A protocol error: counts it, then send_error_and_close().
-  void fail(std::uint32_t request_id, protocol::ErrorCode code, std::string_view message);
   // Queues an ERROR after what is already queued; nothing is handled or sent after it.
   void send_error_and_close(std::uint32_t request_id, protocol::ErrorCode code,
                             std::string_view message);
@@ -82,10 +78,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Has the queued output sent once the handlers already queued on the shard have run
   // (Shard::queue_flush), by flush_now().
   void flush();
+  std::shared_ptr<Connection> self() {
+    return std::static_pointer_cast<Connection>(shared_from_this());
+  }
 
   Shard& shard_;
   boost::asio::ip::tcp::socket socket_;
-  const std::uint16_t this_shard_;
   const bool counted_;
   const protocol::FrameDecoder decoder_;
 
@@ -108,7 +106,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::chrono::steady_clock::time_point last_frame_;     // idle timeout counts from here
   std::chrono::steady_clock::time_point closing_since_;  // close grace period counts from here
-  std::uint32_t frames_pending_ = 0;                     // frames waiting for hand-over tasks
   bool closing_ = false;        // no more input is handled; close once the output is written
   bool failed_ = false;         // an ERROR is queued: later replies are dropped
   bool reader_done_ = false;    // the peer closed its side (or the read failed)
@@ -117,14 +114,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool read_paused_ = false;   // the reader waits on read_resume_ for output to drain
   bool flush_queued_ = false;  // flush_now() is due: flush() need not queue it again
   bool writing_ = false;  // the writer has out_writing_ in flight: flush() must not overtake it
-
-  // Scratch reused by the handlers (no allocation per frame once grown).
-  std::vector<protocol::AcquireItem> acquire_items_;
-  std::vector<protocol::AcquireResult> acquire_results_;
-  std::vector<KeyHash> acquire_hashes_;     // by item index, for the items this shard owns
-  std::vector<std::uint32_t> local_items_;  // their indices
-  std::vector<std::string_view> reset_keys_;
-  std::vector<protocol::ResetStatus> reset_results_;
 };
 
 }  // namespace sluice::server

@@ -97,6 +97,7 @@ Shard::Shard(ServerContext& context, unsigned index)
       table_(TableConfig{.max_bytes = context.config.max_memory / context.shard_count,
                          .sliding_log_cap = context.config.sliding_log_cap,
                          .huge_pages = context.config.huge_pages}),
+      dispatcher_(*this),
       sweep_timer_(io_),
       staging_(context.shard_count) {
   publish_table_stats();  // STATS shows the empty table (and its page size) from the start
@@ -382,6 +383,7 @@ void Shard::recycle_pending_frame(PendingFrame* frame) {
   if (free_frames_.size() < kMaxPooled && owned->acquire_results.capacity() <= kMaxPooledItems &&
       owned->reset_results.capacity() <= kMaxPooledItems) {
     owned->tasks_pending = 0;
+    owned->items_handed_over = 0;
     free_frames_.push_back(std::move(owned));
   }
 }
@@ -400,7 +402,7 @@ HandoverTask* Shard::new_task() {
 
 void Shard::recycle_task(HandoverTask* task) {
   std::unique_ptr<HandoverTask> owned(task);
-  owned->connection.reset();
+  owned->peer.reset();
   owned->frame = nullptr;
   owned->items.clear();
   if (free_tasks_.size() < kMaxPooled && owned->items.capacity() <= kMaxPooledItems) {
@@ -469,13 +471,13 @@ void Shard::run_task(HandoverTask* task) {
 
 void Shard::finish_task(HandoverTask* task) {
   PendingFrame* frame = task->frame;
-  std::shared_ptr<Connection> connection = std::move(task->connection);
+  std::shared_ptr<Peer> peer = std::move(task->peer);
   recycle_task(task);
   if (--frame->tasks_pending == 0) {
-    connection->finish_frame(*frame);
+    dispatcher_.finish_frame(*peer, *frame);
     recycle_pending_frame(frame);
   }
-  connection.reset();
+  peer.reset();
   context_.tasks_in_flight.fetch_sub(1);
   if (stopping_) context_.maybe_release();
 }

@@ -26,8 +26,10 @@
 #include "core/rule.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
+#include "server/dispatcher.h"
 #include "server/mpsc_queue.h"
 #include "server/one_slot_allocator.h"
+#include "server/peer.h"
 #include "server/server.h"
 #include "server/shard_counters.h"
 #include "server/table/counter_table.h"
@@ -43,7 +45,8 @@ class Shard;
 struct PendingFrame {
   protocol::Opcode opcode = protocol::Opcode::kAcquire;
   std::uint32_t request_id = 0;
-  std::uint32_t tasks_pending = 0;  // tasks not yet back; the reply is sent when it reaches 0
+  std::uint32_t tasks_pending = 0;      // tasks not yet back; the reply is sent when it reaches 0
+  std::uint32_t items_handed_over = 0;  // items in those tasks (the peer's backlog)
   std::vector<protocol::AcquireResult> acquire_results;
   std::vector<protocol::ResetStatus> reset_results;
 };
@@ -65,7 +68,7 @@ struct HandoverTask : MpscNode {
   Phase phase = Phase::kRun;
   protocol::Opcode opcode = protocol::Opcode::kAcquire;
   unsigned origin = 0;
-  std::shared_ptr<Connection> connection;  // kept alive until the task is back, even if closed
+  std::shared_ptr<Peer> peer;  // kept alive until the task is back, even if closed
   PendingFrame* frame = nullptr;
   std::vector<HandoverItem> items;
 };
@@ -116,6 +119,8 @@ class Shard {
   boost::asio::io_context& io() { return io_; }
   ServerContext& context() { return context_; }
   ShardCounters& counters() { return counters_; }
+  // Shard thread only: executes the frames of this shard's peers.
+  Dispatcher& dispatcher() { return dispatcher_; }
   const ShardCounters& counters() const { return counters_; }
 
   // ---- shard thread only -------------------------------------------------------------------
@@ -185,6 +190,7 @@ class Shard {
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   CounterTable table_;
   ShardCounters counters_;
+  Dispatcher dispatcher_;
 
   // Inbox: any thread pushes; this thread pops. drain_scheduled_ is true from the moment a
   // drain() is posted until it has found the inbox empty.

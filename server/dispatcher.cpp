@@ -1,0 +1,248 @@
+#include "server/dispatcher.h"
+
+#include <utility>
+
+#include <fmt/core.h>
+#include <algorithm>
+
+#include "core/key_hash.h"
+#include "core/rule.h"
+#include "server/shard.h"
+
+namespace sluice::server {
+
+using protocol::ErrorCode;
+
+Dispatcher::Dispatcher(Shard& shard) : shard_(shard) {}
+
+DispatchResult Dispatcher::dispatch_frames(Peer& peer, const protocol::FrameDecoder& decoder,
+                                           std::span<const std::uint8_t> input) {
+  DispatchResult result;
+  while (result.consumed < input.size()) {
+    if (peer.stop_dispatching()) {
+      result.stopped_early = true;
+      break;
+    }
+    const protocol::DecodeResult decoded = decoder.decode(input.subspan(result.consumed));
+    if (decoded.status == protocol::DecodeStatus::kNeedMore) break;
+    if (decoded.status == protocol::DecodeStatus::kMalformed) {
+      fail(peer, decoded.request_id, decoded.error, decoded.reason);
+      break;
+    }
+    result.handled_any = true;
+    dispatch(peer, decoded.frame);
+    result.consumed += decoded.frame_size;
+  }
+  return result;
+}
+
+void Dispatcher::fail(Peer& peer, std::uint32_t request_id, ErrorCode code,
+                      std::string_view message) {
+  shard_.counters()[Stat::kProtocolErrors].add();
+  peer.reject(request_id, code, message);
+}
+
+void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
+  const protocol::FrameHeader& header = frame.header;
+  if (header.is_reply()) {
+    return fail(peer, header.request_id, ErrorCode::kMalformedFrame,
+                "a client must not send a reply frame");
+  }
+  switch (header.opcode) {
+    case protocol::Opcode::kHello:
+      return handle_hello(peer, header.request_id, frame.body);
+    case protocol::Opcode::kPing:
+      return protocol::encode_ping(peer.reply_buffer(), header.request_id, frame.body,
+                                   /*reply=*/true);
+    case protocol::Opcode::kAcquire:
+      return handle_acquire(peer, header.request_id, frame.body);
+    case protocol::Opcode::kReset:
+      return handle_reset(peer, header.request_id, frame.body);
+    case protocol::Opcode::kStats:
+      return handle_stats(peer, header.request_id, frame.body);
+    default:
+      return fail(
+          peer, header.request_id, ErrorCode::kUnknownOpcode,
+          fmt::format("unknown request opcode 0x{:02x}", static_cast<unsigned>(header.opcode)));
+  }
+}
+
+void Dispatcher::handle_hello(Peer& peer, std::uint32_t request_id,
+                              std::span<const std::uint8_t> body) {
+  protocol::HelloRequest request;
+  if (const auto parsed = protocol::parse_hello_request(body, request); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  if (request.version < 1) {
+    return fail(peer, request_id, ErrorCode::kUnsupportedVersion,
+                fmt::format("HELLO version {} is not supported (this server speaks 1 to {})",
+                            request.version, protocol::kVersion));
+  }
+  const ServerContext& context = shard_.context();
+  protocol::HelloReply reply;
+  reply.version = std::min(request.version, protocol::kVersion);
+  reply.this_shard = peer.this_shard();
+  reply.max_frame = context.config.max_frame;
+  reply.max_key = context.config.max_key;
+  reply.max_batch = context.config.max_batch;
+  reply.shard_ports = context.shard_ports;
+  reply.node_id = context.node_id;
+  protocol::encode_hello_reply(peer.reply_buffer(), request_id, reply);
+}
+
+void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
+                                std::span<const std::uint8_t> body) {
+  const ServerContext& context = shard_.context();
+  if (const auto parsed =
+          protocol::parse_acquire_request(body, context.config.max_batch, acquire_items_);
+      !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  acquire_results_.assign(acquire_items_.size(), protocol::AcquireResult{});
+  acquire_hashes_.resize(acquire_items_.size());
+  local_items_.clear();
+  auto& staging = shard_.staging();
+  bool handed_over = false;
+  std::uint64_t invalid = 0;
+  for (std::size_t i = 0; i < acquire_items_.size(); ++i) {
+    const protocol::AcquireItem& item = acquire_items_[i];
+    protocol::AcquireResult& result = acquire_results_[i];
+    if (validate(item.rule, item.cost, context.config.sliding_log_cap) != RuleError::kOk) {
+      result.status = protocol::ItemStatus::kInvalidRule;
+      ++invalid;
+      continue;
+    }
+    if (item.key.empty() || item.key.size() > context.config.max_key) {
+      result.status = protocol::ItemStatus::kInvalidKey;
+      ++invalid;
+      continue;
+    }
+    const KeyHash hash = hash_key(item.key);
+    const unsigned owner = shard_for(hash, context.shard_count);
+    if (owner != shard_.index()) {
+      staging[owner].push_back(
+          HandoverItem{hash, item.rule, item.cost, item.peek, static_cast<std::uint32_t>(i)});
+      handed_over = true;
+      continue;
+    }
+    acquire_hashes_[i] = hash;
+    local_items_.push_back(static_cast<std::uint32_t>(i));
+  }
+  if (!local_items_.empty()) {
+    // The owned items are decided in a second pass, with their records prefetched ahead.
+    const std::uint64_t now_ns = context.clock->now_ns();
+    shard_.decide_prefetched(
+        local_items_.size(), [&](std::size_t k) { return acquire_hashes_[local_items_[k]]; },
+        [&](std::size_t k) {
+          const std::uint32_t i = local_items_[k];
+          const protocol::AcquireItem& item = acquire_items_[i];
+          acquire_results_[i] =
+              shard_.acquire_local(acquire_hashes_[i], item.rule, item.cost, item.peek, now_ns);
+        });
+  }
+  if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
+  if (!handed_over) {
+    protocol::encode_acquire_reply(peer.reply_buffer(), request_id, acquire_results_);
+    return;
+  }
+  PendingFrame* frame = shard_.new_pending_frame();
+  frame->opcode = protocol::Opcode::kAcquire;
+  frame->request_id = request_id;
+  frame->acquire_results.swap(acquire_results_);
+  hand_over(peer, frame);
+}
+
+void Dispatcher::handle_reset(Peer& peer, std::uint32_t request_id,
+                              std::span<const std::uint8_t> body) {
+  const ServerContext& context = shard_.context();
+  if (const auto parsed =
+          protocol::parse_reset_request(body, context.config.max_batch, reset_keys_);
+      !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  reset_results_.assign(reset_keys_.size(), protocol::ResetStatus::kAbsent);
+  auto& staging = shard_.staging();
+  bool handed_over = false;
+  std::uint64_t invalid = 0;
+  const std::uint64_t now_ns = context.clock->now_ns();
+  for (std::size_t i = 0; i < reset_keys_.size(); ++i) {
+    const std::string_view key = reset_keys_[i];
+    if (key.empty() || key.size() > context.config.max_key) {
+      reset_results_[i] = protocol::ResetStatus::kInvalidKey;
+      ++invalid;
+      continue;
+    }
+    const KeyHash hash = hash_key(key);
+    const unsigned owner = shard_for(hash, context.shard_count);
+    if (owner != shard_.index()) {
+      HandoverItem item;
+      item.hash = hash;
+      item.index = static_cast<std::uint32_t>(i);
+      staging[owner].push_back(item);
+      handed_over = true;
+      continue;
+    }
+    reset_results_[i] = shard_.reset_local(hash, now_ns);
+  }
+  if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
+  if (!handed_over) {
+    protocol::encode_reset_reply(peer.reply_buffer(), request_id, reset_results_);
+    return;
+  }
+  PendingFrame* frame = shard_.new_pending_frame();
+  frame->opcode = protocol::Opcode::kReset;
+  frame->request_id = request_id;
+  frame->reset_results.swap(reset_results_);
+  hand_over(peer, frame);
+}
+
+void Dispatcher::hand_over(Peer& peer, PendingFrame* frame) {
+  auto& staging = shard_.staging();
+  // Count first: the frame is complete before any of its tasks can come back.
+  std::uint32_t items_handed_over = 0;
+  for (const auto& items : staging) {
+    if (items.empty()) continue;
+    ++frame->tasks_pending;
+    items_handed_over += static_cast<std::uint32_t>(items.size());
+  }
+  frame->items_handed_over = items_handed_over;
+  ++peer.frames_pending_;
+  peer.items_pending_ += items_handed_over;
+  const std::shared_ptr<Peer> owner_of_frame = peer.shared_from_this();
+  for (unsigned owner = 0; owner < staging.size(); ++owner) {
+    if (staging[owner].empty()) continue;
+    HandoverTask* task = shard_.new_task();
+    task->phase = HandoverTask::Phase::kRun;
+    task->opcode = frame->opcode;
+    task->origin = shard_.index();
+    task->peer = owner_of_frame;
+    task->frame = frame;
+    task->items.swap(staging[owner]);  // the staging slot keeps the task's old capacity
+    staging[owner].clear();
+    shard_.send(owner, task);
+  }
+  shard_.counters()[Stat::kHandedOver].add(items_handed_over);
+}
+
+void Dispatcher::finish_frame(Peer& peer, PendingFrame& frame) {
+  --peer.frames_pending_;
+  peer.items_pending_ -= frame.items_handed_over;
+  if (peer.wants_replies()) {
+    if (frame.opcode == protocol::Opcode::kAcquire) {
+      protocol::encode_acquire_reply(peer.reply_buffer(), frame.request_id, frame.acquire_results);
+    } else {
+      protocol::encode_reset_reply(peer.reply_buffer(), frame.request_id, frame.reset_results);
+    }
+  }
+  peer.frame_finished();
+}
+
+void Dispatcher::handle_stats(Peer& peer, std::uint32_t request_id,
+                              std::span<const std::uint8_t> body) {
+  if (const auto parsed = protocol::parse_stats_request(body); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  shard_.append_stats_reply(peer.reply_buffer(), request_id);
+}
+
+}  // namespace sluice::server

@@ -1,0 +1,172 @@
+// The dispatcher without sockets: frames in, replies out, hand-overs between two shards run by
+// this thread (tests/server/memory_node.h).
+#include "server/dispatcher.h"
+
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/key_hash.h"
+#include "tests/server/memory_node.h"
+
+namespace sluice::test {
+namespace {
+
+using protocol::ItemStatus;
+
+constexpr std::uint64_t kStartNs = 1'700'000'040'000'000'000ull;
+
+server::ServerConfig two_shards() {
+  server::ServerConfig config;
+  config.shards = 2;
+  config.max_memory = 4u << 20;
+  config.stats_refresh = std::chrono::milliseconds(0);
+  return config;
+}
+
+// A key of `prefix` + a number that shard `shard` of 2 owns.
+std::string key_owned_by(unsigned shard, const std::string& prefix) {
+  for (int i = 0;; ++i) {
+    std::string key = prefix + std::to_string(i);
+    if (shard_for(hash_key(key), 2) == shard) return key;
+  }
+}
+
+protocol::Bytes acquire_frame(std::uint32_t request_id, const std::vector<std::string>& keys,
+                              const Rule& rule) {
+  std::vector<protocol::AcquireItem> items;
+  for (const std::string& key : keys) items.push_back({key, rule, 1, false});
+  protocol::Bytes out;
+  protocol::encode_acquire_request(out, request_id, items);
+  return out;
+}
+
+// The reply frames in `bytes`; fails the test if they do not parse.
+std::vector<protocol::Frame> replies(const protocol::Bytes& bytes) {
+  std::vector<protocol::Frame> frames;
+  REQUIRE(split_replies(bytes, frames));
+  return frames;
+}
+
+TEST_CASE("a frame whose keys are all local is answered inside dispatch", "[dispatcher]") {
+  ManualClock clock(kStartNs);
+  MemoryNode node(two_shards(), clock);
+  auto peer = MemoryPeer::create(node.shard(0));
+  const Rule rule{Algorithm::kFixedWindow, 2, 60'000, 0};
+  const std::string key = key_owned_by(0, "local-");
+  for (std::uint32_t id = 1; id <= 3; ++id) peer->feed(acquire_frame(id, {key}, rule));
+
+  const protocol::Bytes out = peer->take_output();
+  const auto frames = replies(out);
+  REQUIRE(frames.size() == 3);
+  std::vector<protocol::AcquireResult> results;
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    CHECK(frames[i].header.request_id == i + 1);
+    REQUIRE(protocol::parse_acquire_reply(frames[i].body, results));
+    REQUIRE(results.size() == 1);
+    CHECK(results[0].status == (i < 2 ? ItemStatus::kAllowed : ItemStatus::kDenied));
+  }
+  CHECK(peer->frames_pending() == 0);
+  CHECK(peer->frames_finished() == 0);
+}
+
+TEST_CASE("items of another shard come back through its inbox, in item order", "[dispatcher]") {
+  ManualClock clock(kStartNs);
+  MemoryNode node(two_shards(), clock);
+  auto peer = MemoryPeer::create(node.shard(0));
+  const Rule rule{Algorithm::kTokenBucket, 1, 60'000, 0};
+  const std::string mine = key_owned_by(0, "mine-");
+  const std::string theirs = key_owned_by(1, "theirs-");
+  const std::string also_theirs = key_owned_by(1, "also-");
+
+  // The second item is the first one's key again: it is denied, in order.
+  peer->feed(acquire_frame(7, {theirs, theirs, mine, also_theirs}, rule));
+  CHECK(peer->output().empty());  // waiting for shard 1
+  CHECK(peer->frames_pending() == 1);
+  CHECK(peer->items_pending() == 3);
+
+  REQUIRE(node.run_until_idle());
+  CHECK(peer->frames_pending() == 0);
+  CHECK(peer->items_pending() == 0);
+  CHECK(peer->frames_finished() == 1);
+  const protocol::Bytes out = peer->take_output();
+  const auto frames = replies(out);
+  REQUIRE(frames.size() == 1);
+  CHECK(frames[0].header.request_id == 7);
+  std::vector<protocol::AcquireResult> results;
+  REQUIRE(protocol::parse_acquire_reply(frames[0].body, results));
+  REQUIRE(results.size() == 4);
+  CHECK(results[0].status == ItemStatus::kAllowed);
+  CHECK(results[1].status == ItemStatus::kDenied);
+  CHECK(results[2].status == ItemStatus::kAllowed);
+  CHECK(results[3].status == ItemStatus::kAllowed);
+}
+
+TEST_CASE("a malformed frame is refused with an ERROR and nothing after it is handled",
+          "[dispatcher]") {
+  ManualClock clock(kStartNs);
+  MemoryNode node(two_shards(), clock);
+  auto peer = MemoryPeer::create(node.shard(0));
+  protocol::Bytes input;
+  protocol::encode_ping(input, 1, {}, /*reply=*/false);
+  const std::size_t bad = input.size();
+  protocol::encode_ping(input, 2, {}, /*reply=*/false);
+  input[bad + 6] = 1;  // a reserved byte of the second PING's header
+  protocol::encode_ping(input, 3, {}, /*reply=*/false);
+  peer->feed(input);
+
+  CHECK(peer->failed());
+  const protocol::Bytes out = peer->take_output();
+  const auto frames = replies(out);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[0].header.opcode == protocol::Opcode::kPing);
+  CHECK(frames[0].header.request_id == 1);
+  CHECK(frames[1].header.opcode == protocol::Opcode::kError);
+  CHECK(frames[1].header.request_id == 2);
+  protocol::ErrorReply error;
+  REQUIRE(protocol::parse_error(frames[1].body, error));
+  CHECK(error.code == protocol::ErrorCode::kMalformedFrame);
+}
+
+TEST_CASE("the frame loop stops when the peer asks and resumes where it stopped", "[dispatcher]") {
+  ManualClock clock(kStartNs);
+  MemoryNode node(two_shards(), clock);
+  auto peer = MemoryPeer::create(node.shard(1));
+  protocol::Bytes input;
+  for (std::uint32_t id = 1; id <= 3; ++id) protocol::encode_ping(input, id, {}, false);
+  peer->set_paused(true);
+  peer->feed(input);
+  CHECK(peer->output().empty());
+  CHECK(peer->input_left() == input.size());
+  peer->set_paused(false);
+  peer->dispatch();
+  CHECK(peer->input_left() == 0);
+  const protocol::Bytes out = peer->take_output();
+  CHECK(replies(out).size() == 3);
+}
+
+TEST_CASE("a reply finished after the peer failed is dropped, and the frame still ends",
+          "[dispatcher]") {
+  ManualClock clock(kStartNs);
+  MemoryNode node(two_shards(), clock);
+  auto peer = MemoryPeer::create(node.shard(0));
+  const Rule rule{Algorithm::kGcra, 5, 1'000, 0};
+  protocol::Bytes input = acquire_frame(1, {key_owned_by(1, "far-")}, rule);
+  protocol::encode_ping(input, 2, {}, false);
+  input[input.size() - 16] = 0;  // the PING's magic: malformed
+  peer->feed(input);
+  CHECK(peer->failed());
+  CHECK(peer->frames_pending() == 1);
+  REQUIRE(node.run_until_idle());
+  CHECK(peer->frames_pending() == 0);
+  CHECK(peer->frames_finished() == 1);
+  const protocol::Bytes out = peer->take_output();
+  const auto frames = replies(out);
+  REQUIRE(frames.size() == 1);  // only the ERROR: the ACQUIRE's reply came after it
+  CHECK(frames[0].header.opcode == protocol::Opcode::kError);
+}
+
+}  // namespace
+}  // namespace sluice::test
