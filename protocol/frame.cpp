@@ -61,6 +61,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "idle_timeout";
     case ErrorCode::kInternal:
       return "internal";
+    case ErrorCode::kOverloaded:
+      return "overloaded";
   }
   return "unknown";
 }

@@ -49,6 +49,7 @@ enum class ErrorCode : std::uint16_t {
   kShuttingDown = 7,
   kIdleTimeout = 8,
   kInternal = 9,
+  kOverloaded = 11,  // the node is out of a shared resource (buffer memory) and sheds this peer
 };
 
 std::string_view error_code_name(ErrorCode code);

@@ -27,11 +27,11 @@ using protocol::ErrorCode;
 
 namespace {
 
-constexpr std::size_t kInitialInput = 32 * 1024;
-// Reading and decoding pause while config.max_queued_output bytes wait for the writer, or this
-// many frames wait for other shards, so a client that pipelines without reading cannot grow
-// memory without bound.
-constexpr std::uint32_t kMaxFramesPending = 4096;
+// Output buffers keep up to this much capacity once empty; larger ones are given back, so a
+// burst of replies does not pin its peak for the life of the connection.
+constexpr std::size_t kKeepOutput = 256 * 1024;
+// What a handed-over item holds until its task is back: the item and its result slot.
+constexpr std::size_t kBacklogItemBytes = sizeof(HandoverItem) + sizeof(protocol::AcquireResult);
 // How long a closing connection may take to send its last bytes and see the peer close.
 constexpr auto kCloseGrace = std::chrono::seconds(1);
 
@@ -57,7 +57,7 @@ Connection::Connection(Shard& shard, tcp::socket socket, std::uint16_t this_shar
 Connection::~Connection() = default;
 
 void Connection::start() {
-  in_capacity_ = kInitialInput;
+  in_capacity_ = kBaseInputBuffer;
   in_ = std::make_unique_for_overwrite<std::uint8_t[]>(in_capacity_);
   spawn(read_loop());
   spawn(write_loop());
@@ -69,6 +69,7 @@ void Connection::start_refused(ErrorCode code, std::string_view message) {
   protocol::encode_error(out_queued_, 0, code, message);
   begin_closing();
   start();
+  recharge();
 }
 
 void Connection::spawn(asio::awaitable<void> coroutine) {
@@ -94,7 +95,68 @@ void Connection::close() {
   write_signal_.cancel();
   read_resume_.cancel();
   watchdog_timer_.cancel();
+  // The buffers are freed when the coroutines have unwound, on this thread, right after.
+  shard_.charge_buffers(-static_cast<std::int64_t>(charged_));
+  charged_ = 0;
   shard_.on_connection_closed(this, counted_);
+}
+
+std::size_t Connection::footprint() const {
+  std::size_t bytes = out_queued_.capacity() + out_writing_.capacity();
+  // Once shed, the input is discarded and its buffer freed as soon as the reader wakes, which
+  // shed_for_memory() makes happen at once: it no longer counts.
+  if (in_capacity_ > kBaseInputBuffer && !shed_) bytes += in_capacity_ - kBaseInputBuffer;
+  return bytes + items_pending() * kBacklogItemBytes;
+}
+
+void Connection::recharge() {
+  if (closed_) return;
+  const std::size_t now = footprint();
+  if (now == charged_) return;
+  shard_.charge_buffers(static_cast<std::int64_t>(now) - static_cast<std::int64_t>(charged_));
+  const bool grew = now > charged_;
+  charged_ = now;
+  if (grew && shard_.over_buffer_budget()) shard_.enforce_buffer_budget();
+}
+
+void Connection::shrink_input() {
+  if (in_capacity_ <= kBaseInputBuffer || in_begin_ != in_end_) return;
+  in_ = std::make_unique_for_overwrite<std::uint8_t[]>(kBaseInputBuffer);
+  in_capacity_ = kBaseInputBuffer;
+  in_begin_ = in_end_ = 0;
+  recharge();
+}
+
+void Connection::shed_for_memory(std::size_t shard_budget) {
+  if (!sheddable()) return;
+  shed_ = true;
+  shard_.counters()[Stat::kOverloadClosed].add();
+  if (writing_) {
+    close();
+    return;
+  }
+  const std::size_t held = charged_;
+  protocol::Bytes().swap(out_queued_);
+  failed_ = true;
+  protocol::encode_error(
+      out_queued_, 0, ErrorCode::kOverloaded,
+      fmt::format("closed: this connection held {} bytes of buffers, the most on a shard over its "
+                  "buffer budget of {} bytes (--max-buffer-memory)",
+                  held, shard_budget));
+  input_held_ = false;
+  // Only the reader may free the input buffer: wake it from its read (the writer has no
+  // operation on the socket, so only the read is cancelled). Closing, it discards the input.
+  if (reading_ && in_capacity_ > kBaseInputBuffer) {
+    boost::system::error_code ec;
+    socket_.cancel(ec);
+  }
+  if (!closing_) {
+    begin_closing();
+  } else {
+    read_resume_.cancel();
+    wake_writer();
+  }
+  recharge();
 }
 
 void Connection::begin_closing() {
@@ -134,6 +196,10 @@ void Connection::flush_now() {
     const ssize_t sent = ::send(socket_.native_handle(), out_queued_.data(), out_queued_.size(),
                                 MSG_DONTWAIT | MSG_NOSIGNAL);
     if (sent > 0) out_queued_.erase(out_queued_.begin(), out_queued_.begin() + sent);
+    if (out_queued_.empty() && out_queued_.capacity() > kKeepOutput) {
+      protocol::Bytes().swap(out_queued_);
+    }
+    recharge();
     // The reader may have paused on this output since it queued the flush.
     if (read_paused_ && !should_pause_reading()) read_resume_.cancel();
     // All sent: nothing for the writer, unless it is to close the connection after it.
@@ -143,8 +209,9 @@ void Connection::flush_now() {
 }
 
 bool Connection::should_pause_reading() const {
-  return out_queued_.size() >= shard_.context().config.max_queued_output ||
-         frames_pending() >= kMaxFramesPending;
+  const ServerConfig& config = shard_.context().config;
+  return out_queued_.size() + out_writing_.size() >= config.max_queued_output ||
+         Dispatcher::backlog_full(*this, config);
 }
 
 asio::awaitable<void> Connection::read_loop() {
@@ -166,6 +233,7 @@ asio::awaitable<void> Connection::read_loop() {
       continue;
     }
     if (closing_ || in_begin_ == in_end_) in_begin_ = in_end_ = 0;  // closing: discard input
+    if (in_end_ == 0) shrink_input();
     if (in_end_ == in_capacity_) {
       if (in_begin_ > 0) {
         std::memmove(in_.get(), in_.get() + in_begin_, in_end_ - in_begin_);
@@ -184,10 +252,16 @@ asio::awaitable<void> Connection::read_loop() {
         std::memcpy(grown.get(), in_.get(), in_end_);
         in_ = std::move(grown);
         in_capacity_ = capacity;
+        recharge();  // may shed this very connection: look at the state again
+        continue;
       }
     }
+    reading_ = true;
     const std::size_t n = co_await socket_.async_read_some(
         asio::buffer(in_.get() + in_end_, in_capacity_ - in_end_), redirect(ec));
+    reading_ = false;
+    // Cancelled by shed_for_memory(), so that this loop frees the input: go on closing.
+    if (ec == asio::error::operation_aborted && !closed_) continue;
     if (ec) break;  // end of stream, reset, or closed by close()
     if (closing_) continue;
     in_end_ += n;
@@ -222,6 +296,8 @@ asio::awaitable<void> Connection::write_loop() {
       close();
       co_return;
     }
+    if (out_writing_.capacity() > kKeepOutput) protocol::Bytes().swap(out_writing_);
+    recharge();
     read_resume_.cancel();  // output has drained: a paused reader may go on
   }
   if (closed_) co_return;
@@ -264,7 +340,8 @@ void Connection::after_input(bool handled_any) {
     last_frame_ = Clock::now();
     shard_.publish_table_stats();
   }
-  shard_.TEST_record_queued_output(out_queued_.size());
+  shard_.TEST_record_queued_output(out_queued_.size() + out_writing_.size());
+  recharge();
   flush();
 }
 
@@ -279,6 +356,7 @@ bool Connection::handle_input() {
 
 void Connection::frame_finished() {
   if (wants_replies()) flush();
+  recharge();
   read_resume_.cancel();  // a reader paused on pending frames may go on
 }
 

@@ -51,6 +51,15 @@ class Connection final : public Peer {
   void frame_finished() override;
   bool stop_dispatching() const override { return closing_ || should_pause_reading(); }
 
+  // Bytes of buffers this connection has charged to its shard's budget (footprint()).
+  std::size_t charged() const { return charged_; }
+  // Whether shed_for_memory() would still do something.
+  bool sheddable() const { return !closed_ && !shed_; }
+  // Out of buffer memory: drops the queued output and the input held, and closes with ERROR
+  // OVERLOADED (at once, without it, when a write is in flight: a client that does not read
+  // its last write would never see it). `shard_budget` is named in the message.
+  void shed_for_memory(std::size_t shard_budget);
+
   // Sends the queued output now, without blocking, when no write is in flight: a reply usually
   // leaves without a turn of the writer. What the socket does not take, and any error, is left
   // to the writer.
@@ -78,6 +87,13 @@ class Connection final : public Peer {
   // Has the queued output sent once the handlers already queued on the shard have run
   // (Shard::queue_flush), by flush_now().
   void flush();
+  // What the connection's buffers hold now, as counted against the buffer budget: input grown
+  // beyond kBaseInputBuffer, both output buffers' capacity, and its cross-shard backlog.
+  std::size_t footprint() const;
+  // Charges the change of footprint() to the shard; enforces the budget when it grew.
+  void recharge();
+  // Gives an input buffer grown for a large frame back, once it holds nothing.
+  void shrink_input();
   std::shared_ptr<Connection> self() {
     return std::static_pointer_cast<Connection>(shared_from_this());
   }
@@ -114,6 +130,9 @@ class Connection final : public Peer {
   bool read_paused_ = false;   // the reader waits on read_resume_ for output to drain
   bool flush_queued_ = false;  // flush_now() is due: flush() need not queue it again
   bool writing_ = false;  // the writer has out_writing_ in flight: flush() must not overtake it
+  bool reading_ = false;  // the reader waits in async_read_some, on in_
+  bool shed_ = false;     // closed by shed_for_memory()
+  std::size_t charged_ = 0;
 };
 
 }  // namespace sluice::server

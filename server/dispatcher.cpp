@@ -36,6 +36,11 @@ DispatchResult Dispatcher::dispatch_frames(Peer& peer, const protocol::FrameDeco
   return result;
 }
 
+bool Dispatcher::backlog_full(const Peer& peer, const ServerConfig& config) {
+  return peer.frames_pending() >= kMaxFramesPending ||
+         peer.items_pending() >= config.max_pending_items;
+}
+
 void Dispatcher::fail(Peer& peer, std::uint32_t request_id, ErrorCode code,
                       std::string_view message) {
   shard_.counters()[Stat::kProtocolErrors].add();

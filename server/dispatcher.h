@@ -15,6 +15,7 @@
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/peer.h"
+#include "server/server.h"
 
 namespace sluice::server {
 
@@ -45,6 +46,10 @@ class Dispatcher {
   // A frame whose hand-over tasks are all back: appends its reply (if the peer still wants
   // replies) and tells the peer.
   void finish_frame(Peer& peer, PendingFrame& frame);
+
+  // Whether the peer's cross-shard backlog is at its bound (kMaxFramesPending frames or
+  // config.max_pending_items items): a transport stops dispatching its frames until it falls.
+  static bool backlog_full(const Peer& peer, const ServerConfig& config);
 
  private:
   void handle_hello(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);

@@ -3,6 +3,7 @@
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
 
 #include <fmt/core.h>
+#include <malloc.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -75,6 +76,14 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "max-batch", po::value<std::string>()->default_value("4096"), "most items per request")(
       "max-connections", po::value<std::string>()->default_value("10000"),
       "open connections across all ports")(
+      "max-queued-output", po::value<std::string>()->default_value("4MiB"),
+      "per connection: stop reading while this much output waits to be sent")(
+      "max-pending-items", po::value<std::string>()->default_value("65536"),
+      "per connection: stop reading while this many items wait for other shards")(
+      "max-buffer-memory", po::value<std::string>()->default_value("0"),
+      "connection buffers across all shards; when a shard's share is spent, the connections "
+      "holding the most are closed (0 = max-memory / 4, at least room for 4 connections at "
+      "their limits per shard)")(
       "idle-timeout", po::value<std::string>()->default_value("5m"),
       "close a connection silent this long, with a unit (e.g. 30s, 5m; up to 366d; 0 = never)")(
       "sliding-log-cap", po::value<std::string>()->default_value("10000"),
@@ -133,6 +142,14 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       static_cast<std::uint16_t>(count_flag("max-batch", text("max-batch"), 1, 65535));
   config.max_connections = static_cast<std::uint32_t>(count_flag(
       "max-connections", text("max-connections"), 1, std::numeric_limits<std::uint32_t>::max()));
+  config.max_queued_output = parse_size_flag("max-queued-output", text("max-queued-output"), 1,
+                                             std::numeric_limits<std::uint32_t>::max());
+  config.max_pending_items = static_cast<std::uint32_t>(
+      count_flag("max-pending-items", text("max-pending-items"), 1, 1u << 24));
+  config.max_buffer_memory = text("max-buffer-memory") == "0"
+                                 ? 0
+                                 : parse_size_flag("max-buffer-memory", text("max-buffer-memory"),
+                                                   1, std::numeric_limits<std::size_t>::max());
   constexpr std::uint64_t kMaxIdleMs = 366ull * 24 * 3600 * 1000;
   config.idle_timeout = std::chrono::milliseconds(
       sluice::duration_flag("idle-timeout", text("idle-timeout"), 0, kMaxIdleMs));
@@ -158,6 +175,10 @@ int main(int argc, char** argv) {
 
   // Asio sends with MSG_NOSIGNAL; this also covers any other write to a closed socket.
   std::signal(SIGPIPE, SIG_IGN);
+  // Buffers of 128 KiB or more (a connection's grown input, a burst of output) are mapped on
+  // their own and unmapped when freed, instead of staying cached in the allocator's heaps after
+  // their connection ends. Setting the threshold also stops glibc from raising it by itself.
+  ::mallopt(M_MMAP_THRESHOLD, 128 * 1024);
   try {
     sluice::server::Server server(*config);
     // Installed before start() so that a signal during start-up already means "stop".
@@ -167,10 +188,12 @@ int main(int argc, char** argv) {
       if (!ec) server.stop();
     });
     server.start();
-    fmt::print("sluiced {} listening on {} (public), shard ports {} ({} shards), max memory {}\n",
-               sluice::kVersion, sluice::format_host_port(config->bind, server.port()),
-               join_ports(server.shard_ports()), server.shard_count(),
-               format_size(config->max_memory));
+    fmt::print(
+        "sluiced {} listening on {} (public), shard ports {} ({} shards), max memory {}, buffer "
+        "memory {}\n",
+        sluice::kVersion, sluice::format_host_port(config->bind, server.port()),
+        join_ports(server.shard_ports()), server.shard_count(), format_size(config->max_memory),
+        format_size(server.max_buffer_memory()));
     std::fflush(stdout);
     signals_io.run();
     server.wait();

@@ -102,6 +102,22 @@ Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
   if (context.config.max_queued_output == 0) {
     throw std::invalid_argument("max_queued_output must be at least 1");
   }
+  if (context.config.max_pending_items == 0) {
+    throw std::invalid_argument("max_pending_items must be at least 1");
+  }
+  // One connection at its limits: a whole largest frame being received, its full output.
+  const std::size_t one_connection =
+      protocol::kHeaderSize + context.config.max_frame + context.config.max_queued_output;
+  const std::size_t least_budget = std::size_t{shards} * one_connection;
+  if (context.config.max_buffer_memory == 0) {
+    context.config.max_buffer_memory =
+        std::max(context.config.max_memory / 4, std::size_t{4} * least_budget);
+  } else if (context.config.max_buffer_memory < least_budget) {
+    throw std::invalid_argument(fmt::format(
+        "max_buffer_memory {} is below what one connection at its limits needs on each of {} "
+        "shards ({} bytes: max_frame + max_queued_output); raise it or lower those",
+        context.config.max_buffer_memory, shards, least_budget));
+  }
   // Longer idle timeouts would overflow steady_clock arithmetic; nobody needs more than this.
   context.config.idle_timeout = std::min(context.config.idle_timeout, kMaxIdleTimeout);
   fit_connections_to_descriptors(context.config, shards);
@@ -187,6 +203,8 @@ std::uint16_t Server::port() const { return impl_->context.public_port; }
 std::vector<std::uint16_t> Server::shard_ports() const { return impl_->context.shard_ports; }
 
 unsigned Server::shard_count() const { return impl_->context.shard_count; }
+
+std::size_t Server::max_buffer_memory() const { return impl_->context.config.max_buffer_memory; }
 
 std::size_t Server::TEST_peak_queued_output() const {
   std::size_t peak = 0;

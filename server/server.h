@@ -17,6 +17,12 @@
 
 namespace sluice::server {
 
+// Input buffer every connection starts with and holds while it lives (not counted in
+// max_buffer_memory: it is bounded by max_connections instead).
+inline constexpr std::size_t kBaseInputBuffer = 32 * 1024;
+// Frames of one connection waiting for other shards at most (reading pauses there).
+inline constexpr std::uint32_t kMaxFramesPending = 4096;
+
 // The largest sliding_log_cap: the longest ring the log arena can store.
 inline constexpr std::uint32_t kMaxSlidingLogCap = LogArena::kMaxRingEntries;
 
@@ -34,8 +40,18 @@ struct ServerConfig {
   // that still cannot hold these plus the node's own descriptors, lowers this to fit (stderr).
   std::uint32_t max_connections = 10'000;
   std::chrono::milliseconds idle_timeout{5 * 60 * 1000};  // 0 = never
-  // Per connection: reading pauses while this much output waits to be written.
+  // Per connection: reading pauses while this much output waits to be written (queued and in
+  // flight together).
   std::size_t max_queued_output = 4u << 20;
+  // Per connection: reading pauses while this many items of its frames wait for other shards
+  // (or kMaxFramesPending frames, whichever comes first).
+  std::uint32_t max_pending_items = 65'536;
+  // Buffers of all connections together (input held beyond each connection's base buffer,
+  // output waiting to be sent, cross-shard backlog), split evenly among the shards. When a
+  // shard's share is spent, its connections holding the most are closed with ERROR OVERLOADED.
+  // 0 = the default: max_memory / 4, but at least room for four connections at their limits
+  // (max_frame and max_queued_output) on every shard.
+  std::size_t max_buffer_memory = 0;
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;  // 1..kMaxSlidingLogCap
   std::string node_id;                                    // empty = "<bind>:<public port>"
   // Shard threads poll instead of sleeping in epoll_wait: each keeps a core busy all the time,
@@ -72,7 +88,11 @@ class Server {
   std::vector<std::uint16_t> shard_ports() const;
   unsigned shard_count() const;
 
-  // Test seam: the most output any connection has had queued after handling its input (bytes).
+  // The buffer budget in effect (ServerConfig::max_buffer_memory after its default).
+  std::size_t max_buffer_memory() const;
+
+  // Test seam: the most output any connection has had waiting (queued and in flight) after
+  // handling its input (bytes).
   std::size_t TEST_peak_queued_output() const;
 
  private:

@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
@@ -15,6 +16,8 @@
 #include <chrono>
 #include <exception>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "server/connection.h"
 
@@ -99,6 +102,7 @@ Shard::Shard(ServerContext& context, unsigned index)
                          .huge_pages = context.config.huge_pages}),
       dispatcher_(*this),
       sweep_timer_(io_),
+      buffer_budget_(context.config.max_buffer_memory / context.shard_count),
       staging_(context.shard_count) {
   publish_table_stats();  // STATS shows the empty table (and its page size) from the start
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -263,6 +267,29 @@ void Shard::on_connection_closed(Connection* connection, bool counted) {
     counters_[Stat::kConnections].sub();
     context_.connections.fetch_sub(1, std::memory_order_relaxed);
   }
+}
+
+void Shard::charge_buffers(std::int64_t delta) {
+  buffer_bytes_ = static_cast<std::size_t>(static_cast<std::int64_t>(buffer_bytes_) + delta);
+  counters_[Stat::kBufferBytes].set(buffer_bytes_);
+}
+
+void Shard::enforce_buffer_budget() {
+  if (enforcing_ || !over_buffer_budget()) return;
+  enforcing_ = true;
+  // The biggest holders first; a shed connection gives back almost all it held at once.
+  std::vector<std::pair<std::size_t, Connection*>> holders;
+  holders.reserve(connections_.size());
+  for (Connection* connection : connections_) {
+    if (connection->sheddable()) holders.emplace_back(connection->charged(), connection);
+  }
+  std::sort(holders.begin(), holders.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [charged, connection] : holders) {
+    if (!over_buffer_budget() || charged == 0) break;
+    connection->shed_for_memory(buffer_budget_);
+  }
+  enforcing_ = false;
 }
 
 namespace {

@@ -149,6 +149,15 @@ class Shard {
   void send(unsigned to, HandoverTask* task);
 
   void on_connection_closed(Connection* connection, bool counted);
+
+  // The buffer budget (ServerConfig::max_buffer_memory / shards): connections report changes
+  // of their footprint here. charge_buffers() never closes anything; enforce_buffer_budget()
+  // closes the connections holding the most (Connection::shed_for_memory) until the shard is
+  // back within its share. Not re-entrant: a call made while one runs does nothing.
+  void charge_buffers(std::int64_t delta);
+  bool over_buffer_budget() const { return buffer_bytes_ > buffer_budget_; }
+  void enforce_buffer_budget();
+  std::size_t buffer_bytes() const { return buffer_bytes_; }
   // Calls connection->flush_now() after the handlers already queued on this shard, such as the
   // other reads of the same wake-up, have run: the replies of one wake-up leave together, and
   // the client wakes once for them rather than once per reply.
@@ -203,6 +212,9 @@ class Shard {
   bool stopping_ = false;
   std::unordered_set<Connection*> connections_;  // open connections, for close_all()
   std::atomic<std::size_t> peak_queued_output_{0};
+  const std::size_t buffer_budget_;
+  std::size_t buffer_bytes_ = 0;  // charged by this shard's connections
+  bool enforcing_ = false;
   int spare_fd_ = -1;  // /dev/null, kept so that one connection can be refused under EMFILE
   std::chrono::steady_clock::time_point last_accept_log_{};
   std::uint64_t unlogged_accept_errors_ = 0;

@@ -47,6 +47,8 @@ enum class Stat : std::size_t {
   kIdleClosed,
   kRejectedConnections,
   kHugePages,
+  kBufferBytes,
+  kOverloadClosed,
   kCount,
 };
 
@@ -67,6 +69,8 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCo
     "idle_closed",
     "rejected_connections",
     "huge_pages",
+    "buffer_bytes",
+    "overload_closed",
 };
 
 // Padded so that two shards' counters never share a cache line.

@@ -168,5 +168,40 @@ TEST_CASE("a reply finished after the peer failed is dropped, and the frame stil
   CHECK(frames[0].header.opcode == protocol::Opcode::kError);
 }
 
+TEST_CASE("dispatching stops while the items waiting for other shards are at their bound",
+          "[dispatcher][backpressure]") {
+  ManualClock clock(kStartNs);
+  server::ServerConfig config = two_shards();
+  config.max_pending_items = 100;
+  MemoryNode node(config, clock);
+  auto peer = MemoryPeer::create(node.shard(0));
+  const Rule rule{Algorithm::kFixedWindow, 1000, 60'000, 0};
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 30; ++i) {
+    const std::string key = "backlog-" + std::to_string(i);
+    if (shard_for(hash_key(key), 2) == 1) keys.push_back(key);
+  }
+  protocol::Bytes input;
+  for (std::uint32_t id = 1; id <= 6; ++id) {
+    const protocol::Bytes frame = acquire_frame(id, keys, rule);
+    input.insert(input.end(), frame.begin(), frame.end());
+  }
+  const std::size_t frame_size = input.size() / 6;
+  // Shard 1 does not run yet: 4 frames of 30 items reach the bound of 100, the rest waits.
+  peer->feed(input);
+  CHECK(peer->items_pending() == 120);
+  CHECK(peer->frames_pending() == 4);
+  CHECK(peer->input_left() == 2 * frame_size);
+
+  REQUIRE(node.run_until_idle());
+  CHECK(peer->items_pending() == 0);
+  peer->dispatch();  // what a transport does when frame_finished() wakes its reader
+  CHECK(peer->input_left() == 0);
+  REQUIRE(node.run_until_idle());
+  const protocol::Bytes out = peer->take_output();
+  const auto frames = replies(out);
+  CHECK(frames.size() == 6);
+}
+
 }  // namespace
 }  // namespace sluice::test

@@ -105,7 +105,10 @@ class MemoryPeer final : public server::Peer {
     protocol::encode_error(output_, request_id, code, message);
   }
   void frame_finished() override { ++frames_finished_; }
-  bool stop_dispatching() const override { return failed_ || paused_; }
+  bool stop_dispatching() const override {
+    return failed_ || paused_ ||
+           server::Dispatcher::backlog_full(*this, shard_.context().config);
+  }
 
  private:
   server::Shard& shard_;
