@@ -106,8 +106,7 @@ class MemoryPeer final : public server::Peer {
   }
   void frame_finished() override { ++frames_finished_; }
   bool stop_dispatching() const override {
-    return failed_ || paused_ ||
-           server::Dispatcher::backlog_full(*this, shard_.context().config);
+    return failed_ || paused_ || server::Dispatcher::backlog_full(*this, shard_.context().config);
   }
 
  private:
