@@ -168,6 +168,29 @@ void Connection::begin_closing() {
   wake_writer();
 }
 
+void Connection::shut_down(Clock::time_point deadline) {
+  if (closed_ || shutting_down_) return;
+  shutting_down_ = true;
+  shutdown_deadline_ = deadline;
+  if (!closing_) {
+    // Frames held back by back-pressure were received: they are answered too.
+    after_input(handle_input());
+    begin_closing();
+  } else {
+    watchdog_timer_.cancel();  // re-evaluate: the deadline is now the shutdown's
+  }
+  maybe_send_shutdown_error();
+}
+
+void Connection::maybe_send_shutdown_error() {
+  if (!shutting_down_ || failed_ || closed_ || frames_pending() != 0) return;
+  failed_ = true;
+  protocol::encode_error(out_queued_, 0, ErrorCode::kShuttingDown, "the server is shutting down");
+  recharge();
+  flush();
+  wake_writer();
+}
+
 void Connection::send_error_and_close(std::uint32_t request_id, ErrorCode code,
                                       std::string_view message) {
   if (closing_) return;
@@ -314,7 +337,7 @@ asio::awaitable<void> Connection::watchdog_loop() {
   while (!closed_) {
     Clock::time_point deadline = Clock::time_point::max();
     if (closing_) {
-      deadline = closing_since_ + kCloseGrace;
+      deadline = shutting_down_ ? shutdown_deadline_ : closing_since_ + kCloseGrace;
     } else if (idle_timeout.count() > 0) {
       deadline = last_frame_ + idle_timeout;
     }
@@ -356,6 +379,7 @@ bool Connection::handle_input() {
 
 void Connection::frame_finished() {
   if (wants_replies()) flush();
+  maybe_send_shutdown_error();
   recharge();
   read_resume_.cancel();  // a reader paused on pending frames may go on
 }

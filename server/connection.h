@@ -42,6 +42,10 @@ class Connection final : public Peer {
   void start_refused(protocol::ErrorCode code, std::string_view message);
   // Closes the socket and stops the coroutines. Idempotent.
   void close();
+  // The server is stopping: handles the complete frames already received (past back-pressure),
+  // reads nothing more, and once every frame is answered queues ERROR SHUTTING_DOWN, sends
+  // everything and closes, by `deadline` at the latest (then it is closed as it is).
+  void shut_down(std::chrono::steady_clock::time_point deadline);
 
   // Peer: what the dispatcher sees.
   protocol::Bytes& reply_buffer() override { return out_queued_; }
@@ -49,7 +53,9 @@ class Connection final : public Peer {
   void reject(std::uint32_t request_id, protocol::ErrorCode code,
               std::string_view message) override;
   void frame_finished() override;
-  bool stop_dispatching() const override { return closing_ || should_pause_reading(); }
+  bool stop_dispatching() const override {
+    return closing_ || (!shutting_down_ && should_pause_reading());
+  }
 
   // Bytes of buffers this connection has charged to its shard's budget (footprint()).
   std::size_t charged() const { return charged_; }
@@ -82,6 +88,8 @@ class Connection final : public Peer {
                             std::string_view message);
   // Stops handling input; the writer sends what is queued, then closes.
   void begin_closing();
+  // Shutting down with every frame answered: queues ERROR SHUTTING_DOWN (once).
+  void maybe_send_shutdown_error();
   bool should_pause_reading() const;
   void wake_writer();
   // Has the queued output sent once the handlers already queued on the shard have run
@@ -120,8 +128,10 @@ class Connection final : public Peer {
   boost::asio::steady_timer read_resume_;   // the reader sleeps on it while output backs up
   boost::asio::steady_timer watchdog_timer_;
 
-  std::chrono::steady_clock::time_point last_frame_;     // idle timeout counts from here
-  std::chrono::steady_clock::time_point closing_since_;  // close grace period counts from here
+  std::chrono::steady_clock::time_point last_frame_;         // idle timeout counts from here
+  std::chrono::steady_clock::time_point closing_since_;      // close grace period counts from here
+  std::chrono::steady_clock::time_point shutdown_deadline_;  // when shutting_down_
+  bool shutting_down_ = false;                               // shut_down() was called
   bool closing_ = false;        // no more input is handled; close once the output is written
   bool failed_ = false;         // an ERROR is queued: later replies are dropped
   bool reader_done_ = false;    // the peer closed its side (or the read failed)

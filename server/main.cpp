@@ -6,6 +6,7 @@
 #include <malloc.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 #include <csignal>
@@ -15,6 +16,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/units.h"
@@ -86,8 +88,11 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "their limits per shard)")(
       "idle-timeout", po::value<std::string>()->default_value("5m"),
       "close a connection silent this long, with a unit (e.g. 30s, 5m; up to 366d; 0 = never)")(
-      "sliding-log-cap", po::value<std::string>()->default_value("10000"),
-      "largest limit a sliding_log rule may have")(
+      "shutdown-timeout", po::value<std::string>()->default_value("5s"),
+      "on SIGTERM, time for connections to get their last replies and SHUTTING_DOWN (0 = close "
+      "at once; a second signal closes at once)")("sliding-log-cap",
+                                                  po::value<std::string>()->default_value("10000"),
+                                                  "largest limit a sliding_log rule may have")(
       "node-id", po::value<std::string>()->default_value(""), "node name (default bind:port)")(
       "busy-poll", "shard threads poll instead of sleeping (each keeps a core busy)")(
       "huge-pages",
@@ -153,6 +158,8 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   constexpr std::uint64_t kMaxIdleMs = 366ull * 24 * 3600 * 1000;
   config.idle_timeout = std::chrono::milliseconds(
       sluice::duration_flag("idle-timeout", text("idle-timeout"), 0, kMaxIdleMs));
+  config.shutdown_timeout = std::chrono::milliseconds(
+      sluice::duration_flag("shutdown-timeout", text("shutdown-timeout"), 0, 3'600'000));
   config.sliding_log_cap = static_cast<std::uint32_t>(
       count_flag("sliding-log-cap", text("sliding-log-cap"), 1, sluice::server::kMaxSlidingLogCap));
   config.node_id = text("node-id");
@@ -184,8 +191,13 @@ int main(int argc, char** argv) {
     // Installed before start() so that a signal during start-up already means "stop".
     boost::asio::io_context signals_io(1);
     boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
-    signals.async_wait([&server](const boost::system::error_code& ec, int) {
-      if (!ec) server.stop();
+    // The first signal stops gracefully (--shutdown-timeout); a second one closes everything.
+    signals.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      server.stop();
+      signals.async_wait([&server](const boost::system::error_code& again, int) {
+        if (!again) server.stop_now();
+      });
     });
     server.start();
     fmt::print(
@@ -195,8 +207,13 @@ int main(int argc, char** argv) {
         join_ports(server.shard_ports()), server.shard_count(), format_size(config->max_memory),
         format_size(server.max_buffer_memory()));
     std::fflush(stdout);
+    // Runs until the server has stopped (a second signal may still arrive meanwhile).
+    std::thread waiter([&] {
+      server.wait();
+      boost::asio::post(signals_io, [&signals] { signals.cancel(); });
+    });
     signals_io.run();
-    server.wait();
+    waiter.join();
   } catch (const std::exception& e) {
     fmt::print(stderr, "sluiced: {}\n", e.what());
     return 1;

@@ -188,7 +188,13 @@ void Server::start() {
 
 void Server::stop() {
   if (!impl_->started.load() || impl_->stop_requested.exchange(true)) return;
-  for (auto& shard : impl_->context.shards) shard->request_stop();
+  for (auto& shard : impl_->context.shards) shard->request_stop(/*graceful=*/true);
+}
+
+void Server::stop_now() {
+  if (!impl_->started.load()) return;
+  impl_->stop_requested.store(true);
+  for (auto& shard : impl_->context.shards) shard->request_stop(/*graceful=*/false);
 }
 
 void Server::wait() {

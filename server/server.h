@@ -61,6 +61,9 @@ struct ServerConfig {
   // least 64 MiB): fewer TLB misses on large tables, but the first touch of each 2 MiB block is
   // one page fault that zeroes it, a pause while the table grows (BM_InsertMaxPause).
   bool huge_pages = false;
+  // stop() lets every connection finish the frames it has sent, sends it ERROR SHUTTING_DOWN
+  // and closes it, within this long; what is left then is closed at once. 0 = close at once.
+  std::chrono::milliseconds shutdown_timeout{5000};
   // STATS answers from a per-shard snapshot rebuilt when it is at least this old (by `clock`),
   // so a flood of STATS costs a copy each, not a walk over every shard. 0 = rebuilt every time.
   std::chrono::milliseconds stats_refresh{100};
@@ -77,9 +80,13 @@ class Server {
   // Binds every port and starts the shard threads. Throws std::system_error when a port cannot
   // be bound. Returns once every listener accepts connections.
   void start();
-  // Asks every shard to stop: listeners close, connections close, threads exit. Idempotent and
-  // safe from any thread or a signal-handling strand.
+  // Asks every shard to stop: listeners close at once; each connection's frames already
+  // received are answered, then it gets ERROR SHUTTING_DOWN and is closed, within
+  // config.shutdown_timeout; then the threads exit. Idempotent and safe from any thread or a
+  // signal-handling strand.
   void stop();
+  // As stop(), but closes every connection at once, even during a stop() under way.
+  void stop_now();
   // Blocks until every shard thread has exited. Not from a shard thread (it would wait for
   // itself).
   void wait();

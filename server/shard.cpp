@@ -102,6 +102,7 @@ Shard::Shard(ServerContext& context, unsigned index)
                          .huge_pages = context.config.huge_pages}),
       dispatcher_(*this),
       sweep_timer_(io_),
+      stop_timer_(io_),
       buffer_budget_(context.config.max_buffer_memory / context.shard_count),
       staging_(context.shard_count) {
   publish_table_stats();  // STATS shows the empty table (and its page size) from the start
@@ -157,22 +158,46 @@ void Shard::run() {
   }
 }
 
-void Shard::request_stop() {
-  asio::post(io_, [this] { close_all(); });
+void Shard::request_stop(bool graceful) {
+  asio::post(io_, [this, graceful] { close_all(graceful); });
 }
 
 void Shard::release_work() { work_.reset(); }
 
-void Shard::close_all() {
-  if (stopping_) return;
-  stopping_ = true;
+void Shard::close_all(bool graceful) {
+  const auto timeout = context_.config.shutdown_timeout;
+  if (!graceful || timeout.count() == 0) {
+    stopping_ = true;
+    close_connections_now();
+  } else if (!stopping_) {
+    stopping_ = true;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    // close() removes the connection from the set, so work on a copy.
+    const std::vector<Connection*> open(connections_.begin(), connections_.end());
+    for (Connection* connection : open) connection->shut_down(deadline);
+    stop_timer_.expires_at(deadline);
+    stop_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) close_connections_now();
+    });
+  }
   boost::system::error_code ec;
   if (public_acceptor_) public_acceptor_->close(ec);
   if (shard_acceptor_) shard_acceptor_->close(ec);
   sweep_timer_.cancel();
-  // close() removes the connection from the set, so work on a copy.
+  maybe_closed();
+}
+
+void Shard::close_connections_now() {
+  stop_timer_.cancel();
   const std::vector<Connection*> open(connections_.begin(), connections_.end());
   for (Connection* connection : open) connection->close();
+  maybe_closed();
+}
+
+void Shard::maybe_closed() {
+  if (!stopping_ || counted_closed_ || !connections_.empty()) return;
+  counted_closed_ = true;
+  stop_timer_.cancel();
   context_.shards_closed.fetch_add(1);
   context_.maybe_release();
 }
@@ -267,6 +292,7 @@ void Shard::on_connection_closed(Connection* connection, bool counted) {
     counters_[Stat::kConnections].sub();
     context_.connections.fetch_sub(1, std::memory_order_relaxed);
   }
+  maybe_closed();
 }
 
 void Shard::charge_buffers(std::int64_t delta) {

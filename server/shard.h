@@ -110,8 +110,10 @@ class Shard {
   void spawn();
   // The shard thread's body: returns once the shard has stopped and all work is done.
   void run();
-  // Any thread: closes listeners and connections; the thread exits when in-flight work is done.
-  void request_stop();
+  // Any thread: closes the listeners, then the connections, gracefully (Connection::shut_down,
+  // within config.shutdown_timeout) or at once; the thread exits when in-flight work is done.
+  // A graceful stop may be followed by one at once.
+  void request_stop(bool graceful);
   // Shard thread: lets run() return once no handler is left (the last step of shutdown).
   void release_work();
 
@@ -185,7 +187,10 @@ class Shard {
   bool refuse_without_descriptor(boost::asio::ip::tcp::acceptor& acceptor);
   // At most one accept error line a second, naming how many were left out since the last.
   void log_accept_error(const boost::system::error_code& ec);
-  void close_all();
+  void close_all(bool graceful);
+  void close_connections_now();
+  // Once stopping and without connections: counts this shard as closed (once).
+  void maybe_closed();
   void drain();
   void run_task(HandoverTask* task);
   void finish_task(HandoverTask* task);
@@ -210,6 +215,8 @@ class Shard {
   std::optional<boost::asio::ip::tcp::acceptor> shard_acceptor_;
   boost::asio::steady_timer sweep_timer_;
   bool stopping_ = false;
+  bool counted_closed_ = false;                  // this shard is in context_.shards_closed
+  boost::asio::steady_timer stop_timer_;         // a graceful stop's deadline
   std::unordered_set<Connection*> connections_;  // open connections, for close_all()
   std::atomic<std::size_t> peak_queued_output_{0};
   const std::size_t buffer_budget_;

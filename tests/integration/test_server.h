@@ -27,6 +27,7 @@ inline server::ServerConfig test_config(unsigned shards = 2) {
   config.max_memory = 16u << 20;
   config.idle_timeout = std::chrono::milliseconds(0);
   config.stats_refresh = std::chrono::milliseconds(0);  // STATS shows every change at once
+  config.shutdown_timeout = std::chrono::seconds(2);
   return config;
 }
 
