@@ -4,7 +4,8 @@
 // crash, no read past the input" (AddressSanitizer), it checks the parser's contracts:
 //  - a complete reply consumes at least 3 bytes and never more than the input; any other outcome
 //    consumes nothing; views point into the consumed bytes, in order; unused fields are zero;
-//  - kNeedMore never leaves more bytes waiting than one reply within the limits can hold;
+//  - parse() allocates nothing; kNeedMore never leaves more bytes waiting than one reply within
+//    the limits can hold;
 //  - a complete reply is within the limits, and its canonical encoding (shortest numbers) parses
 //    back to itself and is the consumed bytes themselves when it is as long as they are;
 //  - the stream gives the same replies and the same final outcome at the same offset whether it
@@ -12,6 +13,8 @@
 //    kTooLarge stay so when more bytes arrive;
 //  - tighter limits change an outcome only into kTooLarge, and never refuse a reply that is
 //    within them.
+#include <sanitizer/allocator_interface.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstddef>
@@ -33,6 +36,25 @@ using Limits = RespParser::Limits;
 
 void require(bool condition) {
   if (!condition) __builtin_trap();
+}
+
+// Allocations made on this thread while `counting`, seen through the sanitizer's malloc hook.
+thread_local bool counting = false;
+thread_local std::size_t allocations = 0;
+
+void count_malloc(const volatile void*, std::size_t) {
+  if (counting) ++allocations;
+}
+void ignore_free(const volatile void*) {}
+
+// parse(), which must not allocate: its table is sized once, at construction.
+RespParseResult parse(RespParser& parser, std::string_view input) {
+  allocations = 0;
+  counting = true;
+  const RespParseResult r = parser.parse(input);
+  counting = false;
+  require(allocations == 0);
+  return r;
 }
 
 // The largest figures in a reply, as its canonical encoding has them: `line` covers simple
@@ -172,7 +194,7 @@ Reply check_complete(RespParser& parser, const Limits& limits, std::string_view 
   reply.canonical = std::move(walk.out);
   reply.measure = walk.measure;
 
-  const RespParseResult again = parser.parse(reply.canonical);
+  const RespParseResult again = parse(parser, reply.canonical);
   require(again.status == RespStatus::kComplete && again.consumed == reply.canonical.size());
   Walk rewalk(parser, reply.canonical);
   rewalk.value(again.value, 0);
@@ -185,7 +207,7 @@ Outcome parse_whole(RespParser& parser, const Limits& limits, std::string_view s
   Outcome outcome;
   std::size_t at = 0;
   for (;;) {
-    const RespParseResult r = parser.parse(stream.substr(at));
+    const RespParseResult r = parse(parser, stream.substr(at));
     if (r.status != RespStatus::kComplete) {
       require(r.consumed == 0);
       if (r.status == RespStatus::kNeedMore) require(stream.size() - at <= max_pending(limits));
@@ -217,7 +239,7 @@ void check_pieces(RespParser& parser, const Limits& limits, std::string_view str
     const std::string_view view(buffer.get(), pending);
     std::size_t offset = 0;
     for (;;) {
-      const RespParseResult r = parser.parse(view.substr(offset));
+      const RespParseResult r = parse(parser, view.substr(offset));
       if (r.status == RespStatus::kComplete) {
         const Reply reply = check_complete(parser, limits, view.substr(offset), r, begin + offset);
         require(next < whole.replies.size() && reply == whole.replies[next]);
@@ -281,6 +303,11 @@ RespParser& parser_for(std::uint16_t config, const Limits& limits) {
 constexpr std::size_t kBytewiseMax = 128;  // streams up to this size also arrive byte by byte
 
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  require(__sanitizer_install_malloc_and_free_hooks(count_malloc, ignore_free) != 0);
+  return 0;
+}
 
 // Input layout: two config bytes (the limits, see limits_from), a byte whose low nibble k is the
 // number of sized pieces, k bytes giving those pieces' sizes (0..255), then the stream.
