@@ -5,7 +5,8 @@
 #                                   fuzz each target for SECONDS, one after the other, starting
 #                                   from its corpus in tests/fuzz/corpus/TARGET/. New inputs go
 #                                   to build-fuzz/corpus/TARGET/, not into the repository; --save
-#                                   merges those that add coverage into the repository's corpus.
+#                                   merges those that reach new code into the repository's corpus
+#                                   (new edges only, not new hit counts, so that it stays small).
 #   tools/fuzz.sh --replay [TARGET] run each target once over its corpus and its generated seeds
 #                                   (seconds; tools/test.sh does this).
 #   tools/fuzz.sh --seeds [TARGET]  rewrite the generated seeds in tests/fuzz/corpus/ (a target
@@ -114,7 +115,7 @@ for target in "${targets[@]}"; do
       fi
       if [ "$save" -eq 1 ]; then
         before=$(find "$corpus" -type f | wc -l)
-        "$bin" -merge=1 "$corpus" "$work" >"$build/$target.merge.log" 2>&1
+        "$bin" -merge=1 -use_counters=0 "$corpus" "$work" >"$build/$target.merge.log" 2>&1
         after=$(find "$corpus" -type f | wc -l)
         echo "$target: $((after - before)) new inputs saved to $corpus"
       fi
