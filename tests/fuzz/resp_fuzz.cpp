@@ -292,7 +292,8 @@ Limits limits_from(std::uint8_t a, std::uint8_t b) {
   return limits;
 }
 
-// One parser per limit setting, kept across inputs as sluice-load keeps one per run.
+// One parser per limit setting, kept across inputs, as each sluice-load worker thread keeps one
+// for all its connections.
 RespParser& parser_for(std::uint16_t config, const Limits& limits) {
   static std::map<std::uint16_t, std::unique_ptr<RespParser>> parsers;
   std::unique_ptr<RespParser>& parser = parsers[config];
