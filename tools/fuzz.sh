@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (tests/fuzz/, clang) in build-fuzz/ and runs them.
 #
-#   tools/fuzz.sh SECONDS [--save]  fuzz each target for SECONDS, starting from its corpus in
-#                                   tests/fuzz/corpus/TARGET/. New inputs go to
-#                                   build-fuzz/corpus/TARGET/, not into the repository; --save
-#                                   merges those that add coverage into the repository's corpus.
-#   tools/fuzz.sh --replay          run each target once over its corpus and its generated seeds
+#   tools/fuzz.sh SECONDS [--save] [TARGET]
+#                                   fuzz each target for SECONDS, one after the other, starting
+#                                   from its corpus in tests/fuzz/corpus/TARGET/. New inputs go
+#                                   to build-fuzz/corpus/TARGET/, not into the repository; --save
+#                                   merges those that reach new code into the repository's corpus
+#                                   (new edges only, not new hit counts, so that it stays small).
+#   tools/fuzz.sh --replay [TARGET] run each target once over its corpus and its generated seeds
 #                                   (seconds; tools/test.sh does this).
-#   tools/fuzz.sh --seeds           rewrite the generated seeds in tests/fuzz/corpus/ (a target
+#   tools/fuzz.sh --seeds [TARGET]  rewrite the generated seeds in tests/fuzz/corpus/ (a target
 #                                   NAME_fuzz has a seed writer NAME_corpus when it has seeds).
+# TARGET (a NAME_fuzz target of tests/fuzz/CMakeLists.txt, e.g. frame_fuzz) limits the run to it;
+# without it every target runs. One fuzzer process at a time, on one core.
 # A crash leaves its input in build-fuzz/artifacts/ and makes the script exit non-zero.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  echo "usage: tools/fuzz.sh SECONDS [--save] | --replay | --seeds" >&2
+  echo "usage: tools/fuzz.sh SECONDS [--save] [TARGET] | --replay [TARGET] | --seeds [TARGET]" >&2
   exit 2
 }
 [ "$#" -ge 1 ] || usage
-mode=fuzz seconds=0 save=0
+mode=fuzz seconds=0 save=0 only=""
 case "$1" in
   --replay) mode=replay ;;
   --seeds) mode=seeds ;;
@@ -26,10 +30,20 @@ case "$1" in
   *) seconds=$1 ;;
 esac
 [ "$mode" = fuzz ] && [ "$seconds" -eq 0 ] && usage
-if [ "$#" -ge 2 ]; then
-  [ "$mode" = fuzz ] && [ "$2" = --save ] && [ "$#" -eq 2 ] || usage
-  save=1
-fi
+shift
+for arg in "$@"; do
+  case "$arg" in
+    --save)
+      [ "$mode" = fuzz ] && [ "$save" -eq 0 ] || usage
+      save=1
+      ;;
+    -* | '') usage ;;
+    *)
+      [ -z "$only" ] || usage
+      only=$arg
+      ;;
+  esac
+done
 
 bash tools/deps.sh clang libclang-rt-14-dev
 
@@ -44,6 +58,13 @@ for bin in "$build"/bin/*_fuzz; do
   [ -x "$bin" ] && targets+=("$(basename "$bin")")
 done
 [ "${#targets[@]}" -gt 0 ] || { echo "no *_fuzz targets in $build/bin" >&2; exit 1; }
+if [ -n "$only" ]; then
+  if [[ " ${targets[*]} " != *" $only "* ]]; then
+    echo "no fuzz target $only (there are: ${targets[*]})" >&2
+    exit 2
+  fi
+  targets=("$only")
+fi
 
 mkdir -p "$build/artifacts"
 status=0
@@ -94,7 +115,7 @@ for target in "${targets[@]}"; do
       fi
       if [ "$save" -eq 1 ]; then
         before=$(find "$corpus" -type f | wc -l)
-        "$bin" -merge=1 "$corpus" "$work" >"$build/$target.merge.log" 2>&1
+        "$bin" -merge=1 -use_counters=0 "$corpus" "$work" >"$build/$target.merge.log" 2>&1
         after=$(find "$corpus" -type f | wc -l)
         echo "$target: $((after - before)) new inputs saved to $corpus"
       fi

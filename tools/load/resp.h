@@ -99,7 +99,7 @@ class RespParser {
  public:
   struct Limits {
     std::size_t max_bulk = 64u << 20;  // bytes in one bulk string
-    std::size_t max_line = 64u << 10;  // bytes in a simple string, error or length line
+    std::size_t max_line = 64u << 10;  // bytes in one line: simple string, error, integer, length
     std::uint32_t max_values = 1024;   // array elements in one reply, all levels together
     int max_depth = 8;                 // array nesting
   };
