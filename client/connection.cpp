@@ -271,8 +271,8 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
   // HELLO alone: what callers queued meanwhile waits in out_ for the reply (and can still be
   // withdrawn if it times out first).
   sending_.clear();
-  protocol::encode_hello_request(sending_, kHandshakeId,
-                                 protocol::HelloRequest{protocol::kVersion, config_.client_name});
+  protocol::encode_hello_request(
+      sending_, kHandshakeId, protocol::HelloRequest{protocol::kVersion, config_.client_name, ""});
   write_in_flight_ = true;
   lock.unlock();
   asio::async_write(socket_, asio::buffer(sending_),

@@ -154,7 +154,7 @@ class RawClient {
   protocol::HelloReply hello(std::uint8_t version = protocol::kVersion) {
     const std::uint32_t id = next_id();
     protocol::Bytes out;
-    protocol::encode_hello_request(out, id, protocol::HelloRequest{version, "raw_client"});
+    protocol::encode_hello_request(out, id, protocol::HelloRequest{version, "raw_client", ""});
     const ReceivedFrame reply = call(out, id);
     protocol::HelloReply hello;
     if (!protocol::parse_hello_reply(reply.body, hello)) throw std::runtime_error("bad HELLO");
