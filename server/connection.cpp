@@ -17,6 +17,7 @@
 
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "server/auth.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -51,7 +52,8 @@ Connection::Connection(Shard& shard, tcp::socket socket, std::uint16_t this_shar
       write_signal_(shard.io()),
       read_resume_(shard.io()),
       watchdog_timer_(shard.io()),
-      last_frame_(Clock::now()) {}
+      last_frame_(Clock::now()),
+      authenticated_(!requires_authentication(shard.context().config)) {}
 
 // Runs on the shard thread, or on the stopping thread after the shard threads have exited:
 // it must not touch the shard.
@@ -118,6 +120,11 @@ void Connection::send_error_and_close(std::uint32_t request_id, ErrorCode code,
 void Connection::fail(std::uint32_t request_id, ErrorCode code, std::string_view message) {
   shard_.counters()[Stat::kProtocolErrors].add();
   send_error_and_close(request_id, code, message);
+}
+
+void Connection::fail_authentication(std::uint32_t request_id, std::string_view message) {
+  shard_.counters()[Stat::kAuthFailures].add();
+  send_error_and_close(request_id, ErrorCode::kUnauthenticated, message);
 }
 
 void Connection::wake_writer() { write_signal_.cancel(); }
@@ -293,6 +300,9 @@ bool Connection::handle_input() {
 
 void Connection::handle_frame(const protocol::Frame& frame) {
   const protocol::FrameHeader& header = frame.header;
+  if (!authenticated_ && header.opcode != protocol::Opcode::kHello) {
+    return fail_authentication(header.request_id, kHelloFirstMessage);
+  }
   if (header.is_reply()) {
     return fail(header.request_id, ErrorCode::kMalformedFrame,
                 "a client must not send a reply frame");
@@ -325,6 +335,11 @@ void Connection::handle_hello(std::uint32_t request_id, std::span<const std::uin
                 fmt::format("HELLO version {} is not supported (this server speaks 1 to {})",
                             request.version, protocol::kVersion));
   }
+  // Every HELLO is checked: a wrong token closes even an authenticated connection.
+  if (!hello_admits(shard_.context().config, request)) {
+    return fail_authentication(request_id, kWrongTokenMessage);
+  }
+  authenticated_ = true;
   const ServerContext& context = shard_.context();
   protocol::HelloReply reply;
   reply.version = std::min(request.version, protocol::kVersion);

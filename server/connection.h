@@ -72,6 +72,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void hand_over(PendingFrame* frame);
   // A protocol error: counts it, then send_error_and_close().
   void fail(std::uint32_t request_id, protocol::ErrorCode code, std::string_view message);
+  // ERROR UNAUTHENTICATED (server/auth.h): counts it, then send_error_and_close().
+  void fail_authentication(std::uint32_t request_id, std::string_view message);
   // Queues an ERROR after what is already queued; nothing is handled or sent after it.
   void send_error_and_close(std::uint32_t request_id, protocol::ErrorCode code,
                             std::string_view message);
@@ -109,6 +111,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::chrono::steady_clock::time_point last_frame_;     // idle timeout counts from here
   std::chrono::steady_clock::time_point closing_since_;  // close grace period counts from here
   std::uint32_t frames_pending_ = 0;                     // frames waiting for hand-over tasks
+  bool authenticated_;          // the server needs no token, or a HELLO brought the right one
   bool closing_ = false;        // no more input is handled; close once the output is written
   bool failed_ = false;         // an ERROR is queued: later replies are dropped
   bool reader_done_ = false;    // the peer closed its side (or the read failed)

@@ -46,6 +46,7 @@ enum class Stat : std::size_t {
   kProtocolErrors,
   kIdleClosed,
   kRejectedConnections,
+  kAuthFailures,
   kHugePages,
   kCount,
 };
@@ -66,6 +67,7 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCo
     "protocol_errors",
     "idle_closed",
     "rejected_connections",
+    "auth_failures",
     "huge_pages",
 };
 
