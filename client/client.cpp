@@ -52,6 +52,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "closed";
     case ErrorCode::kOverloaded:
       return "overloaded";
+    case ErrorCode::kUnauthenticated:
+      return "unauthenticated";
   }
   return "unknown";
 }
@@ -300,6 +302,7 @@ struct Client::Impl {
     config.endpoint = endpoint;
     config.expected_shard = expected_shard;
     config.client_name = options.client_name;
+    config.auth_token = options.auth_token;
     config.timeout_ns = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
     config.connect_timeout_ns = static_cast<std::uint64_t>(
@@ -626,6 +629,12 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
       options.connections_per_shard > kMaxConnectionsPerShard) {
     return Status(ErrorCode::kInvalidArgument,
                   "connections_per_shard must be 1.." + std::to_string(kMaxConnectionsPerShard));
+  }
+  // Refused rather than cut: a cut token is a wrong one. The message never shows the token.
+  if (options.auth_token.size() > protocol::kMaxTokenLength) {
+    return Status(
+        ErrorCode::kInvalidArgument,
+        "auth_token is longer than " + std::to_string(protocol::kMaxTokenLength) + " bytes");
   }
   auto impl = std::make_unique<Impl>(std::move(options), external);
   const ClientOptions& opts = impl->options;

@@ -40,6 +40,10 @@ struct ClientOptions {
   std::chrono::milliseconds timeout{100};           // per call, from submission to reply
   std::chrono::milliseconds connect_timeout{1000};  // TCP connect + HELLO
   std::string client_name = "sluice-client";        // sent in HELLO, for the server's logs
+  // The shared secret of a node started with --auth-token-file, sent in every HELLO; at most
+  // 1024 bytes (protocol::kMaxTokenLength). Empty: none. A node that requires a token and gets a
+  // wrong one (or none) refuses the connection: connect() fails with kUnauthenticated.
+  std::string auth_token;
   // Connect to each shard's own port and send each key straight to its owner. When false,
   // everything goes through the public port and the server hands keys over between shards.
   bool shard_aware = true;
@@ -93,7 +97,8 @@ using BatchCallback = std::function<void(std::span<const Result<Decision>>)>;
 class Client {
  public:
   // Connects to the first server that answers HELLO and, when shard-aware, to every shard port
-  // (HELLO on each). Fails with kInvalidArgument, kConnectionFailed, kTimeout or kServerError.
+  // (HELLO on each). Fails with kInvalidArgument, kConnectionFailed, kTimeout, kUnauthenticated
+  // or kServerError.
   static Result<std::unique_ptr<Client>> connect(ClientOptions options);
   // The same, but the client runs on `io` instead of a thread of its own: every socket
   // operation and callback runs on the thread that runs `io`, so an event-loop application

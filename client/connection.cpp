@@ -87,6 +87,10 @@ Status server_error_status(std::span<const std::uint8_t> body) {
   if (!protocol::parse_error(body, error)) {
     return Status(ErrorCode::kProtocolError, "unparsable ERROR reply");
   }
+  // A refused token is the caller's to fix (the options), not a server failure: a code of its own.
+  if (error.code == protocol::ErrorCode::kUnauthenticated) {
+    return Status(ErrorCode::kUnauthenticated, std::string(error.message));
+  }
   std::string message(protocol::error_code_name(error.code));
   if (!error.message.empty()) {
     message += ": ";
@@ -271,8 +275,9 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
   // HELLO alone: what callers queued meanwhile waits in out_ for the reply (and can still be
   // withdrawn if it times out first).
   sending_.clear();
-  protocol::encode_hello_request(sending_, kHandshakeId,
-                                 protocol::HelloRequest{protocol::kVersion, config_.client_name});
+  protocol::encode_hello_request(
+      sending_, kHandshakeId,
+      protocol::HelloRequest{protocol::kVersion, config_.client_name, config_.auth_token});
   write_in_flight_ = true;
   lock.unlock();
   asio::async_write(socket_, asio::buffer(sending_),

@@ -158,6 +158,7 @@ struct ConnectionConfig {
   boost::asio::ip::tcp::endpoint endpoint;
   std::uint16_t expected_shard = protocol::kPublicPort;  // what HELLO must report
   std::string client_name;
+  std::string auth_token;  // sent in every HELLO; empty = none
   std::uint64_t timeout_ns = 0;
   std::uint64_t connect_timeout_ns = 0;
   InFlightLimit* in_flight_limit = nullptr;  // the client's; outlives the connection

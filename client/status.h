@@ -21,10 +21,12 @@ enum class ErrorCode : std::uint8_t {
   kProtocolError,     // the reply did not parse or did not match the request
   kClosed,            // the client is shutting down
   kOverloaded,        // refused at once: the client already has max_in_flight calls in flight
+  kUnauthenticated,   // the server requires a token and refused ours (wrong, or none given)
 };
 
 // "ok", "invalid_argument", "invalid_rule", "invalid_key", "no_memory", "timeout",
-// "connection_failed", "server_error", "protocol_error", "closed", "overloaded".
+// "connection_failed", "server_error", "protocol_error", "closed", "overloaded",
+// "unauthenticated".
 std::string_view error_code_name(ErrorCode code);
 
 class Status {

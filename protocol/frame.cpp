@@ -61,6 +61,8 @@ std::string_view error_code_name(ErrorCode code) {
       return "idle_timeout";
     case ErrorCode::kInternal:
       return "internal";
+    case ErrorCode::kUnauthenticated:
+      return "unauthenticated";
     case ErrorCode::kOverloaded:
       return "overloaded";
   }
@@ -83,7 +85,7 @@ DecodeResult FrameDecoder::decode(std::span<const std::uint8_t> input) const noe
   const std::uint32_t request_id = size >= kOffsetRequestId + 4 ? decode_fixed32(p + 8) : 0;
 
   if (size < kOffsetVersion + 1) return need_more;
-  if (p[kOffsetVersion] != kVersion) {
+  if (p[kOffsetVersion] != kFrameVersion) {
     return malformed(ErrorCode::kUnsupportedVersion, "unsupported version", request_id);
   }
   if (size < kOffsetOpcode + 1) return need_more;

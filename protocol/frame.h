@@ -3,7 +3,7 @@
 //
 //   offset size field
 //   0      2    magic        0x4C53 (bytes 'S' 'L')
-//   2      1    version      1
+//   2      1    version      kFrameVersion (1): the framing's version, not the protocol's
 //   3      1    opcode       Opcode
 //   4      2    flags        bit 0: reply; other bits must be 0
 //   6      2    reserved     must be 0
@@ -19,7 +19,11 @@
 namespace sluice::protocol {
 
 inline constexpr std::uint16_t kMagic = 0x4C53;
-inline constexpr std::uint8_t kVersion = 1;
+// The header's version byte: the framing, unchanged since version 1 of the protocol.
+inline constexpr std::uint8_t kFrameVersion = 1;
+// The protocol version a HELLO negotiates (the highest this code speaks). Version 2 added the
+// token to the HELLO request; every other message is the same in both versions.
+inline constexpr std::uint8_t kVersion = 2;
 inline constexpr std::size_t kHeaderSize = 16;
 
 inline constexpr std::uint32_t kDefaultMaxFrame = 1u << 20;  // max body bytes (1 MiB)
@@ -49,6 +53,7 @@ enum class ErrorCode : std::uint16_t {
   kShuttingDown = 7,
   kIdleTimeout = 8,
   kInternal = 9,
+  kUnauthenticated = 10,  // the server requires a token: a wrong or missing one, or no HELLO yet
   kOverloaded = 11,  // the node is out of a shared resource (buffer memory) and sheds this peer
 };
 

@@ -69,7 +69,7 @@ constexpr bool is_known_reset_status(std::uint8_t value) {
 void write_header(std::uint8_t* p, Opcode opcode, std::uint16_t flags, std::uint32_t request_id,
                   std::uint32_t body_length) {
   encode_fixed16(p, kMagic);
-  p[2] = kVersion;
+  p[2] = kFrameVersion;
   p[3] = static_cast<std::uint8_t>(opcode);
   encode_fixed16(p + 4, flags);
   encode_fixed16(p + 6, 0);
@@ -128,20 +128,43 @@ void finish_frame(Bytes& out, std::size_t frame_start) {
 
 void encode_hello_request(Bytes& out, std::uint32_t request_id, const HelloRequest& hello) {
   const std::string_view name = clip(hello.client_name, kU8Max);
-  std::uint8_t* p = append_frame(out, Opcode::kHello, 0, request_id, 2 + name.size());
+  const bool with_token = hello.version >= kFirstTokenVersion;
+  assert(with_token || hello.token.empty());
+  assert(hello.token.size() <= kMaxTokenLength);
+  // Clipped only so that the length field cannot wrap; the server refuses a token above
+  // kMaxTokenLength as malformed anyway.
+  const std::string_view token = with_token ? clip(hello.token, kU16Max) : std::string_view();
+  const std::size_t body_length = 2 + name.size() + (with_token ? 2 + token.size() : 0);
+  std::uint8_t* p = append_frame(out, Opcode::kHello, 0, request_id, body_length);
   p[0] = hello.version;
   p[1] = static_cast<std::uint8_t>(name.size());
   append_bytes(p + 2, name);
+  if (!with_token) return;
+  p += 2 + name.size();
+  encode_fixed16(p, static_cast<std::uint16_t>(token.size()));
+  append_bytes(p + 2, token);
 }
 
 ParseResult parse_hello_request(std::span<const std::uint8_t> body, HelloRequest& out) {
   ByteReader in(body);
   std::uint8_t name_len = 0;
+  out.token = {};
   if (!in.read_u8(out.version) || !in.read_u8(name_len)) {
     return ParseResult::failure("HELLO body too short");
   }
   if (!in.read_string(name_len, out.client_name)) {
     return ParseResult::failure("HELLO client name runs past the body");
+  }
+  if (out.version >= kFirstTokenVersion) {
+    std::uint16_t token_len = 0;
+    if (!in.read_u16(token_len)) return ParseResult::failure("HELLO token length missing");
+    // Refused from the length alone, before looking at any token byte.
+    if (token_len > kMaxTokenLength) return ParseResult::failure("HELLO token too long");
+    if (!in.read_string(token_len, out.token)) {
+      return ParseResult::failure("HELLO token runs past the body");
+    }
+    if (!in.at_end()) return ParseResult::failure("bytes left after the HELLO token");
+    return {};
   }
   if (!in.at_end()) return ParseResult::failure("bytes left after the HELLO client name");
   return {};

@@ -42,9 +42,21 @@ struct ParseResult {
 
 // ---- HELLO ---------------------------------------------------------------------------------
 
+// The longest token a HELLO request may carry; a longer token_len is kMalformedFrame.
+inline constexpr std::size_t kMaxTokenLength = 1024;
+// The first protocol version whose HELLO request carries a token.
+inline constexpr std::uint8_t kFirstTokenVersion = 2;
+
+// The layout follows the version byte: versions 0 and 1 end after the name; version 2 and
+// later add token_len (u16) and the token, so there is one valid encoding per version. (A
+// client cannot know the server's version before the reply, so a client of a later version
+// still sends this layout.)
 struct HelloRequest {
   std::uint8_t version = kVersion;  // highest version the client speaks
   std::string_view client_name;     // for logs; at most 255 bytes
+  // Version 2 and later: the shared secret, 0..kMaxTokenLength bytes; empty = none. Not sent
+  // with versions 0 and 1 (REQUIRES: empty there). REQUIRES: at most kMaxTokenLength bytes.
+  std::string_view token;
 };
 
 inline constexpr std::uint16_t kPublicPort = 0xFFFF;  // HelloReply::this_shard on the public port

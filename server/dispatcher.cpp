@@ -7,13 +7,15 @@
 
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "server/auth.h"
 #include "server/shard.h"
 
 namespace sluice::server {
 
 using protocol::ErrorCode;
 
-Dispatcher::Dispatcher(Shard& shard) : shard_(shard) {}
+Dispatcher::Dispatcher(Shard& shard)
+    : shard_(shard), requires_authentication_(requires_authentication(shard.context().config)) {}
 
 DispatchResult Dispatcher::dispatch_frames(Peer& peer, const protocol::FrameDecoder& decoder,
                                            std::span<const std::uint8_t> input) {
@@ -47,8 +49,18 @@ void Dispatcher::fail(Peer& peer, std::uint32_t request_id, ErrorCode code,
   peer.reject(request_id, code, message);
 }
 
+void Dispatcher::fail_authentication(Peer& peer, std::uint32_t request_id,
+                                     std::string_view message) {
+  shard_.counters()[Stat::kAuthFailures].add();
+  peer.reject(request_id, ErrorCode::kUnauthenticated, message);
+}
+
 void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
   const protocol::FrameHeader& header = frame.header;
+  if (requires_authentication_ && !peer.authenticated_ &&
+      header.opcode != protocol::Opcode::kHello) {
+    return fail_authentication(peer, header.request_id, kHelloFirstMessage);
+  }
   if (header.is_reply()) {
     return fail(peer, header.request_id, ErrorCode::kMalformedFrame,
                 "a client must not send a reply frame");
@@ -84,6 +96,11 @@ void Dispatcher::handle_hello(Peer& peer, std::uint32_t request_id,
                             request.version, protocol::kVersion));
   }
   const ServerContext& context = shard_.context();
+  // Every HELLO is checked: a wrong token closes even an authenticated connection.
+  if (!hello_admits(context.config, request)) {
+    return fail_authentication(peer, request_id, kWrongTokenMessage);
+  }
+  peer.authenticated_ = true;
   protocol::HelloReply reply;
   reply.version = std::min(request.version, protocol::kVersion);
   reply.this_shard = peer.this_shard();

@@ -61,8 +61,11 @@ class Dispatcher {
   // A protocol error: counts it and rejects the peer.
   void fail(Peer& peer, std::uint32_t request_id, protocol::ErrorCode code,
             std::string_view message);
+  // ERROR UNAUTHENTICATED (server/auth.h): counts it and rejects the peer.
+  void fail_authentication(Peer& peer, std::uint32_t request_id, std::string_view message);
 
   Shard& shard_;
+  const bool requires_authentication_;
 
   // Scratch reused by the handlers (no allocation per frame once grown).
   std::vector<protocol::AcquireItem> acquire_items_;

@@ -19,8 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "auth/token.h"
 #include "core/units.h"
 #include "core/version.h"
+#include "server/auth.h"
 #include "server/server.h"
 
 namespace {
@@ -94,6 +96,9 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
                                                   po::value<std::string>()->default_value("10000"),
                                                   "largest limit a sliding_log rule may have")(
       "node-id", po::value<std::string>()->default_value(""), "node name (default bind:port)")(
+      "auth-token-file", po::value<std::string>(),
+      "require clients to send the token in this file (whole file, trailing whitespace "
+      "stripped; keep it mode 0600)")(
       "busy-poll", "shard threads poll instead of sleeping (each keeps a core busy)")(
       "huge-pages",
       "keep counters in 2 MiB transparent huge pages (shards of 64 MiB or more): faster lookups "
@@ -163,6 +168,9 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   config.sliding_log_cap = static_cast<std::uint32_t>(
       count_flag("sliding-log-cap", text("sliding-log-cap"), 1, sluice::server::kMaxSlidingLogCap));
   config.node_id = text("node-id");
+  if (vm.count("auth-token-file") != 0) {
+    config.auth_token = sluice::auth::token_file_flag("sluiced", text("auth-token-file"));
+  }
   config.busy_poll = vm.count("busy-poll") != 0;
   config.huge_pages = vm.count("huge-pages") != 0;
   return config;
@@ -179,6 +187,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!config) return 0;
+  if (const std::string warning = sluice::server::unauthenticated_bind_warning(*config);
+      !warning.empty()) {
+    fmt::print(stderr, "sluiced: warning: {}\n", warning);
+  }
 
   // Asio sends with MSG_NOSIGNAL; this also covers any other write to a closed socket.
   std::signal(SIGPIPE, SIG_IGN);
@@ -202,10 +214,11 @@ int main(int argc, char** argv) {
     server.start();
     fmt::print(
         "sluiced {} listening on {} (public), shard ports {} ({} shards), max memory {}, buffer "
-        "memory {}\n",
+        "memory {}{}\n",
         sluice::kVersion, sluice::format_host_port(config->bind, server.port()),
         join_ports(server.shard_ports()), server.shard_count(), format_size(config->max_memory),
-        format_size(server.max_buffer_memory()));
+        format_size(server.max_buffer_memory()),
+        sluice::server::requires_authentication(*config) ? ", token required" : "");
     std::fflush(stdout);
     // Runs until the server has stopped (a second signal may still arrive meanwhile).
     std::thread waiter([&] {

@@ -48,6 +48,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
   const std::uint16_t this_shard_;
   std::uint32_t frames_pending_ = 0;
   std::uint64_t items_pending_ = 0;
+  bool authenticated_ = false;  // a HELLO brought the right token (when the node has one)
 };
 
 }  // namespace sluice::server

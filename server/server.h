@@ -54,6 +54,9 @@ struct ServerConfig {
   std::size_t max_buffer_memory = 0;
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;  // 1..kMaxSlidingLogCap
   std::string node_id;                                    // empty = "<bind>:<public port>"
+  // The shared secret (auth/token.h reads it from --auth-token-file). Empty: no authentication.
+  // Else every connection must send a HELLO carrying it before anything else (server/auth.h).
+  std::string auth_token;
   // Shard threads poll instead of sleeping in epoll_wait: each keeps a core busy all the time,
   // and no request waits for its shard to wake up (lower tail latency on idle-prone machines).
   bool busy_poll = false;

@@ -9,6 +9,7 @@
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -559,6 +560,177 @@ TEST_CASE("sluiced raises its soft open-file limit to the hard one before fittin
   log_stream << log_file.rdbuf();
   std::filesystem::remove(log_path);
   CHECK(log_stream.str().empty());
+}
+
+}  // namespace
+}  // namespace sluice::client
+
+// ---- --auth-token-file on sluiced, sluicectl and sluice-load -------------------------------
+
+namespace sluice::client {
+namespace {
+
+// A file in the temporary directory with the given content and mode, removed by the destructor.
+class TempFile {
+ public:
+  TempFile(const std::string& name, std::string_view content, ::mode_t mode = 0600)
+      : path_(
+            (std::filesystem::temp_directory_path() / fmt::format("sluice-{}-{}", name, ::getpid()))
+                .string()) {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+    out.close();
+    REQUIRE(::chmod(path_.c_str(), mode) == 0);
+  }
+  ~TempFile() { std::filesystem::remove(path_); }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_whole(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The public port from sluiced's start-up line on 127.0.0.1 (0 when the line is not there).
+std::uint16_t port_from_startup_line(const std::string& line) {
+  const std::string_view prefix = "listening on 127.0.0.1:";
+  const std::size_t at = line.find(prefix);
+  if (at == std::string::npos) return 0;
+  return static_cast<std::uint16_t>(std::stoi(line.substr(at + prefix.size())));
+}
+
+constexpr std::string_view kSecret = "tools-token-5b1c9e";
+
+TEST_CASE(
+    "sluicectl and sluice-load with --auth-token-file are served by sluiced with that token") {
+  require_sluicectl();
+  const TempFile token("token", std::string(kSecret) + "\n");
+  const TempFile wrong("wrong-token", "tools-token-5b1c9f\n");
+  const TempFile log("auth-sluiced-log", "", 0600);
+  Child sluiced(
+      sibling("sluiced"),
+      {"--port", "0", "--shards", "2", "--max-memory", "16MiB", "--auth-token-file", token.path()},
+      log.path());
+  const std::string line = sluiced.first_line(std::chrono::seconds(10));
+  INFO("start-up line: " << line);
+  CHECK_THAT(line, Catch::EndsWith(", token required"));
+  const std::uint16_t port = port_from_startup_line(line);
+  REQUIRE(port != 0);
+  const std::string address = fmt::format("127.0.0.1:{}", port);
+  const std::string s = "--servers " + address + " ";
+  const std::string with_token = "--auth-token-file '" + token.path() + "' ";
+
+  std::vector<Run> runs;
+  runs.push_back(run(s + with_token + "ping"));
+  CHECK(runs.back().status == 0);
+  CHECK_THAT(runs.back().output, Catch::StartsWith("pong from " + address));
+  runs.push_back(run(s + with_token + "acquire tools:key --limit 5 --period 60s"));
+  CHECK(runs.back().status == 0);
+  CHECK_THAT(runs.back().output, Catch::StartsWith("ALLOWED"));
+
+  const std::string refused =
+      "sluicectl: unauthenticated: HELLO refused by " + address + ": wrong or missing token\n";
+  runs.push_back(run(s + "ping"));  // no token at all
+  CHECK(runs.back().status == 2);
+  CHECK(runs.back().output == refused);
+  runs.push_back(
+      run(s + "--auth-token-file '" + wrong.path() + "' acquire k --limit 1 --period 1s"));
+  CHECK(runs.back().status == 2);
+  CHECK(runs.back().output == refused);
+
+  const std::filesystem::path load = sibling("sluice-load");
+  runs.push_back(run_binary(load, s + with_token + "--connections 4 --requests 200 -q"));
+  CHECK(runs.back().status == 0);
+  CHECK_THAT(runs.back().output, Catch::Contains(" at " + address + ","));
+  runs.push_back(run_binary(load, s + "--requests 10 -q"));
+  CHECK(runs.back().status == 1);
+  CHECK(runs.back().output ==
+        "sluice-load: unauthenticated: HELLO refused by " + address + ": wrong or missing token\n");
+
+  runs.push_back(run(s + with_token + "stats --json"));
+  CHECK(runs.back().status == 0);
+  const std::string& stats = runs.back().output;
+  REQUIRE_THAT(stats, Catch::StartsWith("{\"total\":{"));
+  const std::string totals = stats.substr(0, stats.find('}'));
+  CHECK_THAT(totals, Catch::Contains("\"auth_failures\":3"));  // the three refused runs
+
+  CHECK(sluiced.stop() == 0);
+  const std::string sluiced_log = read_whole(log.path());
+  // A private token file and a loopback bind: no warning. (A low open-file limit could add a
+  // line of its own, so only warnings are looked for.)
+  CHECK_THAT(sluiced_log, !Catch::Contains("warning"));
+  // The token shows nowhere: not in any tool's output, nor in sluiced's.
+  for (const Run& r : runs) {
+    INFO(r.output);
+    CHECK_THAT(r.output, !Catch::Contains(std::string(kSecret.substr(0, 8))));
+  }
+  CHECK_THAT(sluiced_log + line, !Catch::Contains(std::string(kSecret.substr(0, 8))));
+}
+
+TEST_CASE("sluiced on a loopback address without a token starts without a warning") {
+  const TempFile log("noauth-sluiced-log", "", 0600);
+  Child sluiced(sibling("sluiced"),
+                {"--bind", "127.0.0.1", "--port", "0", "--shards", "1", "--max-memory", "16MiB"},
+                log.path());
+  const std::string line = sluiced.first_line(std::chrono::seconds(10));
+  INFO("start-up line: " << line);
+  CHECK(port_from_startup_line(line) != 0);
+  CHECK_THAT(line, !Catch::Contains("token"));
+  CHECK(sluiced.stop() == 0);
+  const std::string sluiced_log = read_whole(log.path());
+  CHECK_THAT(sluiced_log, !Catch::Contains("warning"));
+  CHECK_THAT(sluiced_log, !Catch::Contains("loopback"));
+}
+
+TEST_CASE("a token file readable by others is used, with a warning naming it") {
+  require_sluicectl();
+  const TempFile token("open-token", std::string(kSecret), 0644);
+  TestServer server(std::string{kSecret});
+  const Run r =
+      run("--servers " + server.address() + " --auth-token-file '" + token.path() + "' ping");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.output, Catch::StartsWith("sluicectl: warning: --auth-token-file " + token.path() +
+                                         " is readable by group or others (mode 0644)"));
+  CHECK_THAT(r.output, Catch::Contains("pong from "));
+  CHECK_THAT(r.output, !Catch::Contains(std::string(kSecret)));
+}
+
+TEST_CASE(
+    "every binary refuses an unusable --auth-token-file with exit status 2, naming the file") {
+  const TempFile empty("empty-token", "\n");
+  const std::string secret_start = "do-not-show-";
+  const TempFile too_long("long-token", secret_start + std::string(1024, 'x'));
+  const std::string missing =
+      (std::filesystem::temp_directory_path() / "sluice-missing-token-file").string();
+  const TempFile good("good-token", "s3cret");
+  const auto sluiced = sibling("sluiced");
+  const auto load = sibling("sluice-load");
+  std::vector<UsageError> cases;
+  for (const auto& binary : {sluicectl_path(), sluiced, load}) {
+    const std::string tail = binary == sluicectl_path() ? " ping" : "";
+    cases.push_back({binary, "--auth-token-file " + empty.path() + tail,
+                     "--auth-token-file " + empty.path() + ": empty (or only whitespace)"});
+    cases.push_back({binary, "--auth-token-file " + too_long.path() + tail,
+                     "--auth-token-file " + too_long.path() + ": longer than 1024 bytes"});
+    cases.push_back({binary, "--auth-token-file " + missing + tail,
+                     "--auth-token-file " + missing + ": cannot open: No such file or directory"});
+  }
+  cases.push_back({load, "--backend redis --auth-token-file " + good.path(),
+                   "--auth-token-file is for --backend sluice"});
+  cases.push_back({load, "--backend redis --auth-token-file " + missing,  // refused unread
+                   "--auth-token-file is for --backend sluice"});
+  check_usage_errors(cases);
+  for (const UsageError& c : cases) {
+    INFO(c.binary.filename().string() << " " << c.args);
+    CHECK_THAT(run_binary(c.binary, c.args).output, !Catch::Contains(secret_start));
+  }
 }
 
 }  // namespace

@@ -29,14 +29,18 @@ inline constexpr std::uint64_t kStartNs = 1'700'000'000ull * 1'000'000'000ull;
 
 class TestServer {
  public:
-  TestServer() : server_(config(clock_)) { server_.start(); }
+  // With `auth_token`, the node requires it in every HELLO (ServerConfig::auth_token).
+  explicit TestServer(const std::string& auth_token = "") : server_(config(clock_, auth_token)) {
+    server_.start();
+  }
   std::string address() const { return "127.0.0.1:" + std::to_string(server_.port()); }
   server::Server& server() { return server_; }
   ManualClock& clock() { return clock_; }
 
  private:
-  static server::ServerConfig config(const ManualClock& clock) {
+  static server::ServerConfig config(const ManualClock& clock, const std::string& auth_token) {
     server::ServerConfig c;
+    c.auth_token = auth_token;
     c.bind = "127.0.0.1";
     c.port = 0;
     c.shards = 2;

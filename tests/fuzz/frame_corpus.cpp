@@ -46,7 +46,7 @@ AcquireItem item(std::string_view key, Algorithm algorithm, std::uint32_t limit,
 
 Bytes hello_request() {
   Bytes out;
-  encode_hello_request(out, 1, HelloRequest{kVersion, "sluice-fuzz/1"});
+  encode_hello_request(out, 1, HelloRequest{kVersion, "sluice-fuzz/1", "fuzz-token"});
   return out;
 }
 
@@ -71,6 +71,11 @@ std::vector<Seed> seeds() {
 
   // One valid frame of every opcode, request and reply.
   add("hello_request", kDefaults, hello_request());
+  {
+    Bytes out;
+    encode_hello_request(out, 1, HelloRequest{1, "sluice-fuzz/1", ""});
+    add("hello_request_v1", kDefaults, out);
+  }
   {
     HelloReply reply;
     reply.this_shard = 1;

@@ -45,6 +45,7 @@ struct Scratch {
 void parse_all(std::span<const std::uint8_t> body, std::uint16_t max_batch, Scratch& s) {
   if (parse_hello_request(body, s.hello)) {
     require(inside(body, s.hello.client_name.data(), s.hello.client_name.size()));
+    require(inside(body, s.hello.token.data(), s.hello.token.size()));
     s.again.clear();
     encode_hello_request(s.again, 0, s.hello);
     require_reencodes(s.again, body);

@@ -110,7 +110,7 @@ TEST_CASE("HELLO version 0 is refused", "[errors]") {
   TestServer server;
   RawClient client(server.port());
   protocol::Bytes hello;
-  protocol::encode_hello_request(hello, 12, protocol::HelloRequest{0, "old"});
+  protocol::encode_hello_request(hello, 12, protocol::HelloRequest{0, "old", ""});
   REQUIRE(client.send(hello));
   std::uint32_t id = 0;
   CHECK(expect_error_then_close(client, &id) == ErrorCode::kUnsupportedVersion);

@@ -151,10 +151,12 @@ class RawClient {
     return reply;
   }
 
-  protocol::HelloReply hello(std::uint8_t version = protocol::kVersion) {
+  // `token` is sent from version 2 on (version 1 has no token field).
+  protocol::HelloReply hello(std::uint8_t version = protocol::kVersion,
+                             std::string_view token = "") {
     const std::uint32_t id = next_id();
     protocol::Bytes out;
-    protocol::encode_hello_request(out, id, protocol::HelloRequest{version, "raw_client"});
+    protocol::encode_hello_request(out, id, protocol::HelloRequest{version, "raw_client", token});
     const ReceivedFrame reply = call(out, id);
     protocol::HelloReply hello;
     if (!protocol::parse_hello_reply(reply.body, hello)) throw std::runtime_error("bad HELLO");

@@ -25,8 +25,10 @@ using tcp = asio::ip::tcp;
 
 class LiveServer {
  public:
-  explicit LiveServer(unsigned shards = 2, bool busy_poll = false) {
+  explicit LiveServer(unsigned shards = 2, bool busy_poll = false,
+                      const std::string& auth_token = "") {
     server::ServerConfig config;
+    config.auth_token = auth_token;
     config.bind = "127.0.0.1";
     config.port = 0;
     config.shards = shards;
@@ -190,6 +192,28 @@ TEST_CASE("ping sends the transport floor through the same path", "[driver]") {
   check_consistent(*result);
 }
 
+TEST_CASE("a run with the node's token is served on every connection, without it not at all",
+          "[driver][auth]") {
+  LiveServer server(2, false, "load-token");
+  LoadOptions o = bounded(server.address());
+  o.threads = 2;  // two clients, each with connections to both shards
+  o.auth_token = "load-token";
+  const auto served = run_load(o);
+  REQUIRE(served.ok());
+  CHECK(served->sent == 3000);
+  CHECK(served->errors == 0);
+  check_consistent(*served);
+
+  for (const char* wrong : {"load-tokem", ""}) {
+    INFO("token \"" << wrong << "\"");
+    o.auth_token = wrong;
+    const auto refused = run_load(o);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.code() == client::ErrorCode::kUnauthenticated);
+    CHECK_THAT(refused.status().message(), Catch::Contains("wrong or missing token"));
+  }
+}
+
 TEST_CASE("a server that cannot be reached fails the run before it starts", "[driver]") {
   LoadOptions o = bounded("127.0.0.1:1");
   const auto result = run_load(o);
@@ -211,6 +235,12 @@ TEST_CASE("options that cannot stop or do not fit the backend are refused", "[dr
   o.redis_design = RedisDesign::kIncrWindow;
   CHECK_FALSE(validate(o).empty());  // token bucket rule
   o.rule.algorithm = Algorithm::kFixedWindow;
+  CHECK(validate(o).empty());
+  o.auth_token = "t";  // Redis takes no token
+  CHECK(validate(o) ==
+        "--auth-token-file is for --backend sluice (sluice-load sends no Redis AUTH)");
+  o.backend = BackendKind::kSluice;
+  o.op = Operation::kPing;
   CHECK(validate(o).empty());
 }
 

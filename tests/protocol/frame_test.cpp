@@ -201,7 +201,7 @@ TEST_CASE("checks run in the documented order") {
   bytes[4] = 0x80;
   bytes[6] = 1;
   CHECK(FrameDecoder().decode(bytes).error == ErrorCode::kUnsupportedVersion);
-  bytes[2] = kVersion;
+  bytes[2] = kFrameVersion;
   CHECK(FrameDecoder().decode(bytes).error == ErrorCode::kUnknownOpcode);
   bytes[3] = static_cast<std::uint8_t>(Opcode::kPing);
   CHECK(FrameDecoder().decode(bytes).error == ErrorCode::kMalformedFrame);

@@ -90,12 +90,12 @@ Bytes acquire_item_bytes(std::uint16_t key_len, std::string_view key, std::uint8
 
 TEST_CASE("a HELLO request round-trips") {
   Bytes out;
-  encode_hello_request(out, 1, HelloRequest{1, "sluice-py/0.3"});
+  encode_hello_request(out, 1, HelloRequest{1, "sluice-py/0.3", ""});
   const Frame frame = decode_whole(out);
   CHECK(frame.header.opcode == Opcode::kHello);
   CHECK_FALSE(frame.header.is_reply());
 
-  HelloRequest parsed{0, "stale"};
+  HelloRequest parsed{0, "stale", "stale"};
   REQUIRE(parse_hello_request(frame.body, parsed));
   CHECK(parsed.version == 1);
   CHECK(parsed.client_name == "sluice-py/0.3");
@@ -103,7 +103,7 @@ TEST_CASE("a HELLO request round-trips") {
 
 TEST_CASE("a HELLO request with an empty client name round-trips") {
   Bytes out;
-  encode_hello_request(out, 1, HelloRequest{1, ""});
+  encode_hello_request(out, 1, HelloRequest{1, "", ""});
   HelloRequest parsed;
   REQUIRE(parse_hello_request(body_of(out), parsed));
   CHECK(parsed.client_name.empty());
@@ -112,7 +112,7 @@ TEST_CASE("a HELLO request with an empty client name round-trips") {
 TEST_CASE("a client name longer than 255 bytes is cut to 255") {
   const std::string name(300, 'n');
   Bytes out;
-  encode_hello_request(out, 1, HelloRequest{1, name});
+  encode_hello_request(out, 1, HelloRequest{1, name, ""});
   HelloRequest parsed;
   REQUIRE(parse_hello_request(body_of(out), parsed));
   CHECK(parsed.client_name == std::string(255, 'n'));
@@ -127,6 +127,90 @@ TEST_CASE("a malformed HELLO request body fails to parse") {
   const ParseResult result = parse_hello_request(Bytes{1, 2, 'a'}, parsed);
   CHECK(result.error == ErrorCode::kMalformedFrame);
   CHECK_FALSE(result.reason.empty());
+}
+
+TEST_CASE("a version 1 HELLO request ends after the name and carries no token") {
+  Bytes out;
+  encode_hello_request(out, 1, HelloRequest{1, "old-client", ""});
+  const std::span<const std::uint8_t> body = body_of(out);
+  CHECK(body.size() == 2 + 10);
+  HelloRequest parsed{0, "stale", "stale-token"};
+  REQUIRE(parse_hello_request(body, parsed));
+  CHECK(parsed.version == 1);
+  CHECK(parsed.client_name == "old-client");
+  CHECK(parsed.token.empty());
+  // Version 1 has one encoding: a token length after the name is a leftover.
+  Bytes with_token_len(body.begin(), body.end());
+  with_token_len.push_back(0);
+  with_token_len.push_back(0);
+  CHECK_FALSE(parse_hello_request(with_token_len, parsed));
+}
+
+TEST_CASE("a version 2 HELLO request round-trips its token") {
+  Bytes out;
+  encode_hello_request(out, 1, HelloRequest{2, "sluice-py/0.3", "t0ken"});
+  const std::span<const std::uint8_t> body = body_of(out);
+  CHECK(body.size() == 2 + 13 + 2 + 5);
+  HelloRequest parsed;
+  REQUIRE(parse_hello_request(body, parsed));
+  CHECK(parsed.version == 2);
+  CHECK(parsed.client_name == "sluice-py/0.3");
+  CHECK(parsed.token == "t0ken");
+  CHECK(parsed.token.data() == reinterpret_cast<const char*>(body.data()) + 17);  // a view
+}
+
+TEST_CASE("a version 2 HELLO request takes a token of 0 to kMaxTokenLength bytes") {
+  const std::size_t length = GENERATE(std::size_t{0}, std::size_t{1}, kMaxTokenLength);
+  CAPTURE(length);
+  const std::string token(length, 'x');
+  Bytes out;
+  encode_hello_request(out, 1, HelloRequest{2, "n", token});
+  HelloRequest parsed;
+  REQUIRE(parse_hello_request(body_of(out), parsed));
+  CHECK(parsed.token == token);
+}
+
+// A version 2 body built by hand: version, name "n", then the given token_len and bytes.
+Bytes hello_v2_body(std::uint16_t token_len, std::size_t token_bytes) {
+  Bytes body = {2, 1, 'n', static_cast<std::uint8_t>(token_len),
+                static_cast<std::uint8_t>(token_len >> 8)};
+  body.insert(body.end(), token_bytes, 'x');
+  return body;
+}
+
+TEST_CASE("a HELLO token one byte above kMaxTokenLength is malformed from its length alone") {
+  constexpr auto kOver = static_cast<std::uint16_t>(kMaxTokenLength + 1);
+  HelloRequest parsed;
+  const ParseResult whole = parse_hello_request(hello_v2_body(kOver, kOver), parsed);
+  CHECK_FALSE(whole);
+  CHECK(whole.error == ErrorCode::kMalformedFrame);
+  CHECK(whole.reason == "HELLO token too long");
+  // The same verdict with no token byte present: the length is checked first.
+  CHECK(parse_hello_request(hello_v2_body(kOver, 0), parsed).reason == "HELLO token too long");
+  CHECK(parse_hello_request(hello_v2_body(0xFFFF, 0), parsed).reason == "HELLO token too long");
+}
+
+TEST_CASE("a malformed version 2 HELLO request fails to parse") {
+  HelloRequest parsed;
+  CHECK(parse_hello_request(hello_v2_body(3, 3), parsed));
+  CHECK_FALSE(parse_hello_request(Bytes{2, 1, 'n'}, parsed));     // no token_len
+  CHECK_FALSE(parse_hello_request(Bytes{2, 1, 'n', 0}, parsed));  // half a token_len
+  CHECK_FALSE(parse_hello_request(hello_v2_body(3, 2), parsed));  // token past the end
+  const ParseResult leftover = parse_hello_request(hello_v2_body(3, 4), parsed);
+  CHECK_FALSE(leftover);
+  CHECK(leftover.error == ErrorCode::kMalformedFrame);
+  CHECK(leftover.reason == "bytes left after the HELLO token");
+}
+
+TEST_CASE("a HELLO version above 2 uses the version 2 layout") {
+  Bytes out;
+  encode_hello_request(out, 1, HelloRequest{9, "future", "tok"});
+  const std::span<const std::uint8_t> body = body_of(out);
+  CHECK(body.size() == 2 + 6 + 2 + 3);
+  HelloRequest parsed;
+  REQUIRE(parse_hello_request(body, parsed));
+  CHECK(parsed.version == 9);
+  CHECK(parsed.token == "tok");
 }
 
 TEST_CASE("a HELLO reply round-trips") {

@@ -32,6 +32,7 @@ void check_parsers(std::span<const std::uint8_t> body, std::uint16_t max_batch) 
   HelloRequest hello;
   if (parse_hello_request(body, hello)) {
     REQUIRE(within(body, hello.client_name.data(), hello.client_name.size()));
+    REQUIRE(within(body, hello.token.data(), hello.token.size()));
     encode_hello_request(again, 0, hello);
     REQUIRE(encoded_body_is(again, body));
   }
@@ -125,7 +126,8 @@ std::vector<Bytes> sample_frames() {
     frames.push_back(std::move(out));
   };
 
-  add([](Bytes& out) { encode_hello_request(out, 1, HelloRequest{1, "robust"}); });
+  add([](Bytes& out) { encode_hello_request(out, 1, HelloRequest{1, "robust", ""}); });
+  add([](Bytes& out) { encode_hello_request(out, 1, HelloRequest{2, "robust", "t0ken"}); });
   add([](Bytes& out) {
     HelloReply hello;
     hello.this_shard = 1;

@@ -12,6 +12,41 @@
 
 namespace sluice::protocol {
 
+TEST_CASE("docs example: a version 2 HELLO with a token encodes to the documented bytes") {
+  Bytes out;
+  encode_hello_request(out, 0, HelloRequest{2, "sluicectl", "s3cret"});
+
+  const Bytes expected = {
+      0x53, 0x4c, 0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // header
+      0x13, 0x00, 0x00, 0x00,                                                  // body_length 19
+      0x02, 0x09,                                            // version 2, name_len 9
+      0x73, 0x6c, 0x75, 0x69, 0x63, 0x65, 0x63, 0x74, 0x6c,  // "sluicectl"
+      0x06, 0x00,                                            // token_len 6
+      0x73, 0x33, 0x63, 0x72, 0x65, 0x74,                    // "s3cret"
+  };
+  CHECK(out == expected);
+  HelloRequest parsed;
+  REQUIRE(parse_hello_request(std::span(expected).subspan(kHeaderSize), parsed));
+  CHECK(parsed.token == "s3cret");
+}
+
+TEST_CASE("docs example: the same HELLO without a token, in version 2 and in version 1") {
+  Bytes v2;
+  encode_hello_request(v2, 1, HelloRequest{2, "sluicectl", ""});
+  REQUIRE(v2.size() == kHeaderSize + 13);
+  CHECK(v2[12] == 13);
+  CHECK(Bytes(v2.end() - 2, v2.end()) == Bytes{0x00, 0x00});
+
+  Bytes v1;
+  encode_hello_request(v1, 1, HelloRequest{1, "sluicectl", ""});
+  REQUIRE(v1.size() == kHeaderSize + 11);
+  CHECK(v1[12] == 11);
+  CHECK(v1[kHeaderSize] == 0x01);
+  // After the version byte, version 1's body is version 2's without the final token_len.
+  CHECK(Bytes(v1.begin() + kHeaderSize + 1, v1.end()) ==
+        Bytes(v2.begin() + kHeaderSize + 1, v2.end() - 2));
+}
+
 TEST_CASE("docs example: one ACQUIRE item for user:42 encodes to the documented bytes") {
   AcquireItem item;
   item.key = "user:42";

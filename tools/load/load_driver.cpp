@@ -94,6 +94,9 @@ std::string validate(const LoadOptions& o) {
   if (o.op == Operation::kIncr && o.backend != BackendKind::kRedis) {
     return "--op incr is for --backend redis";
   }
+  if (!o.auth_token.empty() && o.backend != BackendKind::kSluice) {
+    return std::string(kAuthTokenNeedsSluice);
+  }
   if (o.op == Operation::kAcquire) {
     if (const RuleError e = sluice::validate(o.rule, o.cost); e != RuleError::kOk) {
       return "bad rule: " + std::string(describe(e));
@@ -258,6 +261,7 @@ class Worker {
       copts.connect_timeout = o_.connect_timeout;
       copts.timeout = o_.drain_timeout;  // a reply later than this counts as an error
       copts.client_name = "sluice-load";
+      copts.auth_token = o_.auth_token;
       copts.connections_per_shard = per_shard_;
       auto connected = client::Client::connect(copts, io_);
       if (!connected.ok()) return connected.status();
@@ -945,6 +949,7 @@ Result<LoadReport> run_load(const LoadOptions& options) {
     copts.shard_aware = false;
     copts.connect_timeout = options.connect_timeout;
     copts.client_name = "sluice-load";
+    copts.auth_token = options.auth_token;
     auto discovered = client::Client::connect(copts);
     if (!discovered.ok()) return discovered.status();
     const client::ServerInfo& info = (*discovered)->server_info();

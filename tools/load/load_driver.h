@@ -19,6 +19,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/status.h"
@@ -65,6 +66,9 @@ struct LoadOptions {
   bool audit = false;
   std::uint64_t audit_keys = 100'000;  // keys [0, audit_keys) are audited
   std::string key_prefix = "k:";
+  // Sluice only: the node's token, sent in every HELLO (--auth-token-file). Empty = none. A
+  // Redis run refuses it (validate()).
+  std::string auth_token;
   std::chrono::milliseconds connect_timeout{2'000};  // connect + handshake, all connections
   std::chrono::milliseconds drain_timeout{2'000};    // after the bound, for replies in flight
   // Workers spin on io_context::poll() instead of sleeping: each takes a whole core, and no
@@ -78,6 +82,10 @@ struct LoadOptions {
 
 // An empty string when the options can run, else a one-line reason.
 std::string validate(const LoadOptions& options);
+
+// Why a Redis run takes no token: the reason validate() and the command line give.
+inline constexpr std::string_view kAuthTokenNeedsSluice =
+    "--auth-token-file is for --backend sluice (sluice-load sends no Redis AUTH)";
 
 struct TimelineEntry {
   std::uint64_t sent = 0;  // requests issued in this 100 ms, in decisions

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "auth/token.h"
 #include "client/client.h"
 #include "core/rule.h"
 #include "core/units.h"
@@ -71,6 +72,8 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "drain", po::value<std::string>()->default_value("2s"),
       "wait this long for replies after the bound, with a unit (1ms..1h)")(
       "busy-poll", "worker threads poll their sockets instead of sleeping in epoll_wait")(
+      "auth-token-file", po::value<std::string>(),
+      "FILE holding the node's token (the file sluiced --auth-token-file reads); sluice only")(
       "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr")(
       "version", "print the version and exit");
   po::variables_map vm;
@@ -159,6 +162,11 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   o.drain_timeout =
       std::chrono::milliseconds(duration_flag("drain", text("drain"), 1, kMaxDrainMs));
   o.busy_poll = vm.count("busy-poll") != 0;
+  if (vm.count("auth-token-file") != 0) {
+    // Refused before the file is read: a Redis run would never use it.
+    if (o.backend != BackendKind::kSluice) throw FlagError{std::string(kAuthTokenNeedsSluice)};
+    o.auth_token = sluice::auth::token_file_flag("sluice-load", text("auth-token-file"));
+  }
   json = vm.count("json") != 0;
   if (vm.count("quiet") == 0) {
     o.progress = [](double elapsed_s, std::uint64_t sent, std::uint64_t allowed,

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "auth/token.h"
 #include "client/client.h"
 #include "core/rule.h"
 #include "core/units.h"
@@ -44,6 +45,7 @@ struct CtlOptions {
   bool json = false;
   bool shard_aware = true;
   std::uint64_t timeout_ms = 1000;
+  std::string auth_token;  // from --auth-token-file; empty = none
 };
 
 // Thrown only inside flag parsing and turned into exit status 2 by main.
@@ -117,7 +119,9 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
       "json", po::bool_switch(), "print one JSON object")(
       "timeout", po::value<std::string>()->default_value("1s"),
       "per call and per connect, with a unit (up to 1h)")(
-      "no-shard-aware", po::bool_switch(), "send everything through the public port");
+      "no-shard-aware", po::bool_switch(), "send everything through the public port")(
+      "auth-token-file", po::value<std::string>(),
+      "FILE holding the node's token (the file sluiced --auth-token-file reads)");
   po::options_description hidden;
   hidden.add_options()("command", po::value<std::string>())("key", po::value<std::string>());
   po::options_description all;
@@ -161,6 +165,14 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
   o.json = vm["json"].as<bool>();
   o.shard_aware = !vm["no-shard-aware"].as<bool>();
   o.timeout_ms = parse_ms("timeout", vm["timeout"].as<std::string>(), kMaxTimeoutMs);
+  if (vm.count("auth-token-file")) {
+    try {
+      o.auth_token =
+          sluice::auth::token_file_flag("sluicectl", vm["auth-token-file"].as<std::string>());
+    } catch (const sluice::FlagError& e) {
+      throw UsageError{e.what()};
+    }
+  }
 
   if (ruled) {
     const auto algorithm = sluice::parse_algorithm(vm["algorithm"].as<std::string>());
@@ -312,6 +324,7 @@ int run(const CtlOptions& o) {
   options.timeout = std::chrono::milliseconds(o.timeout_ms);
   options.connect_timeout = std::chrono::milliseconds(o.timeout_ms);
   options.client_name = "sluicectl";
+  options.auth_token = o.auth_token;
   // Node-level commands only need the public port.
   options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats";
   auto connected = Client::connect(options);
