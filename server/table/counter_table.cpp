@@ -19,11 +19,15 @@ namespace sluice::server {
 namespace {
 
 constexpr std::uint64_t kTagMask = 0x7;
-constexpr int kStampShift = 3;
-constexpr std::uint64_t kStampMask = 0xffff;
-constexpr int kStampTimeShift = 26;  // stamp unit: 2^26 ns, ~67 ms; wraps after ~73 min
+constexpr int kClassShift = 3;
+constexpr std::uint64_t kClassMask = 0xf;
+constexpr std::uint64_t kTopClass = kClassMask;  // the whole capacity remains
+constexpr int kStampShift = 7;
+constexpr std::uint64_t kStampMask = 0xfff;
+constexpr int kStampTimeShift = 28;  // stamp unit: 2^28 ns, ~268 ms; wraps after ~18 min
 constexpr int kExpiryShift = 19;     // expiry unit: 2^19 ns, ~0.5 ms
 constexpr std::uint64_t kExpiryMask = ~((std::uint64_t{1} << kExpiryShift) - 1);
+static_assert(kStampShift + 12 == kExpiryShift, "the stamp's 12 bits end below the expiry");
 
 constexpr std::size_t kNoSlot = ~std::size_t{0};
 
@@ -37,14 +41,26 @@ constexpr std::uint64_t kLogFieldMask = (std::uint64_t{1} << 28) - 1;
 
 std::uint8_t tag_of(std::uint64_t meta) { return static_cast<std::uint8_t>(meta & kTagMask); }
 std::uint64_t stamp_of(std::uint64_t now_ns) { return (now_ns >> kStampTimeShift) & kStampMask; }
+// The remaining-capacity class of a decision: 15 * remaining / limit, rounded down (0 for a
+// limit of 0). Without new requests a key's remaining capacity only grows, under every
+// algorithm, so the class stored at a key's last request is a lower bound of its class now.
+std::uint64_t capacity_class(const Decision& decision) {
+  if (decision.limit == 0) return 0;
+  const std::uint64_t remaining = std::min(decision.remaining, decision.limit);
+  return kTopClass * remaining / decision.limit;
+}
+std::uint64_t class_of(std::uint64_t meta) { return (meta >> kClassShift) & kClassMask; }
 // Rounds up so a record never expires before idle_at_ns; keeping it a little longer is
 // harmless because from idle_at_ns on its state answers like a fresh one.
 std::uint64_t expiry_bits(std::uint64_t idle_at_ns) {
   if (idle_at_ns > kExpiryMask) return kExpiryMask;
   return (idle_at_ns + ~kExpiryMask) & kExpiryMask;
 }
-std::uint64_t make_meta(std::uint8_t tag, std::uint64_t now_ns, std::uint64_t idle_at_ns) {
-  return expiry_bits(idle_at_ns) | (stamp_of(now_ns) << kStampShift) | tag;
+// The meta word after a request that was not a peek and left `decision` behind.
+std::uint64_t make_meta(std::uint8_t tag, std::uint64_t now_ns, std::uint64_t idle_at_ns,
+                        const Decision& decision) {
+  return expiry_bits(idle_at_ns) | (stamp_of(now_ns) << kStampShift) |
+         (capacity_class(decision) << kClassShift) | tag;
 }
 std::uint64_t with_stamp(std::uint64_t meta, std::uint64_t now_ns) {
   return (meta & ~(kStampMask << kStampShift)) | (stamp_of(now_ns) << kStampShift);
@@ -55,10 +71,17 @@ std::uint64_t age_of(std::uint64_t meta, std::uint64_t now_ns) {
   return (stamp_of(now_ns) - ((meta >> kStampShift) & kStampMask)) & kStampMask;
 }
 
-// Eviction order: an expired record before any live one, then the least recently used.
+// Eviction order, by what forgetting the record gives away (the key then starts with its whole
+// capacity): an expired record first, since its state already answers as an absent key's
+// would (the expiry is the moment the state equals a fresh one: a full bucket, a window
+// over, an empty log); then the live record with the highest remaining-capacity class, which
+// gives away the smallest share of its limit; the least recently used only among equals.
 bool better_victim(std::uint64_t candidate, std::uint64_t best, std::uint64_t now_ns) {
   const bool candidate_expired = is_expired(candidate, now_ns);
   if (candidate_expired != is_expired(best, now_ns)) return candidate_expired;
+  if (!candidate_expired && class_of(candidate) != class_of(best)) {
+    return class_of(candidate) > class_of(best);
+  }
   return age_of(candidate, now_ns) > age_of(best, now_ns);
 }
 
@@ -509,9 +532,10 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
   // among them: its failed try erased its record, or the record holds a smaller ring.
   // The best: expired before live (a live log's count is lost with it). Among expired logs the
   // smallest ring (rings never merge, so a larger ring split for a small key is gone for good);
-  // among live ones the least recently used, as elsewhere, then the smallest ring. The scan
-  // stops at kEvictionCandidates candidates, as insert()'s eviction does, or at an expired ring
-  // of the exact class, which is as good as it gets.
+  // among live ones, as in better_victim(), the highest remaining-capacity class, then the
+  // least recently used, then the smallest ring. The scan stops at kEvictionCandidates
+  // candidates, as insert()'s eviction does, or at an expired ring of the exact class, which is
+  // as good as it gets.
   struct Candidate {
     std::uint32_t segment = 0;
     std::size_t pos = kNoSlot;
@@ -524,6 +548,9 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     const bool a_expired = is_expired(a.meta, now_ns);
     if (a_expired != is_expired(b.meta, now_ns)) return a_expired;
     if (a_expired && a.ring_class != b.ring_class) return a.ring_class < b.ring_class;
+    if (!a_expired && class_of(a.meta) != class_of(b.meta)) {
+      return class_of(a.meta) > class_of(b.meta);
+    }
     const std::uint64_t a_age = age_of(a.meta, now_ns);
     const std::uint64_t b_age = age_of(b.meta, now_ns);
     if (a_age != b_age) return a_age > b_age;
@@ -697,7 +724,7 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
         erase(seg, probe.pos);
         return {TableOutcome::kOk, decision};
       }
-      r.meta = make_meta(tag_of(r.meta), now, idle_at);
+      r.meta = make_meta(tag_of(r.meta), now, idle_at, decision);
     } else {
       r.meta = with_stamp(r.meta, now);
     }
@@ -747,7 +774,7 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
     return {TableOutcome::kOk, decision};
   }
   r.state = encode_log(handle.ring, handle.ring_class, handle.log);
-  r.meta = make_meta(kSlidingLogTag, now, idle_at);
+  r.meta = make_meta(kSlidingLogTag, now, idle_at, decision);
   return {TableOutcome::kOk, decision};
 }
 
@@ -760,7 +787,7 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, con
     decision = decide(rule, record.state, request);
     const std::uint64_t idle_at = idle_at_ns(rule, record.state);
     if (record.state == CounterState{} || idle_at <= now) return {TableOutcome::kOk, decision};
-    record.meta = make_meta(static_cast<std::uint8_t>(rule.algorithm), now, idle_at);
+    record.meta = make_meta(static_cast<std::uint8_t>(rule.algorithm), now, idle_at, decision);
   } else {
     const std::uint32_t ring_class = LogArena::class_for(rule.limit);
     std::uint64_t* ring = allocate_ring(ring_class);
@@ -773,7 +800,7 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, con
       return {TableOutcome::kOk, decision};
     }
     record.state = encode_log(ring, ring_class, log);
-    record.meta = make_meta(kSlidingLogTag, now, idle_at);
+    record.meta = make_meta(kSlidingLogTag, now, idle_at, decision);
   }
   if (!insert(record, probe, now)) {
     release_ring(record);

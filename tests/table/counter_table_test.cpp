@@ -425,10 +425,11 @@ Newcomers five_newcomers(CounterTable& table, const Rule& old_rule, const Rule& 
 
 TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently used one") {
   CounterTable table(config(kSmallCap));
-  const Rule& log = kLog20;
+  const Rule log{Algorithm::kSlidingLog, 20, 3'600'000, 0};  // kLog20's rings, for an hour
   constexpr int kKeys = 20'000;
+  constexpr std::uint64_t kStepNs = 10 * kMs;
   for (int i = 0; i < kKeys; ++i) {
-    const TableAnswer a = table.acquire(key(i), log, at(kT0 + i * kMs));
+    const TableAnswer a = table.acquire(key(i), log, at(kT0 + i * kStepNs));
     REQUIRE(a.outcome == TableOutcome::kOk);
     REQUIRE(table.memory_bytes() <= kSmallCap);
   }
@@ -436,16 +437,16 @@ TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently
   CHECK(stats.failed_inserts == 0);
   CHECK(stats.expired == 0);                         // nothing had expired: every victim was live
   CHECK(stats.evicted_lru == kKeys - table.size());  // every key not stored was evicted
-  // The keys kept are the newest, within the last-used stamp's resolution (2^26 ns, 67 keys
-  // here) and the sampling of 16 logs per reclaim: nothing older than two stamps before the
-  // newest `size()` keys.
-  const std::uint64_t now = kT0 + kKeys * kMs;
+  // All have the same remaining capacity, so recency decides. The keys kept are the newest,
+  // within the last-used stamp's resolution (2^28 ns, 27 keys here) and the sampling of 16 logs
+  // per reclaim: nothing older than two stamps before the newest `size()` keys.
+  const std::uint64_t now = kT0 + kKeys * kStepNs;
   int oldest_kept = kKeys;
   for (int i = 0; i < kKeys; ++i) {
     if (table.contains(key(i), now)) oldest_kept = std::min(oldest_kept, i);
   }
-  CHECK(oldest_kept >= kKeys - static_cast<int>(table.size()) - 2 * 67);
-  // The newest key kept its log: 19 more fit in its minute, the next is refused.
+  CHECK(oldest_kept >= kKeys - static_cast<int>(table.size()) - 2 * 27);
+  // The newest key kept its log: 19 more fit in its hour, the next is refused.
   const int last = kKeys - 1;
   for (int n = 0; n < 19; ++n) CHECK(allowed(table, key(last), log, at(now)).allowed);
   CHECK_FALSE(allowed(table, key(last), log, at(now)).allowed);
