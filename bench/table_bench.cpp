@@ -158,7 +158,7 @@ void BM_InsertAtCap(benchmark::State& state) {
     const KeyHash k{splitmix64(seed), splitmix64(seed)};
     benchmark::DoNotOptimize(table.acquire(k, kBucket, Request{now += kStepNs, 1, false}));
   }
-  state.counters["evicted"] = static_cast<double>(table.stats().evicted_lru);
+  state.counters["evicted"] = static_cast<double>(table.stats().evicted);
   state.counters["keys"] = static_cast<double>(table.size());
 }
 BENCHMARK(BM_InsertAtCap);
@@ -188,7 +188,7 @@ void BM_SlidingLogAtCap(benchmark::State& state) {
   CounterTable table(c);
   std::uint64_t seed = 8;
   std::uint64_t now = kT0;
-  while (table.stats().evicted_lru == 0) {  // fill up to the cap
+  while (table.stats().evicted == 0) {  // fill up to the cap
     table.acquire(KeyHash{splitmix64(seed), splitmix64(seed)}, log,
                   Request{now += kStepNs, 1, false});
   }

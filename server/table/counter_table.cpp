@@ -334,7 +334,7 @@ std::size_t CounterTable::compact(Segment& seg, std::uint64_t now_ns) {
 void CounterTable::drop_in_rehash(Record& record, bool expired) {
   release_ring(record);
   record = Record{};
-  ++(expired ? expired_ : evicted_lru_);
+  ++(expired ? expired_ : evicted_);
   --size_;
 }
 
@@ -575,7 +575,7 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     }
   }
   if (best.pos == kNoSlot) return false;
-  ++(is_expired(best.meta, now_ns) ? expired_ : evicted_lru_);
+  ++(is_expired(best.meta, now_ns) ? expired_ : evicted_);
   erase(segments_[best.segment], best.pos);
   return true;
 }
@@ -675,7 +675,7 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
         i = i + 1 == total ? 0 : i + 1;
       }
       if (victim == kNoSlot) return false;  // an empty segment cannot be full
-      ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_lru_);
+      ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_);
       if (victim_reachable) {
         release_ring(s(victim));
         place(seg, record, pos, victim);
@@ -696,7 +696,7 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
       if (i >= pos && at_bound(i)) break;
     }
     if (victim == kNoSlot) return false;
-    ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_lru_);
+    ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_);
     release_ring(s(victim));
     place(seg, record, pos, victim);
     return true;
@@ -907,7 +907,7 @@ TableStats CounterTable::stats() const {
   s.segments = segments_.size();
   s.huge_pages = pool_.huge_pages();
   s.expired = expired_;
-  s.evicted_lru = evicted_lru_;
+  s.evicted = evicted_;
   s.failed_inserts = failed_inserts_;
   return s;
 }

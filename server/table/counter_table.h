@@ -37,9 +37,9 @@ struct TableStats {
   std::uint64_t memory_bytes = 0;  // segments + directory + sliding-log storage, as allocated
   std::uint64_t slots = 0;         // slots of all segments, including their overflow slots
   std::uint64_t segments = 0;
-  bool huge_pages = false;        // records are in 2 MiB blocks advised for huge pages
-  std::uint64_t expired = 0;      // records dropped because they had expired (lazily or by sweep)
-  std::uint64_t evicted_lru = 0;  // live records evicted to make room under the cap
+  bool huge_pages = false;    // records are in 2 MiB blocks advised for huge pages
+  std::uint64_t expired = 0;  // records dropped because they had expired (lazily or by sweep)
+  std::uint64_t evicted = 0;  // live records evicted to make room under the cap
   std::uint64_t failed_inserts = 0;  // requests answered kNoMemory
 };
 
@@ -242,7 +242,7 @@ class CounterTable {
   std::size_t reclaim_cursor_ = 0;
   bool ring_shortage_ = false;  // allocate_ring() failed during this acquire()
   std::uint64_t expired_ = 0;
-  std::uint64_t evicted_lru_ = 0;
+  std::uint64_t evicted_ = 0;
   std::uint64_t failed_inserts_ = 0;
 };
 
