@@ -72,18 +72,17 @@ std::uint64_t age_of(std::uint64_t meta, std::uint64_t now_ns) {
 }
 
 // Eviction order, by what forgetting the record gives away (the key then starts with its whole
-// capacity): an expired record first, since its state already answers as an absent key's
-// would (the expiry is the moment the state equals a fresh one: a full bucket, a window
-// over, an empty log); then the live record with the highest remaining-capacity class, which
-// gives away the smallest share of its limit; the least recently used only among equals.
-bool better_victim(std::uint64_t candidate, std::uint64_t best, std::uint64_t now_ns) {
-  const bool candidate_expired = is_expired(candidate, now_ns);
-  if (candidate_expired != is_expired(best, now_ns)) return candidate_expired;
-  if (!candidate_expired && class_of(candidate) != class_of(best)) {
-    return class_of(candidate) > class_of(best);
-  }
-  return age_of(candidate, now_ns) > age_of(best, now_ns);
+// capacity), as one number per record, the best victim highest: an expired record above every
+// live one, since its state already answers as an absent key's would (the expiry is the moment
+// the state equals a fresh one: a full bucket, a window over, an empty log); among live ones
+// the highest remaining-capacity class, which gives away the smallest share of its limit; the
+// least recently used only among equals. Computed once per candidate, compared as integers.
+constexpr std::uint64_t kExpiredRank = std::uint64_t{1} << 16;  // above kTopClass << 12 | age
+std::uint64_t victim_rank(std::uint64_t meta, std::uint64_t now_ns) {
+  const std::uint64_t age = age_of(meta, now_ns);
+  return is_expired(meta, now_ns) ? kExpiredRank | age : class_of(meta) << 12 | age;
 }
+static_assert((kTopClass << 12 | kStampMask) < kExpiredRank);
 
 // Eviction candidates start this many slots before the insertion point: the records there
 // share the key's neighbourhood and a victim among them is cheap to shift into.
@@ -532,7 +531,7 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
   // among them: its failed try erased its record, or the record holds a smaller ring.
   // The best: expired before live (a live log's count is lost with it). Among expired logs the
   // smallest ring (rings never merge, so a larger ring split for a small key is gone for good);
-  // among live ones, as in better_victim(), the highest remaining-capacity class, then the
+  // among live ones, as in victim_rank(), the highest remaining-capacity class, then the
   // least recently used, then the smallest ring. The scan stops at kEvictionCandidates
   // candidates, as insert()'s eviction does, or at an expired ring of the exact class, which is
   // as good as it gets.
@@ -541,21 +540,19 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     std::size_t pos = kNoSlot;
     std::uint64_t meta = 0;
     std::uint32_t ring_class = 0;
+    std::uint64_t rank = 0;
+  };
+  // That order as one number per candidate, the best highest: expired, 1 << 24 | the smaller
+  // ring << 12 | age; live, class << 20 | age << 8 | the smaller ring.
+  static_assert(LogArena::kClasses <= 0xff && (kTopClass << 20 | kStampMask << 8 | 0xff) < 1 << 24);
+  const auto rank_of = [now_ns](std::uint64_t meta, std::uint32_t ring) -> std::uint64_t {
+    const std::uint64_t age = age_of(meta, now_ns);
+    const std::uint64_t smaller = 0xff - ring;
+    return is_expired(meta, now_ns) ? std::uint64_t{1} << 24 | smaller << 12 | age
+                                    : class_of(meta) << 20 | age << 8 | smaller;
   };
   Candidate best;
   std::size_t seen = 0;
-  const auto better = [now_ns](const Candidate& a, const Candidate& b) {
-    const bool a_expired = is_expired(a.meta, now_ns);
-    if (a_expired != is_expired(b.meta, now_ns)) return a_expired;
-    if (a_expired && a.ring_class != b.ring_class) return a.ring_class < b.ring_class;
-    if (!a_expired && class_of(a.meta) != class_of(b.meta)) {
-      return class_of(a.meta) > class_of(b.meta);
-    }
-    const std::uint64_t a_age = age_of(a.meta, now_ns);
-    const std::uint64_t b_age = age_of(b.meta, now_ns);
-    if (a_age != b_age) return a_age > b_age;
-    return a.ring_class < b.ring_class;
-  };
   const std::size_t budget = std::min(kReclaimSlots, total_slots_);
   for (std::size_t n = 0; n < budget; ++n, ++reclaim_cursor_) {
     if (reclaim_segment_ >= segments_.size()) reclaim_segment_ = 0;
@@ -565,9 +562,10 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     }
     const Record& r = at(segments_[reclaim_segment_], reclaim_cursor_);
     if (tag_of(r.meta) != kSlidingLogTag || r.state == CounterState{}) continue;
-    const Candidate c{reclaim_segment_, reclaim_cursor_, r.meta, decode_log(r.state).ring_class};
-    if (c.ring_class < ring_class) continue;
-    if (best.pos == kNoSlot || better(c, best)) best = c;
+    const std::uint32_t ring = decode_log(r.state).ring_class;
+    if (ring < ring_class) continue;
+    const Candidate c{reclaim_segment_, reclaim_cursor_, r.meta, ring, rank_of(r.meta, ring)};
+    if (best.pos == kNoSlot || c.rank > best.rank) best = c;
     if (++seen == kEvictionCandidates ||
         (c.ring_class == ring_class && is_expired(c.meta, now_ns))) {
       ++reclaim_cursor_;
@@ -653,10 +651,11 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
       continue;
     }
     if (seg.size >= seg.max_size) {
-      // Full at the cap: drop the best victim (see better_victim) among kEvictionCandidates
+      // Full at the cap: drop the best victim (see victim_rank) among kEvictionCandidates
       // records from just before the insertion point on. A victim the run can shift into
       // takes the key directly; any other is erased first.
       std::size_t victim = kNoSlot;
+      std::uint64_t best_rank = 0;
       bool victim_reachable = false;
       bool run_open = right_ok;  // whether slots from pos up to i can take a right shift
       std::size_t seen = 0;
@@ -666,8 +665,10 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
         const bool occupied = tag_of(s(i).meta) != 0;
         if (occupied) {
           ++seen;
-          if (victim == kNoSlot || better_victim(s(i).meta, s(victim).meta, now_ns)) {
+          const std::uint64_t rank = victim_rank(s(i).meta, now_ns);
+          if (victim == kNoSlot || rank > best_rank) {
             victim = i;
+            best_rank = rank;
             victim_reachable = i >= home && (i < pos || run_open);
           }
         }
@@ -688,11 +689,16 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
     // No sink within reach of the displacement bound: the victim must be a record the run can
     // shift into, in [home, pos) or after pos up to the first record at the bound.
     std::size_t victim = kNoSlot;
+    std::uint64_t best_rank = 0;
     const std::size_t first = std::max(home, pos >= kLookBehind ? pos - kLookBehind : 0);
     for (std::size_t i = first; i < first + kEvictionCandidates; ++i) {
       if (i >= pos && !right_ok) break;
       if (tag_of(s(i).meta) == 0) break;  // not reached: the sink scan would have taken it
-      if (victim == kNoSlot || better_victim(s(i).meta, s(victim).meta, now_ns)) victim = i;
+      const std::uint64_t rank = victim_rank(s(i).meta, now_ns);
+      if (victim == kNoSlot || rank > best_rank) {
+        victim = i;
+        best_rank = rank;
+      }
       if (i >= pos && at_bound(i)) break;
     }
     if (victim == kNoSlot) return false;
