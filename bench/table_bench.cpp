@@ -179,8 +179,9 @@ void BM_SlidingLogExisting(benchmark::State& state) {
 }
 BENCHMARK(BM_SlidingLogExisting);
 
-// New sliding-log keys at the cap, all logs live: every one takes the ring of another
-// (reclaim_ring: the least recently used of 16 sampled logs) after a first try that found none.
+// New sliding-log keys at the cap, all logs live with one request each: every one takes the
+// ring of another (reclaim_ring: of 16 sampled logs, all with as much left, the least recently
+// used) after a first try that found none.
 void BM_SlidingLogAtCap(benchmark::State& state) {
   const Rule log{Algorithm::kSlidingLog, 100, 3'600'000, 0};  // 1 KiB rings, live for an hour
   TableConfig c;
