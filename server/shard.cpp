@@ -381,7 +381,7 @@ void Shard::publish_table_stats() {
   counters_[Stat::kMemoryBytes].set(stats.memory_bytes);
   counters_[Stat::kSlots].set(stats.slots);
   counters_[Stat::kExpired].set(stats.expired);
-  counters_[Stat::kEvictedLru].set(stats.evicted_lru);
+  counters_[Stat::kEvicted].set(stats.evicted);
   counters_[Stat::kFailedInserts].set(stats.failed_inserts);
   counters_[Stat::kHugePages].set(stats.huge_pages ? 1 : 0);
 }

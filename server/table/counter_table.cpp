@@ -19,11 +19,15 @@ namespace sluice::server {
 namespace {
 
 constexpr std::uint64_t kTagMask = 0x7;
-constexpr int kStampShift = 3;
-constexpr std::uint64_t kStampMask = 0xffff;
-constexpr int kStampTimeShift = 26;  // stamp unit: 2^26 ns, ~67 ms; wraps after ~73 min
+constexpr int kClassShift = 3;
+constexpr std::uint64_t kClassMask = 0xf;
+constexpr std::uint64_t kTopClass = kClassMask;  // the whole capacity remains
+constexpr int kStampShift = 7;
+constexpr std::uint64_t kStampMask = 0xfff;
+constexpr int kStampTimeShift = 28;  // stamp unit: 2^28 ns, ~268 ms; wraps after ~18 min
 constexpr int kExpiryShift = 19;     // expiry unit: 2^19 ns, ~0.5 ms
 constexpr std::uint64_t kExpiryMask = ~((std::uint64_t{1} << kExpiryShift) - 1);
+static_assert(kStampShift + 12 == kExpiryShift, "the stamp's 12 bits end below the expiry");
 
 constexpr std::size_t kNoSlot = ~std::size_t{0};
 
@@ -37,14 +41,26 @@ constexpr std::uint64_t kLogFieldMask = (std::uint64_t{1} << 28) - 1;
 
 std::uint8_t tag_of(std::uint64_t meta) { return static_cast<std::uint8_t>(meta & kTagMask); }
 std::uint64_t stamp_of(std::uint64_t now_ns) { return (now_ns >> kStampTimeShift) & kStampMask; }
+// The remaining-capacity class of a decision: 15 * remaining / limit, rounded down (0 for a
+// limit of 0). Without new requests a key's remaining capacity only grows, under every
+// algorithm, so the class stored at a key's last request is a lower bound of its class now.
+std::uint64_t capacity_class(const Decision& decision) {
+  if (decision.limit == 0) return 0;
+  const std::uint64_t remaining = std::min(decision.remaining, decision.limit);
+  return kTopClass * remaining / decision.limit;
+}
+std::uint64_t class_of(std::uint64_t meta) { return (meta >> kClassShift) & kClassMask; }
 // Rounds up so a record never expires before idle_at_ns; keeping it a little longer is
 // harmless because from idle_at_ns on its state answers like a fresh one.
 std::uint64_t expiry_bits(std::uint64_t idle_at_ns) {
   if (idle_at_ns > kExpiryMask) return kExpiryMask;
   return (idle_at_ns + ~kExpiryMask) & kExpiryMask;
 }
-std::uint64_t make_meta(std::uint8_t tag, std::uint64_t now_ns, std::uint64_t idle_at_ns) {
-  return expiry_bits(idle_at_ns) | (stamp_of(now_ns) << kStampShift) | tag;
+// The meta word after a request that was not a peek and left `decision` behind.
+std::uint64_t make_meta(std::uint8_t tag, std::uint64_t now_ns, std::uint64_t idle_at_ns,
+                        const Decision& decision) {
+  return expiry_bits(idle_at_ns) | (stamp_of(now_ns) << kStampShift) |
+         (capacity_class(decision) << kClassShift) | tag;
 }
 std::uint64_t with_stamp(std::uint64_t meta, std::uint64_t now_ns) {
   return (meta & ~(kStampMask << kStampShift)) | (stamp_of(now_ns) << kStampShift);
@@ -55,12 +71,18 @@ std::uint64_t age_of(std::uint64_t meta, std::uint64_t now_ns) {
   return (stamp_of(now_ns) - ((meta >> kStampShift) & kStampMask)) & kStampMask;
 }
 
-// Eviction order: an expired record before any live one, then the least recently used.
-bool better_victim(std::uint64_t candidate, std::uint64_t best, std::uint64_t now_ns) {
-  const bool candidate_expired = is_expired(candidate, now_ns);
-  if (candidate_expired != is_expired(best, now_ns)) return candidate_expired;
-  return age_of(candidate, now_ns) > age_of(best, now_ns);
+// Eviction order, by what forgetting the record gives away (the key then starts with its whole
+// capacity), as one number per record, the best victim highest: an expired record above every
+// live one, since its state already answers as an absent key's would (the expiry is the moment
+// the state equals a fresh one: a full bucket, a window over, an empty log); among live ones
+// the highest remaining-capacity class, which gives away the smallest share of its limit; the
+// least recently used only among equals. Computed once per candidate, compared as integers.
+constexpr std::uint64_t kExpiredRank = std::uint64_t{1} << 16;  // above kTopClass << 12 | age
+std::uint64_t victim_rank(std::uint64_t meta, std::uint64_t now_ns) {
+  const std::uint64_t age = age_of(meta, now_ns);
+  return is_expired(meta, now_ns) ? kExpiredRank | age : class_of(meta) << 12 | age;
 }
+static_assert((kTopClass << 12 | kStampMask) < kExpiredRank);
 
 // Eviction candidates start this many slots before the insertion point: the records there
 // share the key's neighbourhood and a victim among them is cheap to shift into.
@@ -311,7 +333,7 @@ std::size_t CounterTable::compact(Segment& seg, std::uint64_t now_ns) {
 void CounterTable::drop_in_rehash(Record& record, bool expired) {
   release_ring(record);
   record = Record{};
-  ++(expired ? expired_ : evicted_lru_);
+  ++(expired ? expired_ : evicted_);
   --size_;
 }
 
@@ -509,26 +531,28 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
   // among them: its failed try erased its record, or the record holds a smaller ring.
   // The best: expired before live (a live log's count is lost with it). Among expired logs the
   // smallest ring (rings never merge, so a larger ring split for a small key is gone for good);
-  // among live ones the least recently used, as elsewhere, then the smallest ring. The scan
-  // stops at kEvictionCandidates candidates, as insert()'s eviction does, or at an expired ring
-  // of the exact class, which is as good as it gets.
+  // among live ones, as in victim_rank(), the highest remaining-capacity class, then the
+  // least recently used, then the smallest ring. The scan stops at kEvictionCandidates
+  // candidates, as insert()'s eviction does, or at an expired ring of the exact class, which is
+  // as good as it gets.
   struct Candidate {
     std::uint32_t segment = 0;
     std::size_t pos = kNoSlot;
     std::uint64_t meta = 0;
     std::uint32_t ring_class = 0;
+    std::uint64_t rank = 0;
+  };
+  // That order as one number per candidate, the best highest: expired, 1 << 24 | the smaller
+  // ring << 12 | age; live, class << 20 | age << 8 | the smaller ring.
+  static_assert(LogArena::kClasses <= 0xff && (kTopClass << 20 | kStampMask << 8 | 0xff) < 1 << 24);
+  const auto rank_of = [now_ns](std::uint64_t meta, std::uint32_t ring) -> std::uint64_t {
+    const std::uint64_t age = age_of(meta, now_ns);
+    const std::uint64_t smaller = 0xff - ring;
+    return is_expired(meta, now_ns) ? std::uint64_t{1} << 24 | smaller << 12 | age
+                                    : class_of(meta) << 20 | age << 8 | smaller;
   };
   Candidate best;
   std::size_t seen = 0;
-  const auto better = [now_ns](const Candidate& a, const Candidate& b) {
-    const bool a_expired = is_expired(a.meta, now_ns);
-    if (a_expired != is_expired(b.meta, now_ns)) return a_expired;
-    if (a_expired && a.ring_class != b.ring_class) return a.ring_class < b.ring_class;
-    const std::uint64_t a_age = age_of(a.meta, now_ns);
-    const std::uint64_t b_age = age_of(b.meta, now_ns);
-    if (a_age != b_age) return a_age > b_age;
-    return a.ring_class < b.ring_class;
-  };
   const std::size_t budget = std::min(kReclaimSlots, total_slots_);
   for (std::size_t n = 0; n < budget; ++n, ++reclaim_cursor_) {
     if (reclaim_segment_ >= segments_.size()) reclaim_segment_ = 0;
@@ -538,9 +562,10 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     }
     const Record& r = at(segments_[reclaim_segment_], reclaim_cursor_);
     if (tag_of(r.meta) != kSlidingLogTag || r.state == CounterState{}) continue;
-    const Candidate c{reclaim_segment_, reclaim_cursor_, r.meta, decode_log(r.state).ring_class};
-    if (c.ring_class < ring_class) continue;
-    if (best.pos == kNoSlot || better(c, best)) best = c;
+    const std::uint32_t ring = decode_log(r.state).ring_class;
+    if (ring < ring_class) continue;
+    const Candidate c{reclaim_segment_, reclaim_cursor_, r.meta, ring, rank_of(r.meta, ring)};
+    if (best.pos == kNoSlot || c.rank > best.rank) best = c;
     if (++seen == kEvictionCandidates ||
         (c.ring_class == ring_class && is_expired(c.meta, now_ns))) {
       ++reclaim_cursor_;
@@ -548,7 +573,7 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     }
   }
   if (best.pos == kNoSlot) return false;
-  ++(is_expired(best.meta, now_ns) ? expired_ : evicted_lru_);
+  ++(is_expired(best.meta, now_ns) ? expired_ : evicted_);
   erase(segments_[best.segment], best.pos);
   return true;
 }
@@ -626,10 +651,11 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
       continue;
     }
     if (seg.size >= seg.max_size) {
-      // Full at the cap: drop the best victim (see better_victim) among kEvictionCandidates
+      // Full at the cap: drop the best victim (see victim_rank) among kEvictionCandidates
       // records from just before the insertion point on. A victim the run can shift into
       // takes the key directly; any other is erased first.
       std::size_t victim = kNoSlot;
+      std::uint64_t best_rank = 0;
       bool victim_reachable = false;
       bool run_open = right_ok;  // whether slots from pos up to i can take a right shift
       std::size_t seen = 0;
@@ -639,8 +665,10 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
         const bool occupied = tag_of(s(i).meta) != 0;
         if (occupied) {
           ++seen;
-          if (victim == kNoSlot || better_victim(s(i).meta, s(victim).meta, now_ns)) {
+          const std::uint64_t rank = victim_rank(s(i).meta, now_ns);
+          if (victim == kNoSlot || rank > best_rank) {
             victim = i;
+            best_rank = rank;
             victim_reachable = i >= home && (i < pos || run_open);
           }
         }
@@ -648,7 +676,7 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
         i = i + 1 == total ? 0 : i + 1;
       }
       if (victim == kNoSlot) return false;  // an empty segment cannot be full
-      ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_lru_);
+      ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_);
       if (victim_reachable) {
         release_ring(s(victim));
         place(seg, record, pos, victim);
@@ -661,15 +689,20 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
     // No sink within reach of the displacement bound: the victim must be a record the run can
     // shift into, in [home, pos) or after pos up to the first record at the bound.
     std::size_t victim = kNoSlot;
+    std::uint64_t best_rank = 0;
     const std::size_t first = std::max(home, pos >= kLookBehind ? pos - kLookBehind : 0);
     for (std::size_t i = first; i < first + kEvictionCandidates; ++i) {
       if (i >= pos && !right_ok) break;
       if (tag_of(s(i).meta) == 0) break;  // not reached: the sink scan would have taken it
-      if (victim == kNoSlot || better_victim(s(i).meta, s(victim).meta, now_ns)) victim = i;
+      const std::uint64_t rank = victim_rank(s(i).meta, now_ns);
+      if (victim == kNoSlot || rank > best_rank) {
+        victim = i;
+        best_rank = rank;
+      }
       if (i >= pos && at_bound(i)) break;
     }
     if (victim == kNoSlot) return false;
-    ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_lru_);
+    ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_);
     release_ring(s(victim));
     place(seg, record, pos, victim);
     return true;
@@ -697,7 +730,7 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
         erase(seg, probe.pos);
         return {TableOutcome::kOk, decision};
       }
-      r.meta = make_meta(tag_of(r.meta), now, idle_at);
+      r.meta = make_meta(tag_of(r.meta), now, idle_at, decision);
     } else {
       r.meta = with_stamp(r.meta, now);
     }
@@ -747,7 +780,7 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
     return {TableOutcome::kOk, decision};
   }
   r.state = encode_log(handle.ring, handle.ring_class, handle.log);
-  r.meta = make_meta(kSlidingLogTag, now, idle_at);
+  r.meta = make_meta(kSlidingLogTag, now, idle_at, decision);
   return {TableOutcome::kOk, decision};
 }
 
@@ -760,7 +793,7 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, con
     decision = decide(rule, record.state, request);
     const std::uint64_t idle_at = idle_at_ns(rule, record.state);
     if (record.state == CounterState{} || idle_at <= now) return {TableOutcome::kOk, decision};
-    record.meta = make_meta(static_cast<std::uint8_t>(rule.algorithm), now, idle_at);
+    record.meta = make_meta(static_cast<std::uint8_t>(rule.algorithm), now, idle_at, decision);
   } else {
     const std::uint32_t ring_class = LogArena::class_for(rule.limit);
     std::uint64_t* ring = allocate_ring(ring_class);
@@ -773,7 +806,7 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, con
       return {TableOutcome::kOk, decision};
     }
     record.state = encode_log(ring, ring_class, log);
-    record.meta = make_meta(kSlidingLogTag, now, idle_at);
+    record.meta = make_meta(kSlidingLogTag, now, idle_at, decision);
   }
   if (!insert(record, probe, now)) {
     release_ring(record);
@@ -880,7 +913,7 @@ TableStats CounterTable::stats() const {
   s.segments = segments_.size();
   s.huge_pages = pool_.huge_pages();
   s.expired = expired_;
-  s.evicted_lru = evicted_lru_;
+  s.evicted = evicted_;
   s.failed_inserts = failed_inserts_;
   return s;
 }

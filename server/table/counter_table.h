@@ -2,10 +2,12 @@
 // split into segments that grow one at a time (docs/ARCHITECTURE.md, "Counter table").
 // Owned by exactly one shard thread: no locks, no atomics. No heap allocation per request or
 // per key (a segment grows or splits as a whole; sliding-log rings come from a pooled arena).
-// Expiry is lazy on access plus an incremental sweep(); a memory cap evicts expired records
-// first, then the least recently used among the candidates of the probe neighbourhood (for a
-// sliding-log ring, among sampled sliding-log records, with smaller rings preferred among the
-// expired: reclaim_ring()).
+// Expiry is lazy on access plus an incremental sweep(). A memory cap evicts, among the
+// candidates of the probe neighbourhood (for a sliding-log ring, among sampled sliding-log
+// records, with smaller rings preferred among the expired: reclaim_ring()), by what forgetting a
+// record gives away: an expired record first (its state already equals an absent key's), then
+// the one with the most remaining capacity at its last request, and the least recently used
+// only among equals. So a flood of fresh keys evicts fresh keys, not the keys it is denied.
 #pragma once
 
 #include <cstddef>
@@ -35,9 +37,9 @@ struct TableStats {
   std::uint64_t memory_bytes = 0;  // segments + directory + sliding-log storage, as allocated
   std::uint64_t slots = 0;         // slots of all segments, including their overflow slots
   std::uint64_t segments = 0;
-  bool huge_pages = false;        // records are in 2 MiB blocks advised for huge pages
-  std::uint64_t expired = 0;      // records dropped because they had expired (lazily or by sweep)
-  std::uint64_t evicted_lru = 0;  // live records evicted to make room under the cap
+  bool huge_pages = false;    // records are in 2 MiB blocks advised for huge pages
+  std::uint64_t expired = 0;  // records dropped because they had expired (lazily or by sweep)
+  std::uint64_t evicted = 0;  // live records evicted to make room under the cap
   std::uint64_t failed_inserts = 0;  // requests answered kNoMemory
 };
 
@@ -131,9 +133,12 @@ class CounterTable {
   static constexpr std::size_t kPrefetchAhead = 8;
 
  private:
-  // One slot, 40 bytes. `meta` packs, low to high: the algorithm (3 bits, 0 = empty slot), a
-  // last-used stamp (16 bits of now_ns >> 26, ~67 ms, for approximate LRU) and the expiry
-  // (the top 45 bits: idle_at_ns rounded up to a multiple of 2^19 ns, ~0.5 ms).
+  // One slot, 40 bytes. `meta` packs, low to high: the algorithm (3 bits, 0 = empty slot), the
+  // remaining-capacity class of the last request that was not a peek (4 bits: 15 * remaining /
+  // limit, rounded down; a lower bound of the class now, as capacity only comes back with
+  // time), a last-used stamp (12 bits of now_ns >> 28, ~268 ms, for approximate LRU among
+  // equals) and the expiry (the top 45 bits: idle_at_ns rounded up to a multiple of 2^19 ns,
+  // ~0.5 ms).
   struct Record {
     std::uint64_t fp_lo = 0;
     std::uint64_t fp_hi = 0;
@@ -210,7 +215,8 @@ class CounterTable {
   std::uint64_t* allocate_ring(std::uint32_t ring_class);
   // Frees a ring the arena can hand out for `ring_class` by erasing the best victim among the
   // next kEvictionCandidates sliding-log records with a large enough ring, within the next
-  // kReclaimSlots slots: an expired one (the smallest ring first), else the least recently used.
+  // kReclaimSlots slots: an expired one (the smallest ring first), else the one with the most
+  // remaining capacity, then the least recently used.
   // Returns whether it erased one.
   bool reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns);
   // acquire() without the retry after a reclaim and without counting failures.
@@ -236,7 +242,7 @@ class CounterTable {
   std::size_t reclaim_cursor_ = 0;
   bool ring_shortage_ = false;  // allocate_ring() failed during this acquire()
   std::uint64_t expired_ = 0;
-  std::uint64_t evicted_lru_ = 0;
+  std::uint64_t evicted_ = 0;
   std::uint64_t failed_inserts_ = 0;
 };
 

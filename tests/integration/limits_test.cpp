@@ -230,7 +230,7 @@ TEST_CASE("STATS counts decisions, connections and errors per shard and in total
   CHECK(stats.at("shard.1.protocol_errors") == 1);
   CHECK(stats.at("total.protocol_errors") == 1);
   CHECK(stats.count("total.expired") == 1);
-  CHECK(stats.count("total.evicted_lru") == 1);
+  CHECK(stats.count("total.evicted") == 1);
   CHECK(stats.count("total.failed_inserts") == 1);
   CHECK(stats.count("total.idle_closed") == 1);
   CHECK(stats.count("total.rejected_connections") == 1);

@@ -114,7 +114,7 @@ TEST_CASE("as many keys as the probe window holds can share one home slot") {
   const std::size_t slots = table.stats().slots;
   allowed(table, {base.lo, base.hi + n}, kHourly, at(kT0));
   CHECK(table.stats().slots == slots);
-  CHECK(table.stats().evicted_lru == 1);
+  CHECK(table.stats().evicted == 1);
   CHECK(table.size() == static_cast<std::size_t>(n));
   CHECK(table.TEST_check_invariants());
 }
@@ -236,7 +236,7 @@ TEST_CASE("growth keeps every key and its state") {
   for (int i = 0; i < kKeys; ++i) allowed(table, key(i), kHourly, at(kT0));
   CHECK(table.size() == kKeys);
   CHECK(table.stats().slots > initial_slots);
-  CHECK(table.stats().evicted_lru == 0);
+  CHECK(table.stats().evicted == 0);
   CHECK(table.TEST_check_invariants());
   for (int i = 0; i < kKeys; ++i) {
     REQUIRE(table.contains(key(i), kT0));
@@ -261,7 +261,7 @@ TEST_CASE("at the memory cap recently used keys survive and old ones are evicted
   }
   const auto stats = table.stats();
   CHECK(stats.memory_bytes <= kCap);
-  CHECK(stats.evicted_lru > 0);
+  CHECK(stats.evicted > 0);
   CHECK(stats.failed_inserts == 0);
   CHECK(table.TEST_check_invariants());
 
@@ -284,7 +284,7 @@ TEST_CASE("at the memory cap expired records are evicted before live ones") {
   const Rule short_lived{Algorithm::kFixedWindow, 10, 1000, 0};
   // Fill to the cap, alternating records that expire within 1 s and records that live an hour.
   int n = 0;
-  while (table.stats().evicted_lru == 0 && n < 100'000) {
+  while (table.stats().evicted == 0 && n < 100'000) {
     allowed(table, key(n), n % 2 == 0 ? short_lived : kHourly, at(kT0));
     ++n;
   }
@@ -293,7 +293,7 @@ TEST_CASE("at the memory cap expired records are evicted before live ones") {
   const int filled = n - 2;
   for (int i = 0; i < filled; ++i)
     allowed(fresh, key(i), i % 2 == 0 ? short_lived : kHourly, at(kT0));
-  REQUIRE(fresh.stats().evicted_lru == 0);
+  REQUIRE(fresh.stats().evicted == 0);
 
   const std::uint64_t later = kT0 + 5 * kSec;
   const int incoming = filled / 4;
@@ -301,10 +301,10 @@ TEST_CASE("at the memory cap expired records are evicted before live ones") {
   const auto stats = fresh.stats();
   int live_kept = 0;
   for (int i = 1; i < filled; i += 2) live_kept += fresh.contains(key(i), later);
-  INFO("live kept " << live_kept << "/" << filled / 2 << ", evicted " << stats.evicted_lru
+  INFO("live kept " << live_kept << "/" << filled / 2 << ", evicted " << stats.evicted
                     << ", expired " << stats.expired);
   CHECK(stats.expired >= static_cast<std::uint64_t>(incoming) * 95 / 100);
-  CHECK(stats.evicted_lru <= static_cast<std::uint64_t>(incoming) / 20);
+  CHECK(stats.evicted <= static_cast<std::uint64_t>(incoming) / 20);
   CHECK(live_kept >= (filled / 2) * 97 / 100);
   CHECK(stats.memory_bytes <= kCap);
   CHECK(fresh.TEST_check_invariants());
@@ -378,9 +378,9 @@ const Rule kLog40{Algorithm::kSlidingLog, 40, 60'000, 0};
 // Stores keys first, first + 1, ... under `rule` at `now` until the table evicts for the first
 // time (it has reached its cap). Returns the next unused key.
 int fill_to_cap(CounterTable& table, int first, const Rule& rule, std::uint64_t now) {
-  const std::uint64_t evicted = table.stats().evicted_lru;
+  const std::uint64_t evicted = table.stats().evicted;
   int next = first;
-  for (; table.stats().evicted_lru == evicted; ++next) {
+  for (; table.stats().evicted == evicted; ++next) {
     REQUIRE(next < first + 10'000);
     allowed(table, key(next), rule, at(now));
   }
@@ -425,27 +425,28 @@ Newcomers five_newcomers(CounterTable& table, const Rule& old_rule, const Rule& 
 
 TEST_CASE("at the cap a new sliding-log key takes the ring of the least recently used one") {
   CounterTable table(config(kSmallCap));
-  const Rule& log = kLog20;
+  const Rule log{Algorithm::kSlidingLog, 20, 3'600'000, 0};  // kLog20's rings, for an hour
   constexpr int kKeys = 20'000;
+  constexpr std::uint64_t kStepNs = 10 * kMs;
   for (int i = 0; i < kKeys; ++i) {
-    const TableAnswer a = table.acquire(key(i), log, at(kT0 + i * kMs));
+    const TableAnswer a = table.acquire(key(i), log, at(kT0 + i * kStepNs));
     REQUIRE(a.outcome == TableOutcome::kOk);
     REQUIRE(table.memory_bytes() <= kSmallCap);
   }
   const auto stats = table.stats();
   CHECK(stats.failed_inserts == 0);
-  CHECK(stats.expired == 0);                         // nothing had expired: every victim was live
-  CHECK(stats.evicted_lru == kKeys - table.size());  // every key not stored was evicted
-  // The keys kept are the newest, within the last-used stamp's resolution (2^26 ns, 67 keys
-  // here) and the sampling of 16 logs per reclaim: nothing older than two stamps before the
-  // newest `size()` keys.
-  const std::uint64_t now = kT0 + kKeys * kMs;
+  CHECK(stats.expired == 0);                     // nothing had expired: every victim was live
+  CHECK(stats.evicted == kKeys - table.size());  // every key not stored was evicted
+  // All have the same remaining capacity, so recency decides. The keys kept are the newest,
+  // within the last-used stamp's resolution (2^28 ns, 27 keys here) and the sampling of 16 logs
+  // per reclaim: nothing older than two stamps before the newest `size()` keys.
+  const std::uint64_t now = kT0 + kKeys * kStepNs;
   int oldest_kept = kKeys;
   for (int i = 0; i < kKeys; ++i) {
     if (table.contains(key(i), now)) oldest_kept = std::min(oldest_kept, i);
   }
-  CHECK(oldest_kept >= kKeys - static_cast<int>(table.size()) - 2 * 67);
-  // The newest key kept its log: 19 more fit in its minute, the next is refused.
+  CHECK(oldest_kept >= kKeys - static_cast<int>(table.size()) - 2 * 27);
+  // The newest key kept its log: 19 more fit in its hour, the next is refused.
   const int last = kKeys - 1;
   for (int n = 0; n < 19; ++n) CHECK(allowed(table, key(last), log, at(now)).allowed);
   CHECK_FALSE(allowed(table, key(last), log, at(now)).allowed);
@@ -461,7 +462,7 @@ TEST_CASE("at the cap an expired sliding-log key gives up its ring before a live
   // kEvictionCandidates logs: with half of them expired, each sample holds some.)
   const Newcomers n = five_newcomers(table, kLog20, brief, kT0 + 5 * kSec, kLog20, kT0 + 10 * kSec);
   CHECK(n.old_after == n.old_before);
-  CHECK(table.stats().evicted_lru == n.before.evicted_lru);
+  CHECK(table.stats().evicted == n.before.evicted);
   CHECK(table.stats().expired == n.before.expired + 5);
   CHECK(table.stats().failed_inserts == 0);
   CHECK(table.TEST_check_invariants());
@@ -475,7 +476,7 @@ TEST_CASE("at the cap a live log is taken by age, not by the size of its ring") 
   const Newcomers n = five_newcomers(table, kLog40, kLog20, kT0 + kSec, kLog20, kT0 + 2 * kSec);
   REQUIRE(n.old_before > 0);
   CHECK(n.old_after < n.old_before);
-  CHECK(table.stats().evicted_lru == n.before.evicted_lru + (n.old_before - n.old_after));
+  CHECK(table.stats().evicted == n.before.evicted + (n.old_before - n.old_after));
   CHECK(table.TEST_check_invariants());
 }
 
@@ -487,7 +488,7 @@ TEST_CASE("at the cap an expired ring of the size needed goes before a larger ex
   // kT0 + 10 s all have expired; the large ones are older, yet new small keys take the small
   // ones' rings.
   int end = 0;
-  for (; table.stats().evicted_lru == 0; ++end) {
+  for (; table.stats().evicted == 0; ++end) {
     REQUIRE(end < 10'000);
     allowed(table, key(end), end % 2 == 0 ? large : small,
             at(end % 2 == 0 ? kT0 : kT0 + 200 * kMs));
@@ -503,7 +504,7 @@ TEST_CASE("at the cap an expired ring of the size needed goes before a larger ex
   store_keys(table, end, 5, kLog20, kT0 + 10 * kSec);
   CHECK(large_held() == large_before);
   CHECK(table.stats().expired == before.expired + 5);
-  CHECK(table.stats().evicted_lru == before.evicted_lru);
+  CHECK(table.stats().evicted == before.evicted);
   CHECK(table.TEST_check_invariants());
 }
 
@@ -516,7 +517,7 @@ TEST_CASE("at the cap a peek with a larger limit answers without a ring and evic
   const Decision peek = allowed(table, key(-1), kLog40, at(now, 30, true));
   CHECK(peek.allowed);  // 1 + 30 fit under 40, though not in key(-1)'s 32-entry ring
   CHECK(peek.remaining == 40 - 31);
-  CHECK(table.stats().evicted_lru == before.evicted_lru);
+  CHECK(table.stats().evicted == before.evicted);
   CHECK(table.stats().failed_inserts == before.failed_inserts);
   CHECK(allowed(table, key(-1), kLog20, at(now)).remaining == 20 - 2);  // its log is unchanged
   CHECK(table.TEST_check_invariants());
@@ -533,7 +534,7 @@ TEST_CASE("at the cap a sliding-log key whose limit grows takes a larger ring fr
   const Decision d = allowed(table, key(-1), kLog40, at(now + kMs));
   CHECK(d.allowed);
   CHECK(d.remaining == 40 - 2);  // its first entry came along
-  CHECK(table.stats().evicted_lru == before.evicted_lru + 1);
+  CHECK(table.stats().evicted == before.evicted + 1);
   CHECK(table.stats().failed_inserts == before.failed_inserts);
   CHECK(table.TEST_check_invariants());
 }
@@ -549,7 +550,7 @@ TEST_CASE("at the cap an expired key of another algorithm becomes a sliding log"
   // The first try drops the expired record and finds no ring; the retry stores a new log.
   CHECK(allowed(table, key(-1), log, at(later)).remaining == 19);
   CHECK(table.stats().expired == before.expired + 1);
-  CHECK(table.stats().evicted_lru == before.evicted_lru + 1);
+  CHECK(table.stats().evicted == before.evicted + 1);
   CHECK(table.stats().failed_inserts == before.failed_inserts);
   CHECK(table.contains(key(-1), later));
   CHECK(table.TEST_check_invariants());
@@ -565,7 +566,7 @@ TEST_CASE("at the cap the search for a ring runs across every segment") {
     REQUIRE(a.outcome == TableOutcome::kOk);
   }
   REQUIRE(table.stats().segments > 1);
-  CHECK(table.stats().evicted_lru > static_cast<std::uint64_t>(kKeys) / 2);
+  CHECK(table.stats().evicted > static_cast<std::uint64_t>(kKeys) / 2);
   const std::uint64_t now = kT0 + std::uint64_t{100'000} * kKeys;
   int oldest_kept = kKeys;
   for (int i = 0; i < kKeys; ++i) {
@@ -589,7 +590,7 @@ TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones, and a pee
   for (int i = 0; i < 2'000; ++i) allowed(table, key(i), small, at(kT0 + i * kMs));
   const std::uint64_t now = kT0 + 2 * kSec;
   const std::size_t stored = table.size();
-  const std::uint64_t evicted = table.stats().evicted_lru;
+  const std::uint64_t evicted = table.stats().evicted;
   // Rings do not merge: evicting small logs cannot make a large one, so nothing is evicted.
   CHECK(table.acquire(key(-1), large, at(now)).outcome == TableOutcome::kNoMemory);
   CHECK(table.stats().failed_inserts == 1);
@@ -598,11 +599,11 @@ TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones, and a pee
   CHECK(peek.allowed);
   CHECK(peek.remaining == 15);
   CHECK(table.size() == stored);
-  CHECK(table.stats().evicted_lru == evicted);
+  CHECK(table.stats().evicted == evicted);
   CHECK(table.stats().failed_inserts == 1);
   // The same acquire without peeking takes the ring of the least recently used log.
   CHECK(allowed(table, key(-2), small, at(now, 5)).remaining == 15);
-  CHECK(table.stats().evicted_lru == evicted + 1);
+  CHECK(table.stats().evicted == evicted + 1);
   CHECK(table.TEST_check_invariants());
 }
 
@@ -688,7 +689,7 @@ TEST_CASE("decisions match a simple map of states over random operations") {
   }
   CHECK(table.TEST_check_invariants());
   CHECK(table.stats().expired > 0);
-  CHECK(table.stats().evicted_lru == 0);
+  CHECK(table.stats().evicted == 0);
 }
 
 TEST_CASE("a sliding-log limit above the configured cap is refused without storing") {
@@ -729,7 +730,7 @@ TEST_CASE("random operations under a small cap keep the table consistent and lea
     if (op % 1000 == 0) REQUIRE(table.TEST_check_invariants());
   }
   CHECK(table.TEST_check_invariants());
-  CHECK(table.stats().evicted_lru > 0);
+  CHECK(table.stats().evicted > 0);
 }
 
 TEST_CASE("a growing table splits into segments and keeps every key and its state") {
@@ -743,7 +744,7 @@ TEST_CASE("a growing table splits into segments and keeps every key and its stat
   CHECK(stats.keys == kKeys);
   // ~4,000 keys per segment at most: at least 64 segments.
   CHECK(stats.segments >= kKeys / 4'000);
-  CHECK(stats.evicted_lru == 0);
+  CHECK(stats.evicted == 0);
   CHECK(table.TEST_check_invariants());
   for (int i = 0; i < kKeys; ++i) {
     REQUIRE(table.contains(key(i), kT0));
@@ -810,14 +811,14 @@ TEST_CASE("with huge pages memory never exceeds the cap, growth steps included")
     if (i % 10'000 == 0) {
       now += 100 * kMs;
       REQUIRE(table.memory_bytes() <= kCap);
-      if (last == 2'000'000 && table.stats().evicted_lru > 0) last = i + 50'000;
+      if (last == 2'000'000 && table.stats().evicted > 0) last = i + 50'000;
     }
     allowed(table, key(i), kHourly, at(now));
   }
   REQUIRE(last < 2'000'000);
   const auto stats = table.stats();
   CHECK(table.TEST_peak_memory_bytes() <= kCap);
-  CHECK(stats.evicted_lru > 0);
+  CHECK(stats.evicted > 0);
   CHECK(stats.failed_inserts == 0);
   CHECK(stats.keys >= 1'250'000);
   CHECK(table.TEST_check_invariants());
@@ -836,7 +837,7 @@ TEST_CASE("memory never exceeds the cap, growth steps included") {
   const auto stats = table.stats();
   CHECK(table.TEST_peak_memory_bytes() <= kCap);
   CHECK(stats.segments > 1);
-  CHECK(stats.evicted_lru > 0);
+  CHECK(stats.evicted > 0);
   CHECK(stats.failed_inserts == 0);
   // The cap is put to use: at 48 bytes per key, 87k keys would fill it.
   CHECK(stats.keys >= 75'000);
@@ -868,7 +869,7 @@ TEST_CASE("growth and splits drop expired records and keep live ones with their 
   for (int i = kOld; i < 10 * kOld; ++i) allowed(table, key(i), kHourly, at(later));
   const auto stats = table.stats();
   CHECK(stats.expired > 0);
-  CHECK(stats.evicted_lru == 0);
+  CHECK(stats.evicted == 0);
   CHECK(table.TEST_check_invariants());
   for (int i = 0; i < kOld; ++i) {
     if (i % 3 == 0) {
@@ -946,7 +947,7 @@ TEST_CASE("short-lived keys are compacted away instead of growing the table") {
   const std::uint64_t end = kT0 + kKeys * kStepNs;
   const auto stats = table.stats();
   CHECK(stats.slots == slots);
-  CHECK(stats.evicted_lru == 0);
+  CHECK(stats.evicted == 0);
   CHECK(stats.expired + stats.keys == static_cast<std::uint64_t>(kKeys));
   CHECK(table.TEST_check_invariants());  // also: every ring in use belongs to a record
   // The long-lived keys kept their state; the short-lived keys of the last 0.5 ms are live.
