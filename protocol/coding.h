@@ -75,6 +75,13 @@ class ByteReader {
     pos_ += 8;
     return true;
   }
+  // A view of the next `size` bytes; it points into the reader's span.
+  bool read_bytes(std::size_t size, std::span<const std::uint8_t>& value) {
+    if (remaining() < size) return false;
+    value = data_.subspan(pos_, size);
+    pos_ += size;
+    return true;
+  }
   // A view of the next `size` bytes as text; it points into the reader's span.
   bool read_string(std::size_t size, std::string_view& value) {
     if (remaining() < size) return false;

@@ -24,6 +24,10 @@ constexpr bool is_known_opcode(std::uint8_t value) {
     case Opcode::kAcquire:
     case Opcode::kReset:
     case Opcode::kStats:
+    case Opcode::kCluster:
+    case Opcode::kReplicate:
+    case Opcode::kPull:
+    case Opcode::kReload:
     case Opcode::kError:
       return true;
   }
@@ -85,9 +89,11 @@ DecodeResult FrameDecoder::decode(std::span<const std::uint8_t> input) const noe
   const std::uint32_t request_id = size >= kOffsetRequestId + 4 ? decode_fixed32(p + 8) : 0;
 
   if (size < kOffsetVersion + 1) return need_more;
-  if (p[kOffsetVersion] != kFrameVersion) {
+  const std::uint8_t version = p[kOffsetVersion];
+  if (version != kFrameVersion && version != kFrameVersionEpoch) {
     return malformed(ErrorCode::kUnsupportedVersion, "unsupported version", request_id);
   }
+  const std::size_t header = header_size(version);
   if (size < kOffsetOpcode + 1) return need_more;
   const std::uint8_t opcode = p[kOffsetOpcode];
   if (!is_known_opcode(opcode)) {
@@ -110,17 +116,20 @@ DecodeResult FrameDecoder::decode(std::span<const std::uint8_t> input) const noe
   if (body_length > max_frame_) {
     return malformed(ErrorCode::kFrameTooLarge, "body length above the max frame", request_id);
   }
+  if (size < header) return need_more;
   // Compared as a difference so no sum can overflow.
-  if (size - kHeaderSize < body_length) return need_more;
+  if (size - header < body_length) return need_more;
 
   DecodeResult result;
   result.status = DecodeStatus::kOk;
-  result.frame_size = kHeaderSize + body_length;
+  result.frame_size = header + body_length;
+  result.frame.header.version = version;
   result.frame.header.opcode = static_cast<Opcode>(opcode);
   result.frame.header.flags = flags;
   result.frame.header.request_id = request_id;
   result.frame.header.body_length = body_length;
-  result.frame.body = input.subspan(kHeaderSize, body_length);
+  if (version == kFrameVersionEpoch) result.frame.header.epoch = decode_fixed64(p + kHeaderSize);
+  result.frame.body = input.subspan(header, body_length);
   result.request_id = request_id;
   return result;
 }

@@ -1,14 +1,15 @@
-// Sluice wire format: a fixed 16-byte little-endian header followed by a body.
-// docs/PROTOCOL.md documents every byte; this header is the single source of the constants.
+// Sluice wire format: a little-endian header followed by a body. docs/PROTOCOL.md documents
+// every byte; this header is the single source of the constants.
 //
 //   offset size field
 //   0      2    magic        0x4C53 (bytes 'S' 'L')
-//   2      1    version      kFrameVersion (1): the framing's version, not the protocol's
+//   2      1    version      the framing's version (1 or 2), not the protocol's
 //   3      1    opcode       Opcode
 //   4      2    flags        bit 0: reply; other bits must be 0
 //   6      2    reserved     must be 0
 //   8      4    request_id   chosen by the client, echoed in the reply
 //   12     4    body_length  bytes of body after the header (<= the configured max frame)
+//   16     8    epoch        framing version 2 only: the sender's cluster map epoch
 #pragma once
 
 #include <cstddef>
@@ -19,12 +20,22 @@
 namespace sluice::protocol {
 
 inline constexpr std::uint16_t kMagic = 0x4C53;
-// The header's version byte: the framing, unchanged since version 1 of the protocol.
+// The header's version byte: the framing. Version 1 is the 16-byte header of protocol versions
+// 1 and 2; version 2 (protocol 3) appends the sender's cluster epoch. A receiver accepts both
+// and answers each request in its framing.
 inline constexpr std::uint8_t kFrameVersion = 1;
+inline constexpr std::uint8_t kFrameVersionEpoch = 2;
 // The protocol version a HELLO negotiates (the highest this code speaks). Version 2 added the
-// token to the HELLO request; every other message is the same in both versions.
-inline constexpr std::uint8_t kVersion = 2;
-inline constexpr std::size_t kHeaderSize = 16;
+// token to the HELLO request; version 3 the cluster (framing version 2, CLUSTER, REPLICATE,
+// PULL, RELOAD, the REDIRECT and UNAVAILABLE statuses).
+inline constexpr std::uint8_t kVersion = 3;
+inline constexpr std::size_t kHeaderSize = 16;       // framing version 1
+inline constexpr std::size_t kHeaderSizeEpoch = 24;  // framing version 2
+inline constexpr std::size_t kMaxHeaderSize = kHeaderSizeEpoch;
+
+constexpr std::size_t header_size(std::uint8_t frame_version) {
+  return frame_version == kFrameVersionEpoch ? kHeaderSizeEpoch : kHeaderSize;
+}
 
 inline constexpr std::uint32_t kDefaultMaxFrame = 1u << 20;  // max body bytes (1 MiB)
 inline constexpr std::uint16_t kDefaultMaxKey = 256;         // max key bytes
@@ -36,7 +47,11 @@ enum class Opcode : std::uint8_t {
   kAcquire = 0x03,
   kReset = 0x04,
   kStats = 0x05,
-  kError = 0x7F,  // reply only
+  kCluster = 0x06,    // protocol 3: the node's cluster map
+  kReplicate = 0x07,  // protocol 3, node to node: records a primary changed
+  kPull = 0x08,       // protocol 3, node to node: a page of a shard's records of some partitions
+  kReload = 0x09,     // protocol 3: reread the static cluster file
+  kError = 0x7F,      // reply only
 };
 
 inline constexpr std::uint16_t kFlagReply = 0x0001;
@@ -60,11 +75,22 @@ enum class ErrorCode : std::uint16_t {
 std::string_view error_code_name(ErrorCode code);
 
 struct FrameHeader {
+  std::uint8_t version = kFrameVersion;  // the framing
   Opcode opcode = Opcode::kPing;
   std::uint16_t flags = 0;
   std::uint32_t request_id = 0;
   std::uint32_t body_length = 0;
+  std::uint64_t epoch = 0;  // framing version 2; 0 in version 1
   constexpr bool is_reply() const { return (flags & kFlagReply) != 0; }
+};
+
+// How an encoder writes a frame's header: the framing version and, in version 2, the epoch.
+struct Framing {
+  std::uint8_t version = kFrameVersion;
+  std::uint64_t epoch = 0;
+  static constexpr Framing with_epoch(std::uint64_t epoch) {
+    return Framing{kFrameVersionEpoch, epoch};
+  }
 };
 
 struct Frame {

@@ -53,7 +53,7 @@ ParseResult read_list_header(ByteReader& in, std::uint16_t max_batch, std::uint1
 ParseResult trailing_bytes() { return ParseResult::failure("bytes left after the last item"); }
 
 constexpr bool is_known_item_status(std::uint8_t value) {
-  return value <= static_cast<std::uint8_t>(ItemStatus::kNoMemory);
+  return value <= static_cast<std::uint8_t>(ItemStatus::kUnavailable);
 }
 
 constexpr bool is_known_reset_status(std::uint8_t value) {
@@ -61,30 +61,41 @@ constexpr bool is_known_reset_status(std::uint8_t value) {
     case ResetStatus::kAbsent:
     case ResetStatus::kRemoved:
     case ResetStatus::kInvalidKey:
+    case ResetStatus::kRedirect:
+    case ResetStatus::kUnavailable:
       return true;
   }
   return false;
 }
 
-void write_header(std::uint8_t* p, Opcode opcode, std::uint16_t flags, std::uint32_t request_id,
-                  std::uint32_t body_length) {
+// Writes header_size(framing.version) bytes.
+void write_header(std::uint8_t* p, const Framing& framing, Opcode opcode, std::uint16_t flags,
+                  std::uint32_t request_id, std::uint32_t body_length) {
+  assert(framing.version == kFrameVersion || framing.version == kFrameVersionEpoch);
   encode_fixed16(p, kMagic);
-  p[2] = kFrameVersion;
+  p[2] = framing.version;
   p[3] = static_cast<std::uint8_t>(opcode);
   encode_fixed16(p + 4, flags);
   encode_fixed16(p + 6, 0);
   encode_fixed32(p + 8, request_id);
   encode_fixed32(p + 12, body_length);
+  if (framing.version == kFrameVersionEpoch) encode_fixed64(p + kHeaderSize, framing.epoch);
+}
+
+// The header size of the frame that starts at out[frame_start], from its version byte.
+std::size_t header_size_at(const Bytes& out, std::size_t frame_start) {
+  return header_size(out[frame_start + 2]);
 }
 
 // Appends a whole frame whose body size is known up front (one resize instead of one per
 // field) and returns where the body starts. REQUIRES: body_length fits in a u32.
-std::uint8_t* append_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id,
-                           std::size_t body_length) {
+std::uint8_t* append_frame(Bytes& out, const Framing& framing, Opcode opcode, std::uint16_t flags,
+                           std::uint32_t request_id, std::size_t body_length) {
   assert(body_length <= std::numeric_limits<std::uint32_t>::max());
-  std::uint8_t* p = append(out, kHeaderSize + body_length);
-  write_header(p, opcode, flags, request_id, static_cast<std::uint32_t>(body_length));
-  return p + kHeaderSize;
+  const std::size_t header = header_size(framing.version);
+  std::uint8_t* p = append(out, header + body_length);
+  write_header(p, framing, opcode, flags, request_id, static_cast<std::uint32_t>(body_length));
+  return p + header;
 }
 
 // Writes the `u16 count, u16 reserved` list header. REQUIRES: count fits in a u16.
@@ -111,22 +122,25 @@ std::uint8_t* write_acquire_item(std::uint8_t* p, const AcquireItem& item, std::
 
 // ---- framing -------------------------------------------------------------------------------
 
-std::size_t begin_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id) {
+std::size_t begin_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id,
+                        const Framing& framing) {
   const std::size_t start = out.size();
-  write_header(append(out, kHeaderSize), opcode, flags, request_id, 0);
+  write_header(append(out, header_size(framing.version)), framing, opcode, flags, request_id, 0);
   return start;
 }
 
 void finish_frame(Bytes& out, std::size_t frame_start) {
-  assert(out.size() >= frame_start + kHeaderSize);
-  const std::size_t body_length = out.size() - frame_start - kHeaderSize;
+  const std::size_t header = header_size_at(out, frame_start);
+  assert(out.size() >= frame_start + header);
+  const std::size_t body_length = out.size() - frame_start - header;
   assert(body_length <= std::numeric_limits<std::uint32_t>::max());
   encode_fixed32(out.data() + frame_start + 12, static_cast<std::uint32_t>(body_length));
 }
 
 // ---- HELLO ---------------------------------------------------------------------------------
 
-void encode_hello_request(Bytes& out, std::uint32_t request_id, const HelloRequest& hello) {
+void encode_hello_request(Bytes& out, std::uint32_t request_id, const HelloRequest& hello,
+                          const Framing& framing) {
   const std::string_view name = clip(hello.client_name, kU8Max);
   const bool with_token = hello.version >= kFirstTokenVersion;
   assert(with_token || hello.token.empty());
@@ -135,7 +149,7 @@ void encode_hello_request(Bytes& out, std::uint32_t request_id, const HelloReque
   // kMaxTokenLength as malformed anyway.
   const std::string_view token = with_token ? clip(hello.token, kU16Max) : std::string_view();
   const std::size_t body_length = 2 + name.size() + (with_token ? 2 + token.size() : 0);
-  std::uint8_t* p = append_frame(out, Opcode::kHello, 0, request_id, body_length);
+  std::uint8_t* p = append_frame(out, framing, Opcode::kHello, 0, request_id, body_length);
   p[0] = hello.version;
   p[1] = static_cast<std::uint8_t>(name.size());
   append_bytes(p + 2, name);
@@ -170,11 +184,12 @@ ParseResult parse_hello_request(std::span<const std::uint8_t> body, HelloRequest
   return {};
 }
 
-void encode_hello_reply(Bytes& out, std::uint32_t request_id, const HelloReply& hello) {
+void encode_hello_reply(Bytes& out, std::uint32_t request_id, const HelloReply& hello,
+                        const Framing& framing) {
   assert(hello.shard_ports.size() <= kU16Max);
   const std::string_view node_id = clip(hello.node_id, kU16Max);
   const std::size_t ports = hello.shard_ports.size();
-  std::uint8_t* p = append_frame(out, Opcode::kHello, kFlagReply, request_id,
+  std::uint8_t* p = append_frame(out, framing, Opcode::kHello, kFlagReply, request_id,
                                  14 + 2 * ports + 2 + node_id.size());
   p[0] = hello.version;
   p[1] = 0;
@@ -224,16 +239,16 @@ ParseResult parse_hello_reply(std::span<const std::uint8_t> body, HelloReply& ou
 // ---- PING ----------------------------------------------------------------------------------
 
 void encode_ping(Bytes& out, std::uint32_t request_id, std::span<const std::uint8_t> payload,
-                 bool reply) {
+                 bool reply, const Framing& framing) {
   std::uint8_t* p =
-      append_frame(out, Opcode::kPing, reply ? kFlagReply : 0, request_id, payload.size());
+      append_frame(out, framing, Opcode::kPing, reply ? kFlagReply : 0, request_id, payload.size());
   if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
 }
 
 // ---- ACQUIRE -------------------------------------------------------------------------------
 
 void set_opcode(Bytes& out, std::size_t frame_start, Opcode opcode) {
-  assert(frame_start + kHeaderSize <= out.size());
+  assert(frame_start + header_size_at(out, frame_start) <= out.size());
   out[frame_start + 3] = static_cast<std::uint8_t>(opcode);
 }
 
@@ -249,6 +264,10 @@ std::string_view item_status_name(ItemStatus status) {
       return "invalid_key";
     case ItemStatus::kNoMemory:
       return "no_memory";
+    case ItemStatus::kRedirect:
+      return "redirect";
+    case ItemStatus::kUnavailable:
+      return "unavailable";
   }
   return "unknown";
 }
@@ -263,14 +282,14 @@ AcquireResult to_result(const Decision& decision) {
   return result;
 }
 
-std::size_t begin_acquire_request(Bytes& out, std::uint32_t request_id) {
-  const std::size_t start = begin_frame(out, Opcode::kAcquire, 0, request_id);
+std::size_t begin_acquire_request(Bytes& out, std::uint32_t request_id, const Framing& framing) {
+  const std::size_t start = begin_frame(out, Opcode::kAcquire, 0, request_id, framing);
   write_list_header(append(out, kListHeaderSize), 0);
   return start;
 }
 
 void add_acquire_item(Bytes& out, std::size_t frame_start, const AcquireItem& item) {
-  std::uint8_t* count_field = out.data() + frame_start + kHeaderSize;
+  std::uint8_t* count_field = out.data() + frame_start + header_size_at(out, frame_start);
   const std::uint16_t count = decode_fixed16(count_field);
   assert(count < kU16Max);
   encode_fixed16(count_field, static_cast<std::uint16_t>(count + 1));
@@ -282,12 +301,12 @@ void add_acquire_item(Bytes& out, std::size_t frame_start, const AcquireItem& it
 void finish_acquire_request(Bytes& out, std::size_t frame_start) { finish_frame(out, frame_start); }
 
 void encode_acquire_request(Bytes& out, std::uint32_t request_id,
-                            std::span<const AcquireItem> items) {
+                            std::span<const AcquireItem> items, const Framing& framing) {
   std::size_t body_length = kListHeaderSize;
   for (const AcquireItem& item : items) {
     body_length += kAcquireItemFixedSize + wire_key(item.key).size();
   }
-  std::uint8_t* p = append_frame(out, Opcode::kAcquire, 0, request_id, body_length);
+  std::uint8_t* p = append_frame(out, framing, Opcode::kAcquire, 0, request_id, body_length);
   write_list_header(p, items.size());
   p += kListHeaderSize;
   for (const AcquireItem& item : items) p = write_acquire_item(p, item, wire_key(item.key));
@@ -330,8 +349,8 @@ ParseResult parse_acquire_request(std::span<const std::uint8_t> body, std::uint1
 }
 
 void encode_acquire_reply(Bytes& out, std::uint32_t request_id,
-                          std::span<const AcquireResult> results) {
-  std::uint8_t* p = append_frame(out, Opcode::kAcquire, kFlagReply, request_id,
+                          std::span<const AcquireResult> results, const Framing& framing) {
+  std::uint8_t* p = append_frame(out, framing, Opcode::kAcquire, kFlagReply, request_id,
                                  kListHeaderSize + results.size() * kAcquireResultSize);
   write_list_header(p, results.size());
   p += kListHeaderSize;
@@ -382,10 +401,10 @@ ParseResult parse_acquire_reply(std::span<const std::uint8_t> body,
 // ---- RESET ---------------------------------------------------------------------------------
 
 void encode_reset_request(Bytes& out, std::uint32_t request_id,
-                          std::span<const std::string_view> keys) {
+                          std::span<const std::string_view> keys, const Framing& framing) {
   std::size_t body_length = kListHeaderSize;
   for (const std::string_view key : keys) body_length += 2 + wire_key(key).size();
-  std::uint8_t* p = append_frame(out, Opcode::kReset, 0, request_id, body_length);
+  std::uint8_t* p = append_frame(out, framing, Opcode::kReset, 0, request_id, body_length);
   write_list_header(p, keys.size());
   p += kListHeaderSize;
   for (const std::string_view raw_key : keys) {
@@ -418,10 +437,10 @@ ParseResult parse_reset_request(std::span<const std::uint8_t> body, std::uint16_
   return {};
 }
 
-void encode_reset_reply(Bytes& out, std::uint32_t request_id,
-                        std::span<const ResetStatus> statuses) {
-  std::uint8_t* p =
-      append_frame(out, Opcode::kReset, kFlagReply, request_id, kListHeaderSize + statuses.size());
+void encode_reset_reply(Bytes& out, std::uint32_t request_id, std::span<const ResetStatus> statuses,
+                        const Framing& framing) {
+  std::uint8_t* p = append_frame(out, framing, Opcode::kReset, kFlagReply, request_id,
+                                 kListHeaderSize + statuses.size());
   write_list_header(p, statuses.size());
   p += kListHeaderSize;
   for (const ResetStatus status : statuses) *p++ = static_cast<std::uint8_t>(status);
@@ -446,8 +465,8 @@ ParseResult parse_reset_reply(std::span<const std::uint8_t> body, std::vector<Re
 
 // ---- STATS ---------------------------------------------------------------------------------
 
-void encode_stats_request(Bytes& out, std::uint32_t request_id) {
-  append_frame(out, Opcode::kStats, 0, request_id, 0);
+void encode_stats_request(Bytes& out, std::uint32_t request_id, const Framing& framing) {
+  append_frame(out, framing, Opcode::kStats, 0, request_id, 0);
 }
 
 ParseResult parse_stats_request(std::span<const std::uint8_t> body) {
@@ -455,15 +474,16 @@ ParseResult parse_stats_request(std::span<const std::uint8_t> body) {
   return {};
 }
 
-void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const StatEntry> stats) {
-  const std::size_t start = begin_frame(out, Opcode::kStats, kFlagReply, request_id);
+void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const StatEntry> stats,
+                        const Framing& framing) {
+  const std::size_t start = begin_frame(out, Opcode::kStats, kFlagReply, request_id, framing);
   encode_stats_body(out, stats);
   finish_frame(out, start);
 }
 
 void encode_stats_reply_with_body(Bytes& out, std::uint32_t request_id,
-                                  std::span<const std::uint8_t> body) {
-  const std::size_t start = begin_frame(out, Opcode::kStats, kFlagReply, request_id);
+                                  std::span<const std::uint8_t> body, const Framing& framing) {
+  const std::size_t start = begin_frame(out, Opcode::kStats, kFlagReply, request_id, framing);
   out.insert(out.end(), body.begin(), body.end());
   finish_frame(out, start);
 }
@@ -512,9 +532,11 @@ ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<St
 
 // ---- ERROR ---------------------------------------------------------------------------------
 
-void encode_error(Bytes& out, std::uint32_t request_id, ErrorCode code, std::string_view message) {
+void encode_error(Bytes& out, std::uint32_t request_id, ErrorCode code, std::string_view message,
+                  const Framing& framing) {
   const std::string_view text = clip(message, kU16Max);
-  std::uint8_t* p = append_frame(out, Opcode::kError, kFlagReply, request_id, 4 + text.size());
+  std::uint8_t* p =
+      append_frame(out, framing, Opcode::kError, kFlagReply, request_id, 4 + text.size());
   encode_fixed16(p, static_cast<std::uint16_t>(code));
   encode_fixed16(p + 2, static_cast<std::uint16_t>(text.size()));
   append_bytes(p + 4, text);

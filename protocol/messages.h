@@ -25,9 +25,12 @@ using Bytes = std::vector<std::uint8_t>;
 
 // ---- framing -------------------------------------------------------------------------------
 
+// Every encoder writes its frame's header in `framing` (default: version 1, no epoch).
+
 // Appends a header with body_length 0 and returns its offset in `out`; finish_frame() patches
 // the length once the body has been appended.
-std::size_t begin_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id);
+std::size_t begin_frame(Bytes& out, Opcode opcode, std::uint16_t flags, std::uint32_t request_id,
+                        const Framing& framing = {});
 void finish_frame(Bytes& out, std::size_t frame_start);
 
 struct ParseResult {
@@ -72,15 +75,17 @@ struct HelloReply {
   friend bool operator==(const HelloReply&, const HelloReply&) = default;
 };
 
-void encode_hello_request(Bytes& out, std::uint32_t request_id, const HelloRequest& hello);
+void encode_hello_request(Bytes& out, std::uint32_t request_id, const HelloRequest& hello,
+                          const Framing& framing = {});
 ParseResult parse_hello_request(std::span<const std::uint8_t> body, HelloRequest& out);
-void encode_hello_reply(Bytes& out, std::uint32_t request_id, const HelloReply& hello);
+void encode_hello_reply(Bytes& out, std::uint32_t request_id, const HelloReply& hello,
+                        const Framing& framing = {});
 ParseResult parse_hello_reply(std::span<const std::uint8_t> body, HelloReply& out);
 
 // ---- PING: the body is an opaque payload, echoed in the reply ------------------------------
 
 void encode_ping(Bytes& out, std::uint32_t request_id, std::span<const std::uint8_t> payload,
-                 bool reply);
+                 bool reply, const Framing& framing = {});
 
 // ---- ACQUIRE -------------------------------------------------------------------------------
 
@@ -99,6 +104,9 @@ enum class ItemStatus : std::uint8_t {
   kInvalidRule = 2,  // unknown algorithm, bad period, zero cost, sliding log over its cap
   kInvalidKey = 3,   // empty or longer than the max key
   kNoMemory = 4,     // the shard could not store the key (memory cap, nothing evictable)
+  // Protocol 3 (a cluster): nothing was counted.
+  kRedirect = 5,     // not the key's primary at the reply's epoch; `limit` = the primary's index
+  kUnavailable = 6,  // the key's primary, but not serving it now (pulling, lease): retry
 };
 
 std::string_view item_status_name(ItemStatus status);
@@ -117,11 +125,12 @@ AcquireResult to_result(const Decision& decision);
 
 // Incremental encoding (natural batching): begin, add items, finish. REQUIRES: between begin
 // and finish only add_acquire_item() for that frame appends to `out`; at most 65535 items.
-std::size_t begin_acquire_request(Bytes& out, std::uint32_t request_id);
+std::size_t begin_acquire_request(Bytes& out, std::uint32_t request_id,
+                                  const Framing& framing = {});
 void add_acquire_item(Bytes& out, std::size_t frame_start, const AcquireItem& item);
 void finish_acquire_request(Bytes& out, std::size_t frame_start);
 void encode_acquire_request(Bytes& out, std::uint32_t request_id,
-                            std::span<const AcquireItem> items);
+                            std::span<const AcquireItem> items, const Framing& framing = {});
 
 // Changes the opcode of the frame that starts at out[frame_start] (the client's probe sends an
 // encoded ACQUIRE as a PING with the same body). REQUIRES: a whole frame starts there.
@@ -134,20 +143,26 @@ ParseResult parse_acquire_request(std::span<const std::uint8_t> body, std::uint1
                                   std::vector<AcquireItem>& out);
 
 void encode_acquire_reply(Bytes& out, std::uint32_t request_id,
-                          std::span<const AcquireResult> results);
+                          std::span<const AcquireResult> results, const Framing& framing = {});
 ParseResult parse_acquire_reply(std::span<const std::uint8_t> body,
                                 std::vector<AcquireResult>& out);
 
 // ---- RESET ---------------------------------------------------------------------------------
 
-enum class ResetStatus : std::uint8_t { kAbsent = 0, kRemoved = 1, kInvalidKey = 3 };
+enum class ResetStatus : std::uint8_t {
+  kAbsent = 0,
+  kRemoved = 1,
+  kInvalidKey = 3,
+  kRedirect = 5,     // as ItemStatus::kRedirect; nothing was reset
+  kUnavailable = 6,  // as ItemStatus::kUnavailable
+};
 
 void encode_reset_request(Bytes& out, std::uint32_t request_id,
-                          std::span<const std::string_view> keys);
+                          std::span<const std::string_view> keys, const Framing& framing = {});
 ParseResult parse_reset_request(std::span<const std::uint8_t> body, std::uint16_t max_batch,
                                 std::vector<std::string_view>& out);
-void encode_reset_reply(Bytes& out, std::uint32_t request_id,
-                        std::span<const ResetStatus> statuses);
+void encode_reset_reply(Bytes& out, std::uint32_t request_id, std::span<const ResetStatus> statuses,
+                        const Framing& framing = {});
 ParseResult parse_reset_reply(std::span<const std::uint8_t> body, std::vector<ResetStatus>& out);
 
 // ---- STATS: request has an empty body; reply is a list of named counters ------------------
@@ -158,15 +173,16 @@ struct StatEntry {
   friend bool operator==(const StatEntry&, const StatEntry&) = default;
 };
 
-void encode_stats_request(Bytes& out, std::uint32_t request_id);
+void encode_stats_request(Bytes& out, std::uint32_t request_id, const Framing& framing = {});
 ParseResult parse_stats_request(std::span<const std::uint8_t> body);  // the body must be empty
-void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const StatEntry> stats);
+void encode_stats_reply(Bytes& out, std::uint32_t request_id, std::span<const StatEntry> stats,
+                        const Framing& framing = {});
 // The same reply in two steps, so a server can encode the body once and answer many requests
 // with it: encode_stats_body() appends the body alone, encode_stats_reply_with_body() a whole
 // reply frame around a body made by it.
 void encode_stats_body(Bytes& out, std::span<const StatEntry> stats);
 void encode_stats_reply_with_body(Bytes& out, std::uint32_t request_id,
-                                  std::span<const std::uint8_t> body);
+                                  std::span<const std::uint8_t> body, const Framing& framing = {});
 ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<StatEntry>& out);
 
 // ---- ERROR ---------------------------------------------------------------------------------
@@ -176,7 +192,8 @@ struct ErrorReply {
   std::string_view message;  // at most 65535 bytes
 };
 
-void encode_error(Bytes& out, std::uint32_t request_id, ErrorCode code, std::string_view message);
+void encode_error(Bytes& out, std::uint32_t request_id, ErrorCode code, std::string_view message,
+                  const Framing& framing = {});
 ParseResult parse_error(std::span<const std::uint8_t> body, ErrorReply& out);
 
 }  // namespace sluice::protocol

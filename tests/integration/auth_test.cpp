@@ -66,7 +66,7 @@ TEST_CASE("with a token, HELLO with the right token is answered and ACQUIRE then
     CAPTURE(port);
     RawClient client(port);
     const protocol::HelloReply hello = client.hello(protocol::kVersion, kToken);
-    CHECK(hello.version == 2);
+    CHECK(hello.version == protocol::kVersion);
     CHECK(client.acquire("authed", any_rule()).status == protocol::ItemStatus::kAllowed);
     CHECK(client.ping());
     CHECK(client.stats().at("total.auth_failures") == 0);

@@ -116,9 +116,9 @@ TEST_CASE("a wrong magic is refused as soon as its byte arrives, without a reque
   }
 }
 
-TEST_CASE("a version other than 1 is refused with kUnsupportedVersion") {
+TEST_CASE("a framing version other than 1 and 2 is refused with kUnsupportedVersion") {
   const FrameDecoder decoder;
-  for (const std::uint8_t version : {0, 2, 0xFF}) {
+  for (const std::uint8_t version : {0, 3, 0xFF}) {
     Bytes bytes = frame_with_body(Opcode::kHello, 0, 42, {1, 0});
     bytes[2] = version;
     const DecodeResult early = decode_prefix(decoder, bytes, 3);
@@ -135,7 +135,7 @@ TEST_CASE("a version other than 1 is refused with kUnsupportedVersion") {
 
 TEST_CASE("an unknown opcode is refused with kUnknownOpcode") {
   const FrameDecoder decoder;
-  for (const std::uint8_t opcode : {0x00, 0x06, 0x10, 0x7E, 0x80, 0xFF}) {
+  for (const std::uint8_t opcode : {0x00, 0x0A, 0x10, 0x7E, 0x80, 0xFF}) {
     Bytes bytes = frame_with_body(Opcode::kPing, 0, 3, {});
     bytes[3] = opcode;
     INFO("opcode " << int{opcode});
@@ -151,7 +151,8 @@ TEST_CASE("an unknown opcode is refused with kUnknownOpcode") {
 TEST_CASE("every known opcode is accepted") {
   const FrameDecoder decoder;
   for (const Opcode opcode :
-       {Opcode::kHello, Opcode::kPing, Opcode::kAcquire, Opcode::kReset, Opcode::kStats}) {
+       {Opcode::kHello, Opcode::kPing, Opcode::kAcquire, Opcode::kReset, Opcode::kStats,
+        Opcode::kCluster, Opcode::kReplicate, Opcode::kPull, Opcode::kReload}) {
     CHECK(decoder.decode(frame_with_body(opcode, 0, 1, {})).status == DecodeStatus::kOk);
     CHECK(decoder.decode(frame_with_body(opcode, kFlagReply, 1, {})).status == DecodeStatus::kOk);
   }
@@ -299,6 +300,48 @@ TEST_CASE("error codes have stable names") {
   CHECK(error_code_name(ErrorCode::kBatchTooLarge) == "batch_too_large");
   CHECK(error_code_name(ErrorCode::kInternal) == "internal");
   CHECK(error_code_name(static_cast<ErrorCode>(999)) == "unknown");
+}
+
+
+TEST_CASE("framing version 2 carries the epoch after the 16 bytes of version 1") {
+  Bytes bytes;
+  const std::uint8_t payload[] = {7, 8, 9};
+  encode_ping(bytes, 5, payload, /*reply=*/true, Framing::with_epoch(0x0102030405060708ull));
+  REQUIRE(bytes.size() == kHeaderSizeEpoch + 3);
+  CHECK(bytes[2] == kFrameVersionEpoch);
+  CHECK(bytes[16] == 0x08);  // little-endian epoch
+  CHECK(bytes[23] == 0x01);
+  const DecodeResult result = FrameDecoder().decode(bytes);
+  REQUIRE(result.status == DecodeStatus::kOk);
+  CHECK(result.frame_size == bytes.size());
+  CHECK(result.frame.header.version == kFrameVersionEpoch);
+  CHECK(result.frame.header.epoch == 0x0102030405060708ull);
+  CHECK(result.frame.header.request_id == 5);
+  CHECK(result.frame.body.size() == 3);
+  CHECK(result.frame.body[0] == 7);
+  // Version 1 frames decode with epoch 0, as before.
+  Bytes v1;
+  encode_ping(v1, 5, payload, true);
+  CHECK(FrameDecoder().decode(v1).frame.header.epoch == 0);
+  CHECK(FrameDecoder().decode(v1).frame.header.version == kFrameVersion);
+}
+
+TEST_CASE("a version 2 header needs all 24 bytes, and an oversized body is refused at 16") {
+  Bytes bytes;
+  encode_ping(bytes, 9, {}, false, Framing::with_epoch(77));
+  const FrameDecoder decoder;
+  for (std::size_t size = 0; size < kHeaderSizeEpoch; ++size) {
+    INFO("prefix " << size);
+    CHECK(decode_prefix(decoder, bytes, size).status == DecodeStatus::kNeedMore);
+  }
+  CHECK(decoder.decode(bytes).status == DecodeStatus::kOk);
+  Bytes big;
+  const Bytes body(100, 1);
+  encode_ping(big, 9, body, false, Framing::with_epoch(77));
+  const FrameDecoder small(64);
+  const DecodeResult refused = decode_prefix(small, big, kHeaderSize);
+  CHECK(refused.status == DecodeStatus::kMalformed);
+  CHECK(refused.error == ErrorCode::kFrameTooLarge);
 }
 
 }  // namespace sluice::protocol
