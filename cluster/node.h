@@ -2,7 +2,6 @@
 // of rules for every source, so that an id or address one of them accepts, all of them accept.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
