@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -40,7 +41,24 @@ struct Scratch {
   std::vector<ResetStatus> statuses;
   std::vector<StatEntry> stats;
   ErrorReply error;
+  ClusterMapMessage cluster;
+  std::vector<WireRecord> records;
+  ReplicateReply replicate_reply;
+  PullRequest pull;
+  PullReplyHeader pull_header;
+  ReloadReply reload;
 };
+
+// Re-encodes parsed records into a new frame, as a node forwards or re-sends them.
+void add_records(Bytes& out, const RecordFrame& frame, const std::vector<WireRecord>& records) {
+  std::vector<std::uint64_t> log;
+  for (const WireRecord& r : records) {
+    log.clear();
+    for (std::uint32_t i = 0; i < r.log_count; ++i) log.push_back(r.log_at(i));
+    add_record(out, frame, r, log);
+  }
+  finish_records(out, frame);
+}
 
 void parse_all(std::span<const std::uint8_t> body, std::uint16_t max_batch, Scratch& s) {
   if (parse_hello_request(body, s.hello)) {
@@ -91,6 +109,40 @@ void parse_all(std::span<const std::uint8_t> body, std::uint16_t max_batch, Scra
     require_reencodes(s.again, body);
   }
   require(static_cast<bool>(parse_stats_request(body)) == body.empty());
+  if (parse_cluster_reply(body, s.cluster)) {
+    s.again.clear();
+    encode_cluster_reply(s.again, 0, s.cluster);
+    require_reencodes(s.again, body);
+  }
+  if (parse_replicate_request(body, s.records)) {
+    for (const WireRecord& r : s.records)
+      require(inside(body, r.log_bytes.data(), r.log_bytes.size()));
+    s.again.clear();
+    add_records(s.again, begin_replicate_request(s.again, 0), s.records);
+    require_reencodes(s.again, body);
+  }
+  if (parse_replicate_reply(body, s.replicate_reply)) {
+    s.again.clear();
+    encode_replicate_reply(s.again, 0, s.replicate_reply);
+    require_reencodes(s.again, body);
+  }
+  if (parse_pull_request(body, s.pull)) {
+    s.again.clear();
+    encode_pull_request(s.again, 0, s.pull);
+    require_reencodes(s.again, body);
+  }
+  if (parse_pull_reply(body, s.pull_header, s.records)) {
+    s.again.clear();
+    add_records(s.again, begin_pull_reply(s.again, 0, s.pull_header), s.records);
+    require_reencodes(s.again, body);
+  }
+  if (parse_reload_reply(body, s.reload)) {
+    s.again.clear();
+    encode_reload_reply(s.again, 0, s.reload);
+    require_reencodes(s.again, body);
+  }
+  require(static_cast<bool>(parse_cluster_request(body)) == body.empty());
+  require(static_cast<bool>(parse_reload_request(body)) == body.empty());
 }
 
 }  // namespace

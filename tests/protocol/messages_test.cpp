@@ -511,7 +511,7 @@ TEST_CASE("a malformed ACQUIRE reply body fails to parse") {
   trailing.push_back(0);
   CHECK_FALSE(parse_acquire_reply(trailing, parsed));
   Bytes unknown_status = body;
-  unknown_status[4] = 5;
+  unknown_status[4] = 7;  // 5 and 6 are REDIRECT and UNAVAILABLE (protocol 3)
   CHECK_FALSE(parse_acquire_reply(unknown_status, parsed));
   for (const std::size_t offset : {2, 3, 5, 6, 7}) {  // list reserved, result reserved
     Bytes reserved = body;
