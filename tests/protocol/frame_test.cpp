@@ -302,7 +302,6 @@ TEST_CASE("error codes have stable names") {
   CHECK(error_code_name(static_cast<ErrorCode>(999)) == "unknown");
 }
 
-
 TEST_CASE("framing version 2 carries the epoch after the 16 bytes of version 1") {
   Bytes bytes;
   const std::uint8_t payload[] = {7, 8, 9};
