@@ -40,6 +40,12 @@ class Parser {
   bool parse_line(std::string_view line, std::size_t number) {
     const std::vector<std::string_view> fields = fields_of(line);
     if (fields.empty()) return true;
+    // `epoch N`: a number never contains the ':' that every address has, so this line cannot be
+    // a node named "epoch".
+    if (fields[0] == "epoch" &&
+        (fields.size() != 2 || fields[1].find(':') == std::string_view::npos)) {
+      return parse_epoch(fields, number);
+    }
     ++node_lines_;
     if (node_lines_ > kMaxRingNodes) {
       error(number, fmt::format("more than {} nodes", kMaxRingNodes));
@@ -84,13 +90,31 @@ class Parser {
     return true;
   }
 
-  Expected<std::vector<StaticMember>, MembershipErrors> finish(std::size_t last_line) {
+  Expected<StaticCluster, MembershipErrors> finish(std::size_t last_line) {
     if (node_lines_ == 0) error(last_line, "no nodes: expected a line ID HOST:PORT per node");
     if (!errors_.empty()) return Unexpected{std::move(errors_)};
-    return std::move(members_);
+    return StaticCluster{epoch_, std::move(members_)};
   }
 
  private:
+  bool parse_epoch(const std::vector<std::string_view>& fields, std::size_t number) {
+    if (epoch_line_ != 0) {
+      return error(number, fmt::format("a second epoch line (the first is line {})", epoch_line_));
+    }
+    epoch_line_ = number;
+    std::uint64_t value = 0;
+    const bool digits = fields.size() == 2 && !fields[1].empty() && fields[1].size() <= 19 &&
+                        fields[1].find_first_not_of("0123456789") == std::string_view::npos;
+    if (digits) {
+      for (const char c : fields[1]) value = value * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    if (!digits || value == 0) {
+      return error(number, "expected `epoch N` with N a whole number from 1 to 999999999999999999");
+    }
+    epoch_ = value;
+    return true;
+  }
+
   // Records an error at `line`; false when that was one too many.
   bool error(std::size_t line, std::string_view message) {
     if (errors_.size() == kMaxMembershipErrors) {
@@ -102,6 +126,8 @@ class Parser {
   }
 
   std::string_view file_name_;
+  std::uint64_t epoch_ = 1;
+  std::size_t epoch_line_ = 0;  // where the epoch line is, 0 when there is none
   std::size_t node_lines_ = 0;  // lines with fields, valid or not
   std::vector<StaticMember> members_;
   std::unordered_map<std::string, std::size_t> line_of_id_;
@@ -111,8 +137,8 @@ class Parser {
 
 }  // namespace
 
-Expected<std::vector<StaticMember>, MembershipErrors> parse_membership_file(
-    std::string_view text, std::string_view file_name) {
+Expected<StaticCluster, MembershipErrors> parse_membership_file(std::string_view text,
+                                                                std::string_view file_name) {
   Parser parser(file_name);
   std::size_t number = 1;
   while (true) {
@@ -126,8 +152,7 @@ Expected<std::vector<StaticMember>, MembershipErrors> parse_membership_file(
   return parser.finish(number);
 }
 
-Expected<std::vector<StaticMember>, MembershipErrors> read_membership_file(
-    const std::string& path) {
+Expected<StaticCluster, MembershipErrors> read_membership_file(const std::string& path) {
   const auto fail = [&](std::string_view why) {
     return Unexpected{MembershipErrors{fmt::format("{}: {}", path, why)}};
   };

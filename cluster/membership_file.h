@@ -6,13 +6,16 @@
 //   node-b [2001:db8::2]:7420   # a comment may end a line too
 //   node-c sluice-3.internal:7420
 //
-// Fields are separated by spaces or tabs; '#' starts a comment to the end of the line; blank
-// lines and a CR before the LF are ignored. Ids follow check_node_id(), addresses
+// and at most one line `epoch N` (N a decimal number, 1 and up; 1 when the line is absent): the
+// map's epoch, which a reload that changes the members must raise (sluiced refuses it
+// otherwise). Fields are separated by spaces or tabs; '#' starts a comment to the end of the
+// line; blank lines and a CR before the LF are ignored. Ids follow check_node_id(), addresses
 // parse_node_address() (cluster/node.h). Ids must differ, and so must addresses (by
 // NodeAddress::identity(): "[::1]" and "[0::1]" are one address).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,16 +38,22 @@ struct StaticMember {
   friend bool operator==(const StaticMember&, const StaticMember&) = default;
 };
 
+struct StaticCluster {
+  std::uint64_t epoch = 1;
+  std::vector<StaticMember> members;  // in file order
+  friend bool operator==(const StaticCluster&, const StaticCluster&) = default;
+};
+
 // Every problem found, in line order, each "FILE:LINE: message" (for a file that lists no node
 // at all, LINE is its last line).
 using MembershipErrors = std::vector<std::string>;
 
-// The members in file order, or all the errors. Pure: `file_name` only goes into the messages.
-Expected<std::vector<StaticMember>, MembershipErrors> parse_membership_file(
-    std::string_view text, std::string_view file_name);
+// The epoch and the members, or all the errors. Pure: `file_name` only goes into the messages.
+Expected<StaticCluster, MembershipErrors> parse_membership_file(std::string_view text,
+                                                                std::string_view file_name);
 
 // Reads the file at `path` and parses it. A file that cannot be read, or is larger than
 // kMaxMembershipFileBytes, fails with one error "PATH: why".
-Expected<std::vector<StaticMember>, MembershipErrors> read_membership_file(const std::string& path);
+Expected<StaticCluster, MembershipErrors> read_membership_file(const std::string& path);
 
 }  // namespace sluice::cluster

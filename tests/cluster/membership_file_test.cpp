@@ -31,7 +31,8 @@ TEST_CASE("the cluster file lists one node per line, with comments and blank lin
       "# the end";
   const auto parsed = parse_membership_file(text, "cluster.txt");
   REQUIRE(parsed);
-  const std::vector<StaticMember>& members = *parsed;
+  CHECK(parsed->epoch == 1);
+  const std::vector<StaticMember>& members = parsed->members;
   REQUIRE(members.size() == 3);
   CHECK(members[0] == StaticMember{"node-a", {HostKind::kIpv4, "10.0.0.1", 7420}, 3});
   CHECK(members[1] == StaticMember{"node-b", {HostKind::kIpv6, "2001:db8::2", 7420}, 5});
@@ -123,6 +124,25 @@ TEST_CASE("a file of more than 1024 nodes is refused at the first node too many"
   CHECK(errors_of(text) == Errors{"cluster.txt:1025: more than 1024 nodes"});
 }
 
+TEST_CASE("an epoch line sets the map's epoch, once, to a whole number from 1", "[membership]") {
+  const auto parsed = parse_membership_file("epoch 7\na 127.0.0.1:1\n", "c.txt");
+  REQUIRE(parsed);
+  CHECK(parsed->epoch == 7);
+  CHECK(parsed->members.size() == 1);
+  const std::string bad = "expected `epoch N` with N a whole number from 1 to 999999999999999999";
+  CHECK(errors_of("epoch 0\na 127.0.0.1:1\n") == Errors{"cluster.txt:1: " + bad});
+  CHECK(errors_of("epoch x\na 127.0.0.1:1\n") == Errors{"cluster.txt:1: " + bad});
+  CHECK(errors_of("epoch\na 127.0.0.1:1\n") == Errors{"cluster.txt:1: " + bad});
+  CHECK(errors_of("epoch 1 2\na 127.0.0.1:1\n") == Errors{"cluster.txt:1: " + bad});
+  CHECK(errors_of("epoch 1\nepoch 2\na 127.0.0.1:1\n") ==
+        Errors{"cluster.txt:2: a second epoch line (the first is line 1)"});
+  // A node may be named "epoch": its second field is an address.
+  const auto named = parse_membership_file("epoch 127.0.0.1:7420\n", "c.txt");
+  REQUIRE(named);
+  CHECK(named->members.at(0).id == "epoch");
+  CHECK(named->epoch == 1);
+}
+
 TEST_CASE("read_membership_file reads a file, and says why it cannot", "[membership]") {
   char path[] = "/tmp/sluice-cluster-XXXXXX";
   const int fd = mkstemp(path);
@@ -132,7 +152,7 @@ TEST_CASE("read_membership_file reads a file, and says why it cannot", "[members
   close(fd);
   const auto parsed = read_membership_file(path);
   REQUIRE(parsed);
-  CHECK(parsed->size() == 2);
+  CHECK(parsed->members.size() == 2);
 
   REQUIRE(truncate(path, 0) == 0);
   CHECK(read_membership_file(path).error() ==
