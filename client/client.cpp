@@ -54,6 +54,10 @@ std::string_view error_code_name(ErrorCode code) {
       return "overloaded";
     case ErrorCode::kUnauthenticated:
       return "unauthenticated";
+    case ErrorCode::kNotOwner:
+      return "not_owner";
+    case ErrorCode::kUnavailable:
+      return "unavailable";
   }
   return "unknown";
 }
@@ -157,6 +161,10 @@ class ResetCall final : public SyncCall<bool> {
         return finish(false);
       case protocol::ResetStatus::kInvalidKey:
         return finish(Result<bool>(ErrorCode::kInvalidKey, "key is empty or too long"));
+      case protocol::ResetStatus::kRedirect:
+        return finish(Result<bool>(ErrorCode::kNotOwner, "the node does not own the key"));
+      case protocol::ResetStatus::kUnavailable:
+        return finish(Result<bool>(ErrorCode::kUnavailable, "the key's owner cannot serve it now"));
     }
     finish(unexpected_reply("RESET"));
   }

@@ -51,6 +51,14 @@ Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_
       return Result<Decision>(ErrorCode::kInvalidKey, "key is empty or longer than the max key");
     case ItemStatus::kNoMemory:
       return Result<Decision>(ErrorCode::kNoMemory, "the owning shard has no memory for the key");
+    case ItemStatus::kRedirect:
+      return Result<Decision>(ErrorCode::kNotOwner,
+                              "the node does not own the key (REDIRECT): in its cluster map "
+                              "another node is the key's primary");
+    case ItemStatus::kUnavailable:
+      return Result<Decision>(ErrorCode::kUnavailable,
+                              "the key's primary cannot serve it now (its partition is moving, "
+                              "or it has no primary): retry later");
   }
   return Result<Decision>(ErrorCode::kProtocolError, "unknown item status in ACQUIRE reply");
 }

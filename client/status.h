@@ -22,11 +22,13 @@ enum class ErrorCode : std::uint8_t {
   kClosed,            // the client is shutting down
   kOverloaded,        // refused at once: the client already has max_in_flight calls in flight
   kUnauthenticated,   // the server requires a token and refused ours (wrong, or none given)
+  kNotOwner,          // the node answered REDIRECT: in its cluster map another node owns the key
+  kUnavailable,       // the key's owner cannot serve it now (moving, or no owner): retry later
 };
 
 // "ok", "invalid_argument", "invalid_rule", "invalid_key", "no_memory", "timeout",
 // "connection_failed", "server_error", "protocol_error", "closed", "overloaded",
-// "unauthenticated".
+// "unauthenticated", "not_owner", "unavailable".
 std::string_view error_code_name(ErrorCode code);
 
 class Status {

@@ -63,6 +63,8 @@ class ClusterMap {
   // Whether node `id` is the primary of `hash`. A node on the hot path looks its NodeIndex up
   // once (ring().find(id)) and compares it with ring().primary_of(hash) instead.
   bool owns(std::string_view id, const KeyHash& hash) const;
+  // The index in nodes() of ring node `index` (REQUIRES: index < ring().nodes().size()).
+  std::size_t node_index(NodeIndex index) const { return ring_node_[index]; }
 
   friend bool operator==(const ClusterMap& a, const ClusterMap& b) {
     return a.epoch_ == b.epoch_ && a.ring_params() == b.ring_params() && a.nodes_ == b.nodes_;

@@ -7,6 +7,7 @@
 
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "protocol/cluster_messages.h"
 #include "server/auth.h"
 #include "server/shard.h"
 
@@ -57,6 +58,9 @@ void Dispatcher::fail_authentication(Peer& peer, std::uint32_t request_id,
 
 void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
   const protocol::FrameHeader& header = frame.header;
+  // Each reply goes in its request's framing; in version 2 it names the epoch decided by.
+  const ClusterView* view = shard_.view();
+  framing_ = protocol::Framing{header.version, view != nullptr ? view->epoch() : 0};
   if (requires_authentication_ && !peer.authenticated_ &&
       header.opcode != protocol::Opcode::kHello) {
     return fail_authentication(peer, header.request_id, kHelloFirstMessage);
@@ -70,13 +74,15 @@ void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
       return handle_hello(peer, header.request_id, frame.body);
     case protocol::Opcode::kPing:
       return protocol::encode_ping(peer.reply_buffer(), header.request_id, frame.body,
-                                   /*reply=*/true);
+                                   /*reply=*/true, framing_);
     case protocol::Opcode::kAcquire:
       return handle_acquire(peer, header.request_id, frame.body);
     case protocol::Opcode::kReset:
       return handle_reset(peer, header.request_id, frame.body);
     case protocol::Opcode::kStats:
       return handle_stats(peer, header.request_id, frame.body);
+    case protocol::Opcode::kCluster:
+      return handle_cluster(peer, header.request_id, frame.body);
     default:
       return fail(
           peer, header.request_id, ErrorCode::kUnknownOpcode,
@@ -109,7 +115,7 @@ void Dispatcher::handle_hello(Peer& peer, std::uint32_t request_id,
   reply.max_batch = context.config.max_batch;
   reply.shard_ports = context.shard_ports;
   reply.node_id = context.node_id;
-  protocol::encode_hello_reply(peer.reply_buffer(), request_id, reply);
+  protocol::encode_hello_reply(peer.reply_buffer(), request_id, reply, framing_);
 }
 
 void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
@@ -164,12 +170,13 @@ void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
   }
   if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
   if (!handed_over) {
-    protocol::encode_acquire_reply(peer.reply_buffer(), request_id, acquire_results_);
+    protocol::encode_acquire_reply(peer.reply_buffer(), request_id, acquire_results_, framing_);
     return;
   }
   PendingFrame* frame = shard_.new_pending_frame();
   frame->opcode = protocol::Opcode::kAcquire;
   frame->request_id = request_id;
+  frame->framing = framing_;
   frame->acquire_results.swap(acquire_results_);
   hand_over(peer, frame);
 }
@@ -208,12 +215,13 @@ void Dispatcher::handle_reset(Peer& peer, std::uint32_t request_id,
   }
   if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
   if (!handed_over) {
-    protocol::encode_reset_reply(peer.reply_buffer(), request_id, reset_results_);
+    protocol::encode_reset_reply(peer.reply_buffer(), request_id, reset_results_, framing_);
     return;
   }
   PendingFrame* frame = shard_.new_pending_frame();
   frame->opcode = protocol::Opcode::kReset;
   frame->request_id = request_id;
+  frame->framing = framing_;
   frame->reset_results.swap(reset_results_);
   hand_over(peer, frame);
 }
@@ -251,9 +259,11 @@ void Dispatcher::finish_frame(Peer& peer, PendingFrame& frame) {
   peer.items_pending_ -= frame.items_handed_over;
   if (peer.wants_replies()) {
     if (frame.opcode == protocol::Opcode::kAcquire) {
-      protocol::encode_acquire_reply(peer.reply_buffer(), frame.request_id, frame.acquire_results);
+      protocol::encode_acquire_reply(peer.reply_buffer(), frame.request_id, frame.acquire_results,
+                                     frame.framing);
     } else {
-      protocol::encode_reset_reply(peer.reply_buffer(), frame.request_id, frame.reset_results);
+      protocol::encode_reset_reply(peer.reply_buffer(), frame.request_id, frame.reset_results,
+                                   frame.framing);
     }
   }
   peer.frame_finished();
@@ -264,7 +274,18 @@ void Dispatcher::handle_stats(Peer& peer, std::uint32_t request_id,
   if (const auto parsed = protocol::parse_stats_request(body); !parsed) {
     return fail(peer, request_id, parsed.error, parsed.reason);
   }
-  shard_.append_stats_reply(peer.reply_buffer(), request_id);
+  shard_.append_stats_reply(peer.reply_buffer(), request_id, framing_);
+}
+
+void Dispatcher::handle_cluster(Peer& peer, std::uint32_t request_id,
+                                std::span<const std::uint8_t> body) {
+  if (const auto parsed = protocol::parse_cluster_request(body); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  const ClusterView* view = shard_.view();
+  static const protocol::ClusterMapMessage kNoCluster;
+  protocol::encode_cluster_reply(peer.reply_buffer(), request_id,
+                                 view != nullptr ? view->message : kNoCluster, framing_);
 }
 
 }  // namespace sluice::server

@@ -56,6 +56,7 @@ class Dispatcher {
   void handle_acquire(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_reset(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_stats(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  void handle_cluster(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   // Sends the frame's foreign items (staged in the shard) to their owners.
   void hand_over(Peer& peer, PendingFrame* frame);
   // A protocol error: counts it and rejects the peer.
@@ -66,6 +67,7 @@ class Dispatcher {
 
   Shard& shard_;
   const bool requires_authentication_;
+  protocol::Framing framing_;  // the reply framing of the frame being dispatched
 
   // Scratch reused by the handlers (no allocation per frame once grown).
   std::vector<protocol::AcquireItem> acquire_items_;

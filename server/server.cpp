@@ -9,14 +9,19 @@
 #include <atomic>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
 
+#include "cluster/cluster_map.h"
+#include "cluster/membership_file.h"
 #include "core/units.h"
+#include "server/cluster_view.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -81,7 +86,93 @@ struct Server::Impl {
   std::atomic<bool> started{false};
   std::atomic<bool> stop_requested{false};
   std::mutex wait_mutex;
+
+  // Static cluster mode. reload_mutex serializes loads; the rest is written under it.
+  std::mutex reload_mutex;
+  std::string cluster_file;
+  std::shared_ptr<PartitionStates> partition_states;
+  std::shared_ptr<const ClusterView> view;  // the one in force; null outside a cluster
+  std::atomic<std::uint64_t> epoch{0};
+
+  std::string reload_locked();
+  // Gives every shard `next`: directly before the threads run, else by a post, waiting until
+  // each has it.
+  void publish(std::shared_ptr<const ClusterView> next);
 };
+
+namespace {
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const std::string& line : lines) {
+    if (!out.empty()) out += '\n';
+    out += line;
+  }
+  return out;
+}
+
+// The member sets of two maps, as ids with addresses, for "did the members change".
+bool same_members(const cluster::ClusterMap& a, const cluster::ClusterMap& b) {
+  return a.nodes() == b.nodes() && a.ring_params() == b.ring_params();
+}
+
+}  // namespace
+
+std::string Server::Impl::reload_locked() {
+  auto file = cluster::read_membership_file(cluster_file);
+  if (!file) return join_lines(file.error());
+  std::vector<cluster::ClusterNode> nodes;
+  for (const cluster::StaticMember& member : file->members) {
+    nodes.push_back({member.id, member.address.text(), cluster::NodeState::kActive});
+  }
+  auto map = cluster::ClusterMap::make(file->epoch, std::move(nodes));
+  if (!map) return fmt::format("{}: {}", cluster_file, map.error());
+  const std::string& self = context.node_id;
+  if (map->find(self) == nullptr) {
+    return fmt::format("{}: this node's id '{}' (--node-id) is not listed", cluster_file, self);
+  }
+  if (view != nullptr) {
+    const cluster::ClusterMap& current = view->map;
+    if (map->epoch() < current.epoch()) {
+      return fmt::format("{}: epoch {} is below the epoch in force, {}", cluster_file, map->epoch(),
+                         current.epoch());
+    }
+    if (map->epoch() == current.epoch()) {
+      if (same_members(*map, current)) return "";  // nothing changed
+      return fmt::format(
+          "{}: the members changed but the epoch is still {}: raise the `epoch N` line",
+          cluster_file, current.epoch());
+    }
+  }
+  if (partition_states == nullptr ||
+      partition_states->size() != map->ring_params().partition_count()) {
+    partition_states = std::make_shared<PartitionStates>(map->ring_params().partition_count());
+  }
+  publish(make_cluster_view(*map, self, partition_states));
+  return "";
+}
+
+void Server::Impl::publish(std::shared_ptr<const ClusterView> next) {
+  view = next;
+  epoch.store(next->epoch());
+  if (threads.empty()) {
+    for (auto& shard : context.shards) shard->set_view(next);
+    return;
+  }
+  std::mutex mutex;
+  std::condition_variable done;
+  std::size_t left = context.shards.size();
+  for (auto& shard : context.shards) {
+    Shard* s = shard.get();
+    boost::asio::post(s->io(), [s, next, &mutex, &done, &left] {
+      s->set_view(next);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (--left == 0) done.notify_all();
+    });
+  }
+  std::unique_lock<std::mutex> lock(mutex);
+  done.wait(lock, [&] { return left == 0; });
+}
 
 Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
   ServerContext& context = impl_->context;
@@ -174,6 +265,14 @@ void Server::start() {
   context.node_id =
       config.node_id.empty() ? format_host_port(config.bind, context.public_port) : config.node_id;
 
+  if (!config.cluster_file.empty()) {
+    std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+    impl_->cluster_file = config.cluster_file;
+    if (const std::string refused = impl_->reload_locked(); !refused.empty()) {
+      throw std::runtime_error(refused);
+    }
+  }
+
   for (auto& shard : context.shards) shard->spawn();
   impl_->threads.reserve(context.shard_count);
   for (auto& shard : context.shards) {
@@ -203,6 +302,20 @@ void Server::wait() {
     if (thread.joinable()) thread.join();
   }
 }
+
+std::string Server::reload_cluster() {
+  std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+  if (impl_->cluster_file.empty()) return "not in static cluster mode (no --cluster file)";
+  return impl_->reload_locked();
+}
+
+std::string Server::load_cluster(const std::string& path) {
+  std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+  impl_->cluster_file = path;
+  return impl_->reload_locked();
+}
+
+std::uint64_t Server::cluster_epoch() const { return impl_->epoch.load(); }
 
 std::uint16_t Server::port() const { return impl_->context.public_port; }
 

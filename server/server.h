@@ -54,6 +54,10 @@ struct ServerConfig {
   std::size_t max_buffer_memory = 0;
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;  // 1..kMaxSlidingLogCap
   std::string node_id;                                    // empty = "<bind>:<public port>"
+  // Static cluster mode (docs/ARCHITECTURE.md, "The cluster"): the cluster file, read by
+  // start() and by reload_cluster(). REQUIRES node_id, which the file must list. Empty: a
+  // single node, with no ownership checks.
+  std::string cluster_file;
   // The shared secret (auth/token.h reads it from --auth-token-file). Empty: no authentication.
   // Else every connection must send a HELLO carrying it before anything else (server/auth.h).
   std::string auth_token;
@@ -93,6 +97,18 @@ class Server {
   // Blocks until every shard thread has exited. Not from a shard thread (it would wait for
   // itself).
   void wait();
+
+  // Static cluster mode: rereads the cluster file and adopts its map when it is valid, lists
+  // this node, and either has the same members or a higher epoch; every shard decides by the
+  // new map once this returns. Returns "" on success, else every reason the file was refused
+  // (one per line); the old map stays then. Any thread but a shard's.
+  std::string reload_cluster();
+  // Switches a running node to static cluster mode with `path` as its cluster file, as if
+  // started with it (for tests, whose ports are known only once started). Same result as
+  // reload_cluster(). Any thread but a shard's.
+  std::string load_cluster(const std::string& path);
+  // The epoch of the map in force (0 outside a cluster).
+  std::uint64_t cluster_epoch() const;
 
   std::uint16_t port() const;
   std::vector<std::uint16_t> shard_ports() const;

@@ -357,6 +357,23 @@ asio::awaitable<void> Shard::sweep_loop() {
 
 protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& rule,
                                              std::uint32_t cost, bool peek, std::uint64_t now_ns) {
+  if (view_ != nullptr) {
+    // A node never counts a key it is not the serving primary of (docs/ARCHITECTURE.md).
+    std::uint32_t owner = 0;
+    const Route route = view_->route(hash, owner);
+    if (route != Route::kDecide) {
+      protocol::AcquireResult result;
+      if (route == Route::kRedirect) {
+        result.status = protocol::ItemStatus::kRedirect;
+        result.limit = owner;
+        counters_[Stat::kRedirected].add();
+      } else {
+        result.status = protocol::ItemStatus::kUnavailable;
+        counters_[Stat::kUnavailable].add();
+      }
+      return result;
+    }
+  }
   const TableAnswer answer = table_.acquire(hash, rule, Request{now_ns, cost, peek});
   if (answer.outcome == TableOutcome::kNoMemory) {
     protocol::AcquireResult result;  // all four numbers 0, as for the other failed items
@@ -371,6 +388,18 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
 }
 
 protocol::ResetStatus Shard::reset_local(const KeyHash& hash, std::uint64_t now_ns) {
+  if (view_ != nullptr) {
+    std::uint32_t owner = 0;
+    const Route route = view_->route(hash, owner);
+    if (route == Route::kRedirect) {
+      counters_[Stat::kRedirected].add();
+      return protocol::ResetStatus::kRedirect;
+    }
+    if (route == Route::kUnavailable) {
+      counters_[Stat::kUnavailable].add();
+      return protocol::ResetStatus::kUnavailable;
+    }
+  }
   return table_.reset(hash, now_ns) ? protocol::ResetStatus::kRemoved
                                     : protocol::ResetStatus::kAbsent;
 }
@@ -386,7 +415,8 @@ void Shard::publish_table_stats() {
   counters_[Stat::kHugePages].set(stats.huge_pages ? 1 : 0);
 }
 
-void Shard::append_stats_reply(protocol::Bytes& out, std::uint32_t request_id) {
+void Shard::append_stats_reply(protocol::Bytes& out, std::uint32_t request_id,
+                               const protocol::Framing& framing) {
   const std::uint64_t now_ns = context_.clock->now_ns();
   const auto refresh_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(context_.config.stats_refresh).count());
@@ -394,7 +424,7 @@ void Shard::append_stats_reply(protocol::Bytes& out, std::uint32_t request_id) {
   if (!stats_built_ || now_ns < stats_built_ns_ || now_ns - stats_built_ns_ >= refresh_ns) {
     rebuild_stats_snapshot(now_ns);
   }
-  protocol::encode_stats_reply_with_body(out, request_id, stats_body_);
+  protocol::encode_stats_reply_with_body(out, request_id, stats_body_, framing);
 }
 
 void Shard::rebuild_stats_snapshot(std::uint64_t now_ns) {

@@ -26,6 +26,7 @@
 #include "core/rule.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
+#include "server/cluster_view.h"
 #include "server/dispatcher.h"
 #include "server/mpsc_queue.h"
 #include "server/one_slot_allocator.h"
@@ -47,6 +48,7 @@ struct PendingFrame {
   std::uint32_t request_id = 0;
   std::uint32_t tasks_pending = 0;      // tasks not yet back; the reply is sent when it reaches 0
   std::uint32_t items_handed_over = 0;  // items in those tasks (the peer's backlog)
+  protocol::Framing framing;            // of the reply
   std::vector<protocol::AcquireResult> acquire_results;
   std::vector<protocol::ResetStatus> reset_results;
 };
@@ -140,7 +142,13 @@ class Shard {
   void publish_table_stats();
   // Appends a STATS reply. Its body is this shard's snapshot of every shard's counters, rebuilt
   // only when it is config.stats_refresh old or older; otherwise the same bytes are copied.
-  void append_stats_reply(protocol::Bytes& out, std::uint32_t request_id);
+  void append_stats_reply(protocol::Bytes& out, std::uint32_t request_id,
+                          const protocol::Framing& framing);
+
+  // The cluster view decisions are made under; nullptr outside a cluster. set_view() swaps it
+  // between frames (Server posts it to every shard).
+  const ClusterView* view() const { return view_.get(); }
+  void set_view(std::shared_ptr<const ClusterView> view) { view_ = std::move(view); }
 
   // Scratch per destination shard for the item being grouped by a connection handler.
   std::vector<std::vector<HandoverItem>>& staging() { return staging_; }
@@ -205,6 +213,7 @@ class Shard {
   CounterTable table_;
   ShardCounters counters_;
   Dispatcher dispatcher_;
+  std::shared_ptr<const ClusterView> view_;
 
   // Inbox: any thread pushes; this thread pops. drain_scheduled_ is true from the moment a
   // drain() is posted until it has found the inbox empty.

@@ -50,6 +50,8 @@ enum class Stat : std::size_t {
   kHugePages,
   kBufferBytes,
   kOverloadClosed,
+  kRedirected,
+  kUnavailable,
   kCount,
 };
 
@@ -73,6 +75,8 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCo
     "huge_pages",
     "buffer_bytes",
     "overload_closed",
+    "redirected",
+    "unavailable",
 };
 
 // Padded so that two shards' counters never share a cache line.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/rule.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -54,6 +55,22 @@ class RawClient {
   }
 
   std::uint32_t next_id() { return ++last_id_; }
+
+  // The framing of the requests this client sends (version 1 unless told otherwise), and the
+  // epoch in the header of the last reply call() returned (0 in framing version 1).
+  void set_framing(const protocol::Framing& framing) { framing_ = framing; }
+  std::uint64_t last_epoch() const { return last_epoch_; }
+
+  // The node's cluster map (CLUSTER).
+  protocol::ClusterMapMessage cluster() {
+    const std::uint32_t id = next_id();
+    protocol::Bytes out;
+    protocol::encode_cluster_request(out, id, framing_);
+    const ReceivedFrame reply = call(out, id);
+    protocol::ClusterMapMessage map;
+    if (!protocol::parse_cluster_reply(reply.body, map)) throw std::runtime_error("bad CLUSTER");
+    return map;
+  }
 
   // Writes all the bytes; false when the connection is gone or the write timed out.
   bool send(std::span<const std::uint8_t> bytes) {
@@ -148,6 +165,7 @@ class RawClient {
     if (reply.header.request_id != id || !reply.header.is_reply()) {
       throw std::runtime_error("reply does not match the request");
     }
+    last_epoch_ = reply.header.epoch;
     return reply;
   }
 
@@ -156,7 +174,8 @@ class RawClient {
                              std::string_view token = "") {
     const std::uint32_t id = next_id();
     protocol::Bytes out;
-    protocol::encode_hello_request(out, id, protocol::HelloRequest{version, "raw_client", token});
+    protocol::encode_hello_request(out, id, protocol::HelloRequest{version, "raw_client", token},
+                                   framing_);
     const ReceivedFrame reply = call(out, id);
     protocol::HelloReply hello;
     if (!protocol::parse_hello_reply(reply.body, hello)) throw std::runtime_error("bad HELLO");
@@ -167,7 +186,7 @@ class RawClient {
     const std::uint32_t id = next_id();
     protocol::Bytes out;
     const std::uint8_t payload[] = {1, 2, 3};
-    protocol::encode_ping(out, id, payload, false);
+    protocol::encode_ping(out, id, payload, false, framing_);
     const ReceivedFrame reply = call(out, id);
     return reply.body == protocol::Bytes{1, 2, 3};
   }
@@ -175,7 +194,7 @@ class RawClient {
   std::vector<protocol::AcquireResult> acquire(std::span<const protocol::AcquireItem> items) {
     const std::uint32_t id = next_id();
     protocol::Bytes out;
-    protocol::encode_acquire_request(out, id, items);
+    protocol::encode_acquire_request(out, id, items, framing_);
     const ReceivedFrame reply = call(out, id);
     std::vector<protocol::AcquireResult> results;
     if (!protocol::parse_acquire_reply(reply.body, results)) {
@@ -193,7 +212,7 @@ class RawClient {
   std::vector<protocol::ResetStatus> reset(std::span<const std::string_view> keys) {
     const std::uint32_t id = next_id();
     protocol::Bytes out;
-    protocol::encode_reset_request(out, id, keys);
+    protocol::encode_reset_request(out, id, keys, framing_);
     const ReceivedFrame reply = call(out, id);
     std::vector<protocol::ResetStatus> statuses;
     if (!protocol::parse_reset_reply(reply.body, statuses)) {
@@ -205,7 +224,7 @@ class RawClient {
   std::map<std::string, std::uint64_t> stats() {
     const std::uint32_t id = next_id();
     protocol::Bytes out;
-    protocol::encode_stats_request(out, id);
+    protocol::encode_stats_request(out, id, framing_);
     const ReceivedFrame reply = call(out, id);
     std::vector<protocol::StatEntry> entries;
     if (!protocol::parse_stats_reply(reply.body, entries)) {
@@ -217,6 +236,8 @@ class RawClient {
   }
 
  private:
+  protocol::Framing framing_;
+  std::uint64_t last_epoch_ = 0;
   // Runs the pending operation, whose handler sets `done`, until it completes (true) or the
   // deadline passes; then cancels it and waits for its handler (false). Either way the handler
   // has run on return, so a result it stored just as the deadline passed is still there.

@@ -1,0 +1,78 @@
+// What a shard knows of the cluster on the data path (docs/ARCHITECTURE.md, "Serving a key"):
+// the map of the current epoch, this node's place in it, and the serving state of each
+// partition. A view is immutable once built and published to every shard by a post; the
+// partition states are shared by all the views of a node (they outlive epochs) and are the only
+// part written afterwards, by the coordinator and by fencing PULLs, read by every shard.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "cluster/cluster_map.h"
+#include "core/key_hash.h"
+#include "protocol/cluster_messages.h"
+
+namespace sluice::server {
+
+enum class PartitionServing : std::uint8_t {
+  kServing = 0,  // this node serves it when it is the partition's primary
+  kPulling = 1,  // primary, but its records are still being fetched: items are UNAVAILABLE
+  kFenced = 2,   // a newer primary has fenced it (PULL with fence): items are UNAVAILABLE
+};
+
+class PartitionStates {
+ public:
+  explicit PartitionStates(std::uint32_t partitions);
+  std::uint32_t size() const { return size_; }
+  // Relaxed: a state change takes effect for the items decided after a shard sees it; what
+  // must be ordered with it (a pull's records) is ordered by the posts that carry them.
+  PartitionServing get(std::uint32_t partition) const {
+    return static_cast<PartitionServing>(states_[partition].load(std::memory_order_acquire));
+  }
+  void set(std::uint32_t partition, PartitionServing state) {
+    states_[partition].store(static_cast<std::uint8_t>(state), std::memory_order_release);
+  }
+
+ private:
+  std::uint32_t size_;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> states_;
+};
+
+// How a shard answers an item under a view.
+enum class Route : std::uint8_t { kDecide, kRedirect, kUnavailable };
+
+struct ClusterView {
+  cluster::ClusterMap map;
+  cluster::NodeIndex self = cluster::kNoNode;  // this node in map.ring(); kNoNode outside it
+  std::shared_ptr<PartitionStates> states;     // never null
+  protocol::ClusterMapMessage message;         // the CLUSTER reply, `self` filled in
+
+  std::uint64_t epoch() const { return map.epoch(); }
+
+  // Decide when this node is the key's serving primary; REDIRECT (with `owner`, the primary's
+  // index in map.nodes()) when another node is; else UNAVAILABLE (no primary at all, or this
+  // node is primary but not serving the partition).
+  Route route(const KeyHash& hash, std::uint32_t& owner) const {
+    const std::uint32_t partition = map.ring().partition_of(hash);
+    const cluster::NodeIndex primary = map.ring().owners(partition).primary;
+    // No map yet (a node that has not loaded its cluster file), or nobody active: no owner.
+    if (primary == cluster::kNoNode) return Route::kUnavailable;
+    if (primary != self) {
+      owner = static_cast<std::uint32_t>(map.node_index(primary));
+      return Route::kRedirect;
+    }
+    return states->get(partition) == PartitionServing::kServing ? Route::kDecide
+                                                                : Route::kUnavailable;
+  }
+};
+
+// The view of node `self_id` under `map`, sharing `states` (whose size must be the map's
+// partition count).
+std::shared_ptr<const ClusterView> make_cluster_view(const cluster::ClusterMap& map,
+                                                     std::string_view self_id,
+                                                     std::shared_ptr<PartitionStates> states);
+
+}  // namespace sluice::server

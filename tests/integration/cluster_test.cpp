@@ -1,0 +1,199 @@
+// Static cluster mode, in process: several nodes load one cluster file; each answers CLUSTER
+// with the map, counts only the keys it is the primary of, redirects the others to their
+// primary, and adopts a reloaded file only under the epoch rules.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cluster/cluster_map.h"
+#include "core/key_hash.h"
+#include "tests/integration/raw_client.h"
+#include "tests/integration/test_server.h"
+
+namespace sluice::test {
+namespace {
+
+using protocol::ItemStatus;
+
+// N in-process nodes "node-0" .. "node-(N-1)" on ephemeral ports, in static cluster mode with a
+// cluster file of their own in the temporary directory.
+class TestCluster {
+ public:
+  explicit TestCluster(int nodes) {
+    path_ = std::filesystem::temp_directory_path() /
+            ("sluice-cluster-" + std::to_string(::getpid()) + "-" + std::to_string(++files_));
+    for (int i = 0; i < nodes; ++i) {
+      server::ServerConfig config = test_config(2);
+      config.node_id = "node-" + std::to_string(i);
+      servers_.push_back(std::make_unique<TestServer>(config));
+    }
+    write(1, nodes);
+    for (auto& s : servers_) REQUIRE(s->server().load_cluster(path_.string()).empty());
+  }
+  ~TestCluster() { std::filesystem::remove(path_); }
+
+  // Rewrites the file with epoch `epoch` and the first `nodes` nodes.
+  void write(std::uint64_t epoch, int nodes) {
+    std::ofstream file(path_);
+    file << "# test cluster\nepoch " << epoch << "\n";
+    for (int i = 0; i < nodes; ++i) {
+      file << "node-" << i << " 127.0.0.1:" << servers_.at(i)->port() << "\n";
+    }
+  }
+
+  TestServer& node(int i) { return *servers_.at(i); }
+  int size() const { return static_cast<int>(servers_.size()); }
+  std::string path() const { return path_.string(); }
+
+  // The map the nodes route by, computed here as a client would.
+  cluster::ClusterMap map(std::uint64_t epoch, int nodes) const {
+    std::vector<cluster::ClusterNode> members;
+    for (int i = 0; i < nodes; ++i) {
+      members.push_back({"node-" + std::to_string(i),
+                         "127.0.0.1:" + std::to_string(servers_.at(i)->port()),
+                         cluster::NodeState::kActive});
+    }
+    return cluster::ClusterMap::make(epoch, members).value();
+  }
+
+ private:
+  static inline int files_ = 0;
+  std::filesystem::path path_;
+  std::vector<std::unique_ptr<TestServer>> servers_;
+};
+
+// The index (0..N-1) of the node that is the primary of `key`.
+int primary_of(const cluster::ClusterMap& map, const std::string& key) {
+  const cluster::ClusterNode* node = map.primary_of(hash_key(key));
+  REQUIRE(node != nullptr);
+  return std::stoi(node->id.substr(5));
+}
+
+TEST_CASE("every node of a static cluster answers CLUSTER with the map and its own index",
+          "[cluster]") {
+  TestCluster cluster(3);
+  for (int i = 0; i < 3; ++i) {
+    RawClient client(cluster.node(i).port());
+    client.set_framing(protocol::Framing::with_epoch(0));
+    const protocol::ClusterMapMessage map = client.cluster();
+    CHECK(client.last_epoch() == 1);  // in the reply header (framing version 2)
+    CHECK(map.epoch == 1);
+    CHECK(map.self == i);
+    CHECK(map.partition_bits == 16);
+    CHECK(map.vnodes == 4096);
+    REQUIRE(map.nodes.size() == 3);
+    for (int n = 0; n < 3; ++n) {
+      CHECK(map.nodes[n].id == "node-" + std::to_string(n));
+      CHECK(map.nodes[n].host == "127.0.0.1");
+      CHECK(map.nodes[n].port == cluster.node(n).port());
+      CHECK(map.nodes[n].state == protocol::WireNodeState::kActive);
+    }
+    CHECK(cluster.node(i).server().cluster_epoch() == 1);
+  }
+}
+
+TEST_CASE("a node counts only the keys it is primary of and redirects the others to their primary",
+          "[cluster]") {
+  TestCluster cluster(3);
+  const cluster::ClusterMap map = cluster.map(1, 3);
+  const Rule rule{Algorithm::kFixedWindow, 3, 60'000, 0};
+  for (int k = 0; k < 30; ++k) {
+    const std::string key = "cluster:key:" + std::to_string(k);
+    const int owner = primary_of(map, key);
+    for (int i = 0; i < 3; ++i) {
+      if (i == owner) continue;
+      RawClient other(cluster.node(i).port());
+      for (int attempt = 0; attempt < 5; ++attempt) {
+        const protocol::AcquireResult result = other.acquire(key, rule);
+        CHECK(result.status == ItemStatus::kRedirect);
+        CHECK(result.limit == static_cast<std::uint32_t>(owner));
+        CHECK(result.remaining == 0);
+      }
+    }
+    // The redirected attempts counted nothing: the owner still admits exactly the limit.
+    RawClient owner_client(cluster.node(owner).shard_port(0));
+    int allowed = 0;
+    for (int attempt = 0; attempt < 6; ++attempt) {
+      allowed += owner_client.acquire(key, rule).status == ItemStatus::kAllowed ? 1 : 0;
+    }
+    CHECK(allowed == 3);
+  }
+  std::uint64_t redirected = 0;
+  for (int i = 0; i < 3; ++i) {
+    RawClient client(cluster.node(i).port());
+    redirected += client.stats().at("total.redirected");
+  }
+  CHECK(redirected == 30 * 2 * 5);
+}
+
+TEST_CASE("RESET on a node that is not the key's primary is redirected and resets nothing",
+          "[cluster]") {
+  TestCluster cluster(2);
+  const cluster::ClusterMap map = cluster.map(1, 2);
+  const std::string key = "reset:me";
+  const int owner = primary_of(map, key);
+  RawClient at_owner(cluster.node(owner).port());
+  RawClient elsewhere(cluster.node(1 - owner).port());
+  const Rule rule{Algorithm::kGcra, 1, 60'000, 0};
+  CHECK(at_owner.acquire(key, rule).status == ItemStatus::kAllowed);
+  const std::string_view keys[] = {key};
+  CHECK(elsewhere.reset(keys).at(0) == protocol::ResetStatus::kRedirect);
+  CHECK(at_owner.acquire(key, rule).status == ItemStatus::kDenied);  // still counted
+  CHECK(at_owner.reset(keys).at(0) == protocol::ResetStatus::kRemoved);
+}
+
+TEST_CASE("a reload adopts a new member set only with a higher epoch", "[cluster]") {
+  TestCluster cluster(3);
+  // The same file again: nothing changes.
+  for (int i = 0; i < 3; ++i) CHECK(cluster.node(i).server().reload_cluster().empty());
+  // Two members under the same epoch: refused, the map stays.
+  cluster.write(1, 2);
+  CHECK_THAT(cluster.node(0).server().reload_cluster(),
+             Catch::Contains("the members changed but the epoch is still 1"));
+  CHECK(cluster.node(0).server().cluster_epoch() == 1);
+  // Epoch 2 with two members: node-2 leaves the ring.
+  cluster.write(2, 2);
+  for (int i = 0; i < 2; ++i) CHECK(cluster.node(i).server().reload_cluster().empty());
+  CHECK_THAT(cluster.node(2).server().reload_cluster(),
+             Catch::Contains("this node's id 'node-2' (--node-id) is not listed"));
+  RawClient client(cluster.node(0).port());
+  const protocol::ClusterMapMessage map = client.cluster();
+  CHECK(map.epoch == 2);
+  CHECK(map.nodes.size() == 2);
+  // Keys now route by the two-node ring.
+  const cluster::ClusterMap two = cluster.map(2, 2);
+  for (int k = 0; k < 20; ++k) {
+    const std::string key = "after:" + std::to_string(k);
+    const int owner = primary_of(two, key);
+    RawClient at(cluster.node(owner).port());
+    CHECK(at.acquire(key, Rule{Algorithm::kTokenBucket, 5, 1000, 0}).status ==
+          ItemStatus::kAllowed);
+  }
+  cluster.write(1, 3);
+  CHECK_THAT(cluster.node(0).server().reload_cluster(),
+             Catch::Contains("epoch 1 is below the epoch in force, 2"));
+}
+
+TEST_CASE("a cluster file with errors is refused with every reason, file and line", "[cluster]") {
+  TestCluster cluster(1);
+  {
+    std::ofstream file(cluster.path());
+    file << "epoch 3\nnode-0 127.0.0.1:" << cluster.node(0).port() << "\nnode-0 127.0.0.1:9\n"
+         << "bad id! 127.0.0.1:1\n";
+  }
+  const std::string refused = cluster.node(0).server().reload_cluster();
+  CHECK_THAT(refused,
+             Catch::Contains(cluster.path() + ":3: node id \"node-0\" is already on line 2"));
+  CHECK_THAT(refused, Catch::Contains(cluster.path() + ":4:"));
+  CHECK(cluster.node(0).server().cluster_epoch() == 1);
+}
+
+}  // namespace
+}  // namespace sluice::test
