@@ -1,4 +1,5 @@
-// sluiced: parses flags, starts a Server, and stops it on SIGINT or SIGTERM.
+// sluiced: parses flags, starts a Server, stops it on SIGINT or SIGTERM, and rereads its cluster
+// file on SIGHUP.
 // Exit status: 0 after a clean stop, 1 when the server cannot start, 2 on bad flags.
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
 
@@ -12,6 +13,7 @@
 #include <csignal>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -95,7 +97,11 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "at once; a second signal closes at once)")("sliding-log-cap",
                                                   po::value<std::string>()->default_value("10000"),
                                                   "largest limit a sliding_log rule may have")(
-      "node-id", po::value<std::string>()->default_value(""), "node name (default bind:port)")(
+      "node-id", po::value<std::string>()->default_value(""),
+      "node name (default bind:port); with --cluster, its id in the cluster file")(
+      "cluster", po::value<std::string>()->default_value(""),
+      "static cluster mode: the cluster file (one 'ID HOST:PORT' per node, an 'epoch N' line), "
+      "the same on every node; SIGHUP rereads it")(
       "auth-token-file", po::value<std::string>(),
       "require clients to send the token in this file (whole file, trailing whitespace "
       "stripped; keep it mode 0600)")(
@@ -168,6 +174,10 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   config.sliding_log_cap = static_cast<std::uint32_t>(
       count_flag("sliding-log-cap", text("sliding-log-cap"), 1, sluice::server::kMaxSlidingLogCap));
   config.node_id = text("node-id");
+  config.cluster_file = text("cluster");
+  if (!config.cluster_file.empty() && config.node_id.empty()) {
+    throw FlagError{"--cluster needs --node-id: this node's id in the cluster file"};
+  }
   if (vm.count("auth-token-file") != 0) {
     config.auth_token = sluice::auth::token_file_flag("sluiced", text("auth-token-file"));
   }
@@ -211,6 +221,26 @@ int main(int argc, char** argv) {
         if (!again) server.stop_now();
       });
     });
+    // SIGHUP: reread the cluster file; a refused file leaves the map in force.
+    boost::asio::signal_set hangups(signals_io, SIGHUP);
+    std::function<void(const boost::system::error_code&, int)> on_hangup =
+        [&](const boost::system::error_code& ec, int) {
+          if (ec) return;
+          if (config->cluster_file.empty()) {
+            fmt::print(stderr, "sluiced: SIGHUP ignored: not in static cluster mode (--cluster)\n");
+          } else if (const std::string refused = server.reload_cluster(); refused.empty()) {
+            fmt::print(stderr, "sluiced: {} reread: epoch {}{}\n", config->cluster_file,
+                       server.cluster_epoch(),
+                       server.cluster_member() ? ""
+                                               : " (this node is not listed: it serves no key, "
+                                                 "it redirects every one)");
+          } else {
+            fmt::print(stderr, "sluiced: {} refused, the map of epoch {} stays:\n{}\n",
+                       config->cluster_file, server.cluster_epoch(), refused);
+          }
+          hangups.async_wait(on_hangup);
+        };
+    hangups.async_wait(on_hangup);
     server.start();
     fmt::print(
         "sluiced {} listening on {} (public), shard ports {} ({} shards), max memory {}, buffer "
@@ -219,11 +249,18 @@ int main(int argc, char** argv) {
         join_ports(server.shard_ports()), server.shard_count(), format_size(config->max_memory),
         format_size(server.max_buffer_memory()),
         sluice::server::requires_authentication(*config) ? ", token required" : "");
+    if (!config->cluster_file.empty()) {
+      fmt::print("sluiced: node {} of the static cluster {} (epoch {})\n", config->node_id,
+                 config->cluster_file, server.cluster_epoch());
+    }
     std::fflush(stdout);
     // Runs until the server has stopped (a second signal may still arrive meanwhile).
     std::thread waiter([&] {
       server.wait();
-      boost::asio::post(signals_io, [&signals] { signals.cancel(); });
+      boost::asio::post(signals_io, [&signals, &hangups] {
+        signals.cancel();
+        hangups.cancel();
+      });
     });
     signals_io.run();
     waiter.join();

@@ -128,7 +128,9 @@ std::string Server::Impl::reload_locked() {
   auto map = cluster::ClusterMap::make(file->epoch, std::move(nodes));
   if (!map) return fmt::format("{}: {}", cluster_file, map.error());
   const std::string& self = context.node_id;
-  if (map->find(self) == nullptr) {
+  // At start-up a file without this node is a mistake; later it removes the node, which then
+  // serves no key (it redirects every one) rather than keep counting by a map nobody else uses.
+  if (map->find(self) == nullptr && view == nullptr) {
     return fmt::format("{}: this node's id '{}' (--node-id) is not listed", cluster_file, self);
   }
   if (view != nullptr) {
@@ -201,8 +203,11 @@ Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
       protocol::kHeaderSize + context.config.max_frame + context.config.max_queued_output;
   const std::size_t least_budget = std::size_t{shards} * one_connection;
   if (context.config.max_buffer_memory == 0) {
-    context.config.max_buffer_memory =
+    // Rounded up to whole MiB, so that the start-up line shows a readable figure.
+    constexpr std::size_t kMiB = std::size_t{1} << 20;
+    const std::size_t wanted =
         std::max(context.config.max_memory / 4, std::size_t{4} * least_budget);
+    context.config.max_buffer_memory = (wanted + kMiB - 1) / kMiB * kMiB;
   } else if (context.config.max_buffer_memory < least_budget) {
     throw std::invalid_argument(fmt::format(
         "max_buffer_memory {} is below what one connection at its limits needs on each of {} "
@@ -316,6 +321,11 @@ std::string Server::load_cluster(const std::string& path) {
 }
 
 std::uint64_t Server::cluster_epoch() const { return impl_->epoch.load(); }
+
+bool Server::cluster_member() const {
+  std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+  return impl_->view != nullptr && impl_->view->map.find(impl_->context.node_id) != nullptr;
+}
 
 std::uint16_t Server::port() const { return impl_->context.public_port; }
 

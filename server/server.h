@@ -98,10 +98,10 @@ class Server {
   // itself).
   void wait();
 
-  // Static cluster mode: rereads the cluster file and adopts its map when it is valid, lists
-  // this node, and either has the same members or a higher epoch; every shard decides by the
-  // new map once this returns. Returns "" on success, else every reason the file was refused
-  // (one per line); the old map stays then. Any thread but a shard's.
+  // Static cluster mode: rereads the cluster file and adopts its map when it is valid and either
+  // has the same members or a higher epoch (a map without this node makes it redirect every key);
+  // every shard decides by the new map once this returns. Returns "" on success, else every reason
+  // the file was refused (one per line); the old map stays then. Any thread but a shard's.
   std::string reload_cluster();
   // Switches a running node to static cluster mode with `path` as its cluster file, as if
   // started with it (for tests, whose ports are known only once started). Same result as
@@ -109,6 +109,8 @@ class Server {
   std::string load_cluster(const std::string& path);
   // The epoch of the map in force (0 outside a cluster).
   std::uint64_t cluster_epoch() const;
+  // Whether the map in force lists this node (a reload may remove it: it then serves no key).
+  bool cluster_member() const;
 
   std::uint16_t port() const;
   std::vector<std::uint16_t> shard_ports() const;
