@@ -15,8 +15,8 @@ namespace {
 constexpr std::size_t kU8Max = std::numeric_limits<std::uint8_t>::max();
 constexpr std::size_t kU16Max = std::numeric_limits<std::uint16_t>::max();
 constexpr std::size_t kClusterFixedSize = 16;
-constexpr std::size_t kPullRequestFixedSize = 10;
-constexpr std::size_t kPullReplyFixedSize = 8;
+constexpr std::size_t kPullRequestFixedSize = 14;
+constexpr std::size_t kPullReplyFixedSize = 12;
 
 std::uint8_t* grow(Bytes& out, std::size_t size) {
   const std::size_t old_size = out.size();
@@ -55,15 +55,18 @@ ParseResult read_records(ByteReader& in, std::uint16_t count, std::vector<WireRe
   out.reserve(count);
   for (std::uint16_t i = 0; i < count; ++i) {
     WireRecord r;
-    std::uint8_t reserved[3] = {};
+    std::uint8_t reserved[2] = {};
     if (!in.read_u64(r.fp_lo) || !in.read_u64(r.fp_hi) || !in.read_u8(r.algorithm) ||
-        !in.read_u8(reserved[0]) || !in.read_u8(reserved[1]) || !in.read_u8(reserved[2]) ||
+        !in.read_u8(r.capacity_class) || !in.read_u8(reserved[0]) || !in.read_u8(reserved[1]) ||
         !in.read_u32(r.log_count) || !in.read_u64(r.state_a) || !in.read_u64(r.state_b) ||
         !in.read_u64(r.idle_at_ns)) {
       return ParseResult::failure("record runs past the body");
     }
-    if (reserved[0] != 0 || reserved[1] != 0 || reserved[2] != 0) {
+    if (reserved[0] != 0 || reserved[1] != 0) {
       return ParseResult::failure("reserved record bytes not zero");
+    }
+    if (r.capacity_class > kMaxCapacityClass) {
+      return ParseResult::failure("record capacity class above 15");
     }
     if (r.algorithm != kRecordReset && !is_known_algorithm(r.algorithm)) {
       return ParseResult::failure("record with an unknown algorithm");
@@ -180,8 +183,10 @@ void add_record(Bytes& out, const RecordFrame& frame, const WireRecord& record,
   std::uint8_t* p = grow(out, record_size(log_count));
   encode_fixed64(p, record.fp_lo);
   encode_fixed64(p + 8, record.fp_hi);
+  assert(record.capacity_class <= kMaxCapacityClass);
   p[16] = record.algorithm;
-  p[17] = p[18] = p[19] = 0;
+  p[17] = record.capacity_class;
+  p[18] = p[19] = 0;
   encode_fixed32(p + 20, log_count);
   encode_fixed64(p + 24, record.state_a);
   encode_fixed64(p + 32, record.state_b);
@@ -252,8 +257,8 @@ void encode_pull_request(Bytes& out, std::uint32_t request_id, const PullRequest
   p[0] = request.fence ? kPullFence : 0;
   p[1] = 0;
   encode_fixed16(p + 2, request.max_records);
-  encode_fixed32(p + 4, request.cursor);
-  encode_fixed16(p + 8, static_cast<std::uint16_t>(request.partitions.size()));
+  encode_fixed64(p + 4, request.cursor);
+  encode_fixed16(p + 12, static_cast<std::uint16_t>(request.partitions.size()));
   p += kPullRequestFixedSize;
   for (const std::uint16_t partition : request.partitions) {
     encode_fixed16(p, partition);
@@ -267,7 +272,7 @@ ParseResult parse_pull_request(std::span<const std::uint8_t> body, PullRequest& 
   std::uint8_t flags = 0, reserved = 0;
   std::uint16_t count = 0;
   if (!in.read_u8(flags) || !in.read_u8(reserved) || !in.read_u16(out.max_records) ||
-      !in.read_u32(out.cursor) || !in.read_u16(count)) {
+      !in.read_u64(out.cursor) || !in.read_u16(count)) {
     return ParseResult::failure("PULL request too short");
   }
   if ((flags & ~kPullFence) != 0 || reserved != 0) {
@@ -296,7 +301,7 @@ RecordFrame begin_pull_reply(Bytes& out, std::uint32_t request_id, const PullRep
       static_cast<std::uint8_t>((header.fenced ? kPullFenced : 0) | (header.done ? kPullDone : 0));
   p[1] = 0;
   encode_fixed16(p + 2, 0);
-  encode_fixed32(p + 4, header.next_cursor);
+  encode_fixed64(p + 4, header.next_cursor);
   return frame;
 }
 
@@ -306,7 +311,7 @@ ParseResult parse_pull_reply(std::span<const std::uint8_t> body, PullReplyHeader
   std::uint8_t flags = 0, reserved = 0;
   std::uint16_t count = 0;
   if (!in.read_u8(flags) || !in.read_u8(reserved) || !in.read_u16(count) ||
-      !in.read_u32(header.next_cursor)) {
+      !in.read_u64(header.next_cursor)) {
     return ParseResult::failure("PULL reply too short");
   }
   if ((flags & ~(kPullFenced | kPullDone)) != 0 || reserved != 0) {

@@ -53,7 +53,8 @@ ParseResult parse_cluster_reply(std::span<const std::uint8_t> body, ClusterMapMe
 // ---- records (REPLICATE, PULL) -------------------------------------------------------------
 
 inline constexpr std::size_t kRecordFixedSize = 48;  // before the sliding log's timestamps
-inline constexpr std::uint8_t kRecordReset = 0;      // WireRecord::algorithm of a reset key
+inline constexpr std::uint8_t kMaxCapacityClass = 15;
+inline constexpr std::uint8_t kRecordReset = 0;  // WireRecord::algorithm of a reset key
 
 // One record's full state. A parsed record's timestamps stay in the body (`log_bytes`, u64
 // little-endian each, oldest first); log_at() reads one.
@@ -61,6 +62,9 @@ struct WireRecord {
   std::uint64_t fp_lo = 0;
   std::uint64_t fp_hi = 0;
   std::uint8_t algorithm = kRecordReset;  // core's Algorithm value, or kRecordReset
+  // 15 * remaining / limit at the key's last decision (0..15): how much forgetting the record
+  // would give away, for eviction at the receiver's cap.
+  std::uint8_t capacity_class = 0;
   std::uint64_t state_a = 0;
   std::uint64_t state_b = 0;
   std::uint64_t idle_at_ns = 0;
@@ -112,8 +116,8 @@ inline constexpr std::uint16_t kMaxPullRecords = 4096;
 
 struct PullRequest {
   bool fence = false;
-  std::uint16_t max_records = 1;  // 1..kMaxPullRecords
-  std::uint32_t cursor = 0;
+  std::uint16_t max_records = 1;          // 1..kMaxPullRecords
+  std::uint64_t cursor = 0;               // 0 first, then the reply's next_cursor
   std::vector<std::uint16_t> partitions;  // 1..65535 indices
   friend bool operator==(const PullRequest&, const PullRequest&) = default;
 };
@@ -124,7 +128,7 @@ ParseResult parse_pull_request(std::span<const std::uint8_t> body, PullRequest& 
 struct PullReplyHeader {
   bool fenced = false;
   bool done = false;
-  std::uint32_t next_cursor = 0;
+  std::uint64_t next_cursor = 0;
 };
 // Records are added as for REPLICATE (add_record, finish_records).
 RecordFrame begin_pull_reply(Bytes& out, std::uint32_t request_id, const PullReplyHeader& header,

@@ -156,8 +156,10 @@ TEST_CASE("a malformed record is refused") {
   };
   const std::size_t record = kHeaderSize + 4;
   CHECK(with([](Bytes&) {}));
-  CHECK_FALSE(with([&](Bytes& b) { b[record + 16] = 6; }));  // unknown algorithm
-  CHECK_FALSE(with([&](Bytes& b) { b[record + 17] = 1; }));  // reserved
+  CHECK_FALSE(with([&](Bytes& b) { b[record + 16] = 6; }));   // unknown algorithm
+  CHECK_FALSE(with([&](Bytes& b) { b[record + 18] = 1; }));   // reserved
+  CHECK_FALSE(with([&](Bytes& b) { b[record + 17] = 16; }));  // capacity class above 15
+  CHECK(with([&](Bytes& b) { b[record + 17] = 15; }));
   CHECK_FALSE(with([&](Bytes& b) { b[record + 20] = 1; }));  // timestamps outside a sliding log
   CHECK_FALSE(with([&](Bytes& b) {                           // a sliding log with state fields
     b[record + 16] = static_cast<std::uint8_t>(Algorithm::kSlidingLog);
@@ -173,20 +175,20 @@ TEST_CASE("a PULL request and its paged reply round-trip") {
   PullRequest request;
   request.fence = true;
   request.max_records = 512;
-  request.cursor = 0xabcdef;
+  request.cursor = 0x0123456789abcdefull;
   request.partitions = {0, 7, 65535};
   Bytes out;
   encode_pull_request(out, 11, request, Framing::with_epoch(9));
   const Frame frame = decode_whole(out);
   CHECK(frame.header.opcode == Opcode::kPull);
-  CHECK(frame.body.size() == 10 + 2 * 3);
+  CHECK(frame.body.size() == 14 + 2 * 3);
   PullRequest parsed;
   REQUIRE(parse_pull_request(frame.body, parsed));
   CHECK(parsed == request);
 
   Bytes reply;
-  const RecordFrame page =
-      begin_pull_reply(reply, 11, PullReplyHeader{true, false, 0x1234}, Framing::with_epoch(9));
+  const RecordFrame page = begin_pull_reply(
+      reply, 11, PullReplyHeader{true, false, 0x1234'0000'5678ull}, Framing::with_epoch(9));
   add_record(reply, page, bucket_record(), {});
   finish_records(reply, page);
   PullReplyHeader header;
@@ -194,7 +196,7 @@ TEST_CASE("a PULL request and its paged reply round-trip") {
   REQUIRE(parse_pull_reply(decode_whole(reply).body, header, records));
   CHECK(header.fenced);
   CHECK_FALSE(header.done);
-  CHECK(header.next_cursor == 0x1234);
+  CHECK(header.next_cursor == 0x1234'0000'5678ull);
   REQUIRE(records.size() == 1);
   CHECK(records[0].state_a == 123456789);
 }
