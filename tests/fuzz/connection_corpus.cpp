@@ -45,6 +45,7 @@ struct Setup {
   std::uint8_t seed = 0;
   bool pauses = false;  // peers pause and resume at random
   bool resume = false;  // held input is dispatched after every run
+  bool closes = false;  // peers close at random
 
   Bytes bytes() const {
     return {
@@ -55,7 +56,7 @@ struct Setup {
                                   (shard_ports ? 128 : 0)),
         static_cast<std::uint8_t>(pieces | runs << 2 | clock_step << 4 | dealing << 6),
         seed,
-        static_cast<std::uint8_t>((pauses ? 1 : 0) | (resume ? 2 : 0)),
+        static_cast<std::uint8_t>((pauses ? 1 : 0) | (resume ? 2 : 0) | (closes ? 4 : 0)),
     };
   }
 };
@@ -324,6 +325,14 @@ std::vector<Seed> seeds() {
     setup.peers = 2;
     setup.seed = 3;
     add("backlog_bound_pauses", setup, out);
+    // Clients that go away with frames still on other shards (with seed 2, one such peer).
+    setup = three_shards;
+    setup.peers = 3;
+    setup.pieces = 2;
+    setup.runs = 3;
+    setup.closes = true;
+    setup.seed = 2;
+    add("peers_close", setup, out);
   }
 
   // A table at its cap: many keys and sliding logs on 16 KiB shards.

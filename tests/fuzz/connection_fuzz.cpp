@@ -2,20 +2,22 @@
 // in-memory transport of tests/server/memory_node.h (a node's shards run by this thread, and
 // MemoryPeer, a connection without a socket, which runs Dispatcher::dispatch_frames as sluiced's
 // Connection does). A few leading bytes choose the node's configuration, how many peers share it
-// and on which shards, how the stream is dealt to them and cut into feed() calls, and when the
-// shards' event loops run; the rest is the byte stream. Beyond AddressSanitizer and UBSan, it
-// traps when a contract breaks:
+// and on which shards, how the stream is dealt to them and cut into feed() calls, when the
+// shards' event loops run, and whether peers pause or close; the rest is the byte stream. Beyond
+// AddressSanitizer and UBSan, it traps when a contract breaks:
 //  - a peer's output is whole reply frames, each body parsing as its opcode says; an ERROR is the
 //    last frame, and comes exactly when the protocol (docs/PROTOCOL.md) refuses a frame of the
 //    stream, with that frame's error code and request id;
-//  - each request gets at most one reply; with no ERROR, every request gets one (after every
-//    loop has run to idle), and so does every request that hands nothing over to another shard;
+//  - each request gets at most one reply; every request that hands nothing over to another shard
+//    gets one, and with no ERROR, every request of a peer still open gets one (after every loop
+//    has run to idle);
 //  - a reply answers its request: PING echoes the payload, HELLO names this peer's shard and the
 //    node's limits, ACQUIRE and RESET answer every item in order with a status that fits it,
 //    STATS lists every counter of every shard;
-//  - afterwards: every peer's cross-shard backlog is back to 0, each handed-over frame ended once,
-//    no task is in flight, no complete frame is left unhandled, and the shards counted each
-//    refusal, invalid item and handed-over item once.
+//  - afterwards: every open peer's cross-shard backlog is back to 0 and each of its handed-over
+//    frames ended once, a closed peer was freed with its last task, no task is in flight, no
+//    complete frame is left unhandled, the shards counted each refusal, invalid item and
+//    handed-over item once, and every shard's table passes CounterTable::TEST_check_invariants.
 // Each input gets a node of its own, so that a crash replays from its input alone (a node reused
 // across inputs would carry their keys, counters and pooled tasks). Its shards' tables start at a
 // few chunks, and under perf its set-up (a few dozen system calls) weighs far less than
@@ -84,7 +86,8 @@ constexpr std::size_t kStatCount = static_cast<std::size_t>(Stat::kCount);
 //         run, bits 6-7 how the stream's frames are dealt to the peers.
 // Byte 3: the seed of every random choice of byte 2.
 // Byte 4: bit 0 peers pause and resume at random (as on output back-pressure), bit 1 held input
-//         is dispatched again after each run (else only at the end).
+//         is dispatched again after each run (else only at the end), bit 2 peers close at
+//         random (the client goes away, its hand-overs still out).
 constexpr std::size_t kSetupBytes = 5;
 constexpr std::uint32_t kMaxFrames[] = {protocol::kDefaultMaxFrame, 32, 128, 1024};
 constexpr std::uint16_t kMaxBatches[] = {protocol::kDefaultMaxBatch, 1, 2, 8};
@@ -107,6 +110,7 @@ struct Setup {
   std::uint8_t seed = 0;
   bool pauses = false;
   bool resume_after_runs = false;
+  bool closes = false;
 };
 
 Setup read_setup(const std::uint8_t* b) {
@@ -130,6 +134,7 @@ Setup read_setup(const std::uint8_t* b) {
   s.seed = b[3];
   s.pauses = (b[4] & 1u) != 0;
   s.resume_after_runs = (b[4] & 2u) != 0;
+  s.closes = (b[4] & 4u) != 0;
   return s;
 }
 
@@ -215,9 +220,11 @@ struct Request {
   Opcode opcode = Opcode::kPing;
   std::uint32_t id = 0;
   std::span<const std::uint8_t> body;  // into the peer's stream
-  // Some item goes to another shard: the reply comes back later, and is dropped when an ERROR
-  // is sent before it.
-  bool hands_over = false;
+  std::size_t end = 0;                 // the stream offset after the frame
+  // Items handed over to other shards: the reply comes back later, and is dropped when an ERROR
+  // is sent, or the peer closes, before it.
+  std::uint64_t handed_over = 0;
+  std::uint64_t invalid_items = 0;  // counted by the peer's shard, as are the handed-over ones
 };
 
 struct Expected {
@@ -229,10 +236,7 @@ struct Expected {
   // A header refused by a field before its request id (bytes 8..11) may be refused before the id
   // has arrived, and then the ERROR says 0 (protocol::DecodeResult::request_id).
   bool error_id_may_be_0 = false;
-  bool auth_failure = false;        // counted in auth_failures, not protocol_errors
-  std::uint64_t invalid_items = 0;  // counted by the peer's shard
-  std::uint64_t handed_over = 0;    // likewise
-  int frames_handed_over = 0;       // each ends once (Peer::frame_finished), ERROR or not
+  bool auth_failure = false;  // counted in auth_failures, not protocol_errors
 };
 
 bool valid_key(std::string_view key, const server::ServerConfig& config) {
@@ -302,33 +306,24 @@ Expected expect(std::span<const std::uint8_t> stream, const server::ServerConfig
       e.auth_failure = *code == ErrorCode::kUnauthenticated;
       break;
     }
-    Request request{frame.header.opcode, frame.header.request_id, frame.body, false};
-    const auto elsewhere = [&](std::string_view key) {
-      return shard_for(hash_key(key), config.shards) != shard;
+    e.consumed += decoded.frame_size;
+    Request request{frame.header.opcode, frame.header.request_id, frame.body, e.consumed};
+    const auto count = [&](std::string_view key, bool valid) {
+      if (!valid) {
+        ++request.invalid_items;
+      } else if (shard_for(hash_key(key), config.shards) != shard) {
+        ++request.handed_over;
+      }
     };
     if (request.opcode == Opcode::kAcquire) {
       for (const AcquireItem& item : s.items) {
-        if (validate(item.rule, item.cost, config.sliding_log_cap) != RuleError::kOk ||
-            !valid_key(item.key, config)) {
-          ++e.invalid_items;
-        } else if (elsewhere(item.key)) {
-          ++e.handed_over;
-          request.hands_over = true;
-        }
+        count(item.key, validate(item.rule, item.cost, config.sliding_log_cap) == RuleError::kOk &&
+                            valid_key(item.key, config));
       }
     } else if (request.opcode == Opcode::kReset) {
-      for (const std::string_view key : s.keys) {
-        if (!valid_key(key, config)) {
-          ++e.invalid_items;
-        } else if (elsewhere(key)) {
-          ++e.handed_over;
-          request.hands_over = true;
-        }
-      }
+      for (const std::string_view key : s.keys) count(key, valid_key(key, config));
     }
-    if (request.hands_over) ++e.frames_handed_over;
     e.requests.push_back(request);
-    e.consumed += decoded.frame_size;
   }
   return e;
 }
@@ -439,32 +434,62 @@ bool covers(const std::vector<std::vector<std::size_t>>& edges,
   return true;
 }
 
-// Checks one peer's output against what its stream asked for.
-void check_output(const test::MemoryPeer& peer, const Expected& e, const PeerView& view,
-                  Scratch& s) {
-  require(test::split_replies(peer.output(), s.replies));
-  std::vector<Frame>& replies = s.replies;
+// What a peer did: read at the end, or when it closed (its later replies are dropped).
+struct Outcome {
+  Bytes output;
+  std::size_t input_left = 0;
+  bool failed = false;
+  bool closed = false;
+};
+
+// What the shards must have counted for one peer.
+struct Counts {
+  std::uint64_t protocol_errors = 0;
+  std::uint64_t auth_failures = 0;
+  std::uint64_t invalid_items = 0;
+  std::uint64_t handed_over = 0;
+  int frames_handed_over = 0;  // each ends once (Peer::frame_finished), ERROR or not
+};
+
+// Checks one peer's outcome against what the `fed` bytes of its stream asked for, and returns
+// what its shard must have counted for it.
+Counts check_peer(const Outcome& o, std::span<const std::uint8_t> fed, const PeerView& view,
+                  unsigned shard, Scratch& s) {
+  const Expected e = expect(fed, view.config, shard, s);
+  // The frames dispatched: up to the refused one, or as far as the peer consumed its input.
+  std::size_t handled = e.requests.size();
+  if (o.failed) {
+    require(e.refused);
+  } else {
+    require(!e.refused || o.closed);
+    const std::size_t consumed = fed.size() - o.input_left;
+    handled = 0;
+    while (handled < e.requests.size() && e.requests[handled].end <= consumed) ++handled;
+    require(consumed == (handled == 0 ? 0 : e.requests[handled - 1].end));
+    // Open at the end: every complete frame was handled.
+    if (!o.closed) require(handled == e.requests.size());
+  }
+
+  require(test::split_replies(o.output, s.replies));
+  const std::vector<Frame>& replies = s.replies;
   std::size_t answer_count = replies.size();
-  if (e.refused) {
+  if (o.failed) {
     require(!replies.empty() && replies.back().header.opcode == Opcode::kError);
     require(protocol::parse_error(replies.back().body, s.error));
     const std::uint32_t error_id = replies.back().header.request_id;
     require(s.error.code == e.code &&
             (error_id == e.error_id || (error_id == 0 && e.error_id_may_be_0)));
-    require(peer.failed());
     --answer_count;
-  } else {
-    require(!peer.failed());
   }
   // Requests ids may repeat: a reply may answer any request with its id (and opcode) that it
   // fits. Each reply must answer a request of its own (so no request is answered twice), and
   // each request that must be answered must get a reply of its own; when matchings for both
   // exist, one matching does both (Mendelsohn-Dulmage), so two runs of Kuhn's algorithm tell.
   std::vector<std::vector<std::size_t>> by_reply(answer_count);
-  std::vector<std::vector<std::size_t>> by_request(e.requests.size());
+  std::vector<std::vector<std::size_t>> by_request(handled);
   for (std::size_t r = 0; r < answer_count; ++r) {
     require(replies[r].header.opcode != Opcode::kError);  // only ever the last frame
-    for (std::size_t q = 0; q < e.requests.size(); ++q) {
+    for (std::size_t q = 0; q < handled; ++q) {
       if (answers(replies[r], e.requests[q], view, s)) {
         by_reply[r].push_back(q);
         by_request[q].push_back(r);
@@ -473,23 +498,38 @@ void check_output(const test::MemoryPeer& peer, const Expected& e, const PeerVie
   }
   std::vector<std::size_t> all_replies(answer_count);
   for (std::size_t r = 0; r < answer_count; ++r) all_replies[r] = r;
-  require(covers(by_reply, all_replies, e.requests.size()));
+  require(covers(by_reply, all_replies, handled));
+  // Owed: every reply while the peer stays open without an ERROR, else those answered at once.
   std::vector<std::size_t> owed;
-  for (std::size_t q = 0; q < e.requests.size(); ++q) {
-    if (!e.refused || !e.requests[q].hands_over) owed.push_back(q);
+  Counts counts;
+  for (std::size_t q = 0; q < handled; ++q) {
+    const Request& request = e.requests[q];
+    if ((!o.failed && !o.closed) || request.handed_over == 0) owed.push_back(q);
+    counts.invalid_items += request.invalid_items;
+    counts.handed_over += request.handed_over;
+    if (request.handed_over != 0) ++counts.frames_handed_over;
   }
   require(covers(by_request, owed, answer_count));
+  if (o.failed) ++(e.auth_failure ? counts.auth_failures : counts.protocol_errors);
+  return counts;
 }
 
 struct Peer {
-  std::shared_ptr<test::MemoryPeer> peer;
+  std::shared_ptr<test::MemoryPeer> peer;  // null once closed
+  std::weak_ptr<test::MemoryPeer> closed;  // once closed: alive only while its tasks are out
+  Outcome outcome;                         // once closed
   unsigned shard = 0;
+  std::uint16_t this_shard = protocol::kPublicPort;
   Bytes stream;
   std::vector<std::size_t> pieces;
   std::size_t next_piece = 0;
   std::size_t fed = 0;
   bool paused = false;
 };
+
+Outcome outcome_of(const test::MemoryPeer& peer, bool closed) {
+  return Outcome{peer.output(), peer.input_left(), peer.failed(), closed};
+}
 
 }  // namespace
 
@@ -508,9 +548,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (unsigned i = 0; i < setup.peers; ++i) {
     Peer& p = peers[i];
     p.shard = i % node.shard_count();
-    const std::uint16_t this_shard =
-        setup.shard_ports ? static_cast<std::uint16_t>(p.shard) : protocol::kPublicPort;
-    p.peer = test::MemoryPeer::create(node.shard(p.shard), this_shard);
+    if (setup.shard_ports) p.this_shard = static_cast<std::uint16_t>(p.shard);
+    p.peer = test::MemoryPeer::create(node.shard(p.shard), p.this_shard);
     p.stream = std::move(streams[i]);
     p.pieces = cut(p.stream.size(), setup.pieces, rng);
   }
@@ -520,10 +559,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (;;) {
     waiting.clear();
     for (unsigned i = 0; i < setup.peers; ++i) {
-      if (peers[i].next_piece < peers[i].pieces.size()) waiting.push_back(i);
+      if (peers[i].peer != nullptr && peers[i].next_piece < peers[i].pieces.size()) {
+        waiting.push_back(i);
+      }
     }
     if (waiting.empty()) break;
     Peer& p = peers[waiting[rng.below(static_cast<std::uint32_t>(waiting.size()))]];
+    if (setup.closes && rng.below(16) == 0) {
+      // The client goes away: its tasks still out hold the last references.
+      p.peer->close();
+      p.outcome = outcome_of(*p.peer, /*closed=*/true);
+      p.closed = p.peer;
+      p.peer.reset();
+      continue;
+    }
     if (setup.pauses && rng.below(8) == 0) {
       p.paused = !p.paused;
       p.peer->set_paused(p.paused);
@@ -538,17 +587,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     clock.advance_ns(setup.clock_step_ns);
     require(node.run_until_idle());
     if (setup.resume_after_runs) {
-      for (Peer& q : peers) q.peer->dispatch();
+      for (Peer& q : peers) {
+        if (q.peer != nullptr) q.peer->dispatch();
+      }
     }
   }
 
   // Then as a transport does once its output drains and its frames come back: dispatch the
   // input held back, until every loop is idle and nothing more is handled.
-  for (Peer& p : peers) p.peer->set_paused(false);
+  for (Peer& p : peers) {
+    if (p.peer != nullptr) p.peer->set_paused(false);
+  }
   for (bool progress = true; progress;) {
     require(node.run_until_idle());
     progress = false;
     for (Peer& p : peers) {
+      if (p.peer == nullptr) continue;
       const std::size_t left = p.peer->input_left();
       const bool failed = p.peer->failed();
       p.peer->dispatch();
@@ -559,26 +613,32 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The contracts.
   const server::ServerContext& context = node.context();
   require(context.tasks_in_flight.load() == 0);
-  std::vector<std::uint64_t> protocol_errors(node.shard_count());
-  std::vector<std::uint64_t> auth_failures(node.shard_count());
-  std::vector<std::uint64_t> invalid_items(node.shard_count());
-  std::vector<std::uint64_t> handed_over(node.shard_count());
-  for (const Peer& p : peers) {
-    require(p.peer->frames_pending() == 0 && p.peer->items_pending() == 0);
-    const Expected e = expect(p.stream, config, p.shard, scratch);
-    if (!e.refused) require(p.peer->input_left() == p.stream.size() - e.consumed);
-    require(p.peer->frames_finished() == e.frames_handed_over);
-    check_output(*p.peer, e, PeerView{config, context, p.peer->this_shard()}, scratch);
-    if (e.refused) ++(e.auth_failure ? auth_failures : protocol_errors)[p.shard];
-    invalid_items[p.shard] += e.invalid_items;
-    handed_over[p.shard] += e.handed_over;
+  std::vector<Counts> counted(node.shard_count());
+  for (Peer& p : peers) {
+    if (p.peer != nullptr) {
+      require(p.peer->frames_pending() == 0 && p.peer->items_pending() == 0);
+      p.outcome = outcome_of(*p.peer, /*closed=*/false);
+    } else {
+      require(p.closed.expired());  // freed with its last task
+    }
+    const std::span<const std::uint8_t> fed(p.stream.data(), p.fed);
+    const Counts counts =
+        check_peer(p.outcome, fed, PeerView{config, context, p.this_shard}, p.shard, scratch);
+    if (p.peer != nullptr) require(p.peer->frames_finished() == counts.frames_handed_over);
+    Counts& c = counted[p.shard];
+    c.protocol_errors += counts.protocol_errors;
+    c.auth_failures += counts.auth_failures;
+    c.invalid_items += counts.invalid_items;
+    c.handed_over += counts.handed_over;
   }
   for (unsigned i = 0; i < node.shard_count(); ++i) {
-    const server::ShardCounters& counters = node.shard(i).counters();
-    require(counters[Stat::kProtocolErrors].get() == protocol_errors[i]);
-    require(counters[Stat::kAuthFailures].get() == auth_failures[i]);
-    require(counters[Stat::kInvalidItems].get() == invalid_items[i]);
-    require(counters[Stat::kHandedOver].get() == handed_over[i]);
+    const server::Shard& shard = node.shard(i);
+    const server::ShardCounters& counters = shard.counters();
+    require(counters[Stat::kProtocolErrors].get() == counted[i].protocol_errors);
+    require(counters[Stat::kAuthFailures].get() == counted[i].auth_failures);
+    require(counters[Stat::kInvalidItems].get() == counted[i].invalid_items);
+    require(counters[Stat::kHandedOver].get() == counted[i].handed_over);
+    require(shard.TEST_check_table_invariants());
   }
   return 0;
 }
