@@ -8,6 +8,7 @@
 // Usage: connection_corpus DIR  (rewrites DIR's seeds; tools/fuzz.sh --seeds runs it)
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -101,15 +102,22 @@ void ping(Bytes& out, std::uint32_t id, std::string_view payload) {
   encode_ping(out, id, bytes, /*reply=*/false);
 }
 
+// Keeps a key made on the fly for as long as the seeds are written (AcquireItem holds a view; a
+// deque never moves what it holds).
+std::string_view kept(std::string key) {
+  static std::deque<std::string> keys;
+  return keys.emplace_back(std::move(key));
+}
+
 // One item of every algorithm on each of three shards, with peeks and costs above one.
 std::vector<AcquireItem> every_algorithm(const std::vector<std::string>& keys) {
   std::vector<AcquireItem> items;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     items.push_back(item(keys[i], Algorithm::kFixedWindow, 3, 1000));
     items.push_back(item(keys[i], Algorithm::kSlidingWindow, 5, 60'000, 0, 2));
-    items.push_back(item(keys[i] + "-log", Algorithm::kSlidingLog, 4, 1000, 0, 1, i == 1));
-    items.push_back(item(keys[i] + "-tb", Algorithm::kTokenBucket, 10, 1000, 20, 7));
-    items.push_back(item(keys[i] + "-gcra", Algorithm::kGcra, 2, kMaxPeriodMs, 0, 1, i == 2));
+    items.push_back(item(kept(keys[i] + "-log"), Algorithm::kSlidingLog, 4, 1000, 0, 1, i == 1));
+    items.push_back(item(kept(keys[i] + "-tb"), Algorithm::kTokenBucket, 10, 1000, 20, 7));
+    items.push_back(item(kept(keys[i] + "-gcra"), Algorithm::kGcra, 2, kMaxPeriodMs, 0, 1, i == 2));
   }
   return items;
 }
