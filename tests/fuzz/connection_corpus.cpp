@@ -227,6 +227,20 @@ std::vector<Seed> seeds() {
     add("acquire_window_passes", later, out);
   }
   {
+    // One key several times in a frame, on each shard: each item starts where the last left it.
+    const std::string also_on_1 = key_on(1, 3, "k", 1);
+    std::vector<AcquireItem> items;
+    for (int round = 0; round < 4; ++round) {
+      items.push_back(item(three[0], Algorithm::kFixedWindow, 3, 1000, 0, 1, round == 1));
+      items.push_back(item(three[1], Algorithm::kTokenBucket, 5, 1000, 0, 2, round == 2));
+      items.push_back(item(three[2], Algorithm::kGcra, 3, 1000, 0, 1));
+      items.push_back(item(also_on_1, Algorithm::kSlidingWindow, 4, 1000, 0, 1));
+    }
+    Bytes out;
+    acquire(out, 1, items);
+    add("acquire_one_key_in_a_frame", three_shards, out);
+  }
+  {
     // Items the server answers one by one: bad rules, then bad keys (max_key 3).
     Bytes out;
     const std::vector<AcquireItem> items = {

@@ -12,8 +12,8 @@
 //    gets one, and with no ERROR, every request of a peer still open gets one (after every loop
 //    has run to idle);
 //  - a reply answers its request: PING echoes the payload, HELLO names this peer's shard and the
-//    node's limits, ACQUIRE and RESET answer every item in order with a status that fits it,
-//    STATS lists every counter of every shard;
+//    node's limits, ACQUIRE and RESET answer every item in order with a status that fits it (and
+//    items of one key in one frame follow each other), STATS lists every counter of every shard;
 //  - afterwards: every open peer's cross-shard backlog is back to 0 and each of its handed-over
 //    frames ended once, a closed peer was freed with its last task, no task is in flight, no
 //    complete frame is left unhandled, the shards counted each refusal, invalid item and
@@ -334,6 +334,7 @@ struct PeerView {
   const server::ServerConfig& config;
   const server::ServerContext& context;
   std::uint16_t this_shard;
+  bool chains = false;  // follows_in_frame() holds: no key of one frame evicts another's record
 };
 
 bool zeros(const AcquireResult& r) {
@@ -361,6 +362,44 @@ bool fits(const AcquireItem& item, const AcquireResult& r, const server::ServerC
   }
 }
 
+// What item i's key had left after it (a peek leaves what it found).
+std::uint64_t left_after(const AcquireItem& item, const AcquireResult& r) {
+  return r.remaining + (item.peek && r.status == ItemStatus::kAllowed ? item.cost : 0);
+}
+
+// The items of one frame that a shard owns are decided one after another, in item order, at
+// one `now` (docs/ARCHITECTURE.md): an item for the key and rule of an earlier item starts from
+// what that one left, and is allowed exactly when its cost fits (core/algorithms.h). This is what
+// "in order" means for two items of one key. It holds while no record of the frame's keys is
+// evicted: so not at a table's cap, nor for sliding logs, whose rings are reclaimed from each
+// other.
+bool follows_in_frame(const std::vector<AcquireItem>& items,
+                      const std::vector<AcquireResult>& results) {
+  const auto decided = [&](std::size_t i) {
+    return items[i].rule.algorithm != Algorithm::kSlidingLog &&
+           (results[i].status == ItemStatus::kAllowed || results[i].status == ItemStatus::kDenied);
+  };
+  const auto reached_table = [&](std::size_t i) {
+    return results[i].status != ItemStatus::kInvalidRule &&
+           results[i].status != ItemStatus::kInvalidKey;
+  };
+  for (std::size_t i = 1; i < items.size(); ++i) {
+    if (!decided(i)) continue;
+    // The item before it that touched the key's record, under whatever rule.
+    std::size_t j = i;
+    while (j-- > 0) {
+      if (reached_table(j) && items[j].key == items[i].key) break;
+    }
+    if (j == SIZE_MAX || !decided(j) || items[j].rule != items[i].rule) continue;
+    const std::uint64_t left = left_after(items[j], results[j]);
+    const std::uint64_t cost = items[i].cost;
+    const AcquireResult& r = results[i];
+    const bool allowed = r.status == ItemStatus::kAllowed;
+    if (allowed != (cost <= left) || r.remaining != (allowed ? left - cost : left)) return false;
+  }
+  return true;
+}
+
 bool answers(const Frame& reply, const Request& request, const PeerView& peer, Scratch& s) {
   if (reply.header.opcode != request.opcode || reply.header.request_id != request.id) {
     return false;
@@ -386,7 +425,7 @@ bool answers(const Frame& reply, const Request& request, const PeerView& peer, S
       for (std::size_t i = 0; i < s.items.size(); ++i) {
         if (!fits(s.items[i], s.results[i], config)) return false;
       }
-      return true;
+      return !peer.chains || follows_in_frame(s.items, s.results);
     }
     case Opcode::kReset: {
       require(protocol::parse_reset_request(request.body, config.max_batch, s.keys));
@@ -613,6 +652,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The contracts.
   const server::ServerContext& context = node.context();
   require(context.tasks_in_flight.load() == 0);
+  // A 1 MiB table holds every key an input can name: nothing but sliding logs is evicted.
+  const bool chains = config.max_memory / node.shard_count() >= std::size_t{1} << 20;
   std::vector<Counts> counted(node.shard_count());
   for (Peer& p : peers) {
     if (p.peer != nullptr) {
@@ -622,8 +663,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       require(p.closed.expired());  // freed with its last task
     }
     const std::span<const std::uint8_t> fed(p.stream.data(), p.fed);
-    const Counts counts =
-        check_peer(p.outcome, fed, PeerView{config, context, p.this_shard}, p.shard, scratch);
+    const Counts counts = check_peer(
+        p.outcome, fed, PeerView{config, context, p.this_shard, chains}, p.shard, scratch);
     if (p.peer != nullptr) require(p.peer->frames_finished() == counts.frames_handed_over);
     Counts& c = counted[p.shard];
     c.protocol_errors += counts.protocol_errors;
