@@ -34,7 +34,7 @@ struct Setup {
   unsigned max_batch = 0;      // 0: 4096, 1: 1, 2: 2, 3: 8 items
   unsigned max_key = 0;        // 0: 256, 1: 3 bytes
   unsigned max_pending = 0;    // max_pending_items 0: 65536, 1: 1, 2: 3, 3: 16
-  bool small_table = false;    // 16 KiB a shard instead of 1 MiB
+  bool small_table = false;    // 12 KiB a shard instead of 1 MiB
   bool stats_now = false;      // stats_refresh 0 instead of 100 ms
   bool small_log_cap = false;  // sliding_log_cap 4
   unsigned peers = 1;          // 1..4, peer i on shard i % shards
@@ -357,7 +357,7 @@ std::vector<Seed> seeds() {
     add("peers_close", setup, out);
   }
 
-  // A table at its cap: many keys and sliding logs on 16 KiB shards.
+  // A table at its cap: many keys and sliding logs on 12 KiB shards.
   {
     Bytes out;
     for (std::uint32_t id = 1; id <= 4; ++id) {
@@ -372,6 +372,27 @@ std::vector<Seed> seeds() {
     Setup setup = three_shards;
     setup.small_table = true;
     add("table_at_cap", setup, out);
+  }
+  {
+    // More keys than a 12 KiB table holds (38 homes): exhausted keys, then a flood of fresh
+    // ones, then the exhausted keys again.
+    std::vector<std::string> keys;
+    for (int n = 0; n < 60; ++n) keys.push_back("e" + std::to_string(n));
+    Bytes out;
+    const auto frame = [&](std::uint32_t id, int from, int to, std::uint32_t limit) {
+      std::vector<AcquireItem> items;
+      for (int n = from; n < to; ++n) {
+        items.push_back(item(keys[n], Algorithm::kGcra, limit, 60'000));
+      }
+      acquire(out, id, items);
+    };
+    frame(1, 0, 20, 1);
+    frame(2, 20, 40, 100);
+    frame(3, 40, 60, 100);
+    frame(4, 0, 20, 1);
+    Setup setup;
+    setup.small_table = true;
+    add("table_evicts", setup, out);
   }
 
   // The ways a stream goes wrong, each after a good frame (and a reply handed over, dropped

@@ -79,9 +79,9 @@ constexpr std::size_t kStatCount = static_cast<std::size_t>(Stat::kCount);
 
 // Byte 0: bits 0-1 shards (n % 3 + 1), bit 2 the token kToken required, bits 3-4 max_frame,
 //         bits 5-6 max_batch, bit 7 max_key.
-// Byte 1: bits 0-1 max_pending_items, bit 2 a table cap of 16 KiB a shard, bit 3 stats_refresh
-//         0, bit 4 sliding_log_cap 4, bits 5-6 peers (n + 1), bit 7 peers on shard ports (else
-//         the public port).
+// Byte 1: bits 0-1 max_pending_items, bit 2 a table cap of 12 KiB a shard (else 1 MiB), bit 3
+//         stats_refresh 0, bit 4 sliding_log_cap 4, bits 5-6 peers (n + 1), bit 7 peers on shard
+//         ports (else the public port).
 // Byte 2: bits 0-1 piece sizes, bits 2-3 when the loops run, bits 4-5 the clock's step at each
 //         run, bits 6-7 how the stream's frames are dealt to the peers.
 // Byte 3: the seed of every random choice of byte 2.
@@ -122,7 +122,9 @@ Setup read_setup(const std::uint8_t* b) {
   c.max_batch = kMaxBatches[(b[0] >> 5) & 3u];
   c.max_key = kMaxKeys[b[0] >> 7];
   c.max_pending_items = kMaxPendingItems[b[1] & 3u];
-  c.max_memory = ((b[1] & 4u) != 0 ? std::size_t{16} << 10 : std::size_t{1} << 20) * c.shards;
+  // 12 KiB is CounterTable::kMinMaxBytes: one chunk of 38 homes, so an input can fill it and
+  // evict; 1 MiB holds every key an input can name (no growth either: that takes ~900 keys).
+  c.max_memory = ((b[1] & 4u) != 0 ? std::size_t{12} << 10 : std::size_t{1} << 20) * c.shards;
   c.stats_refresh = std::chrono::milliseconds((b[1] & 8u) != 0 ? 0 : 100);
   if ((b[1] & 16u) != 0) c.sliding_log_cap = 4;
   s.peers = ((b[1] >> 5) & 3u) + 1;
