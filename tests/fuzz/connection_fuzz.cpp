@@ -123,7 +123,7 @@ Setup read_setup(const std::uint8_t* b) {
   c.max_key = kMaxKeys[b[0] >> 7];
   c.max_pending_items = kMaxPendingItems[b[1] & 3u];
   // 12 KiB is CounterTable::kMinMaxBytes: one chunk of 38 homes, so an input can fill it and
-  // evict; 1 MiB holds every key an input can name (no growth either: that takes ~900 keys).
+  // evict; 1 MiB holds every key an input can name (no growth either: that takes ~970 keys).
   c.max_memory = ((b[1] & 4u) != 0 ? std::size_t{12} << 10 : std::size_t{1} << 20) * c.shards;
   c.stats_refresh = std::chrono::milliseconds((b[1] & 8u) != 0 ? 0 : 100);
   if ((b[1] & 16u) != 0) c.sliding_log_cap = 4;
