@@ -183,6 +183,9 @@ class Shard {
   std::size_t TEST_peak_queued_output() const {
     return peak_queued_output_.load(std::memory_order_relaxed);
   }
+  // Test seam (tests/fuzz/connection_fuzz.cpp): CounterTable::TEST_check_invariants() on this
+  // shard's table. Shard thread only.
+  bool TEST_check_table_invariants() const { return table_.TEST_check_invariants(); }
 
  private:
   boost::asio::awaitable<void> accept_loop(boost::asio::ip::tcp::acceptor& acceptor,
