@@ -12,7 +12,8 @@ namespace sluice::protocol {
 
 namespace {
 
-constexpr std::size_t kU8Max = std::numeric_limits<std::uint8_t>::max();
+[[maybe_unused]] constexpr std::size_t kU8Max =
+    std::numeric_limits<std::uint8_t>::max();  // asserts
 constexpr std::size_t kU16Max = std::numeric_limits<std::uint16_t>::max();
 constexpr std::size_t kClusterFixedSize = 16;
 constexpr std::size_t kPullRequestFixedSize = 14;
