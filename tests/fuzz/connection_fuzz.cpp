@@ -40,6 +40,7 @@
 #include "core/decision.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/coding.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
@@ -215,6 +216,7 @@ struct Scratch {
   std::vector<ResetStatus> statuses;
   std::vector<protocol::StatEntry> stats;
   protocol::ErrorReply error;
+  protocol::ClusterMapMessage cluster;
   std::vector<Frame> replies;
 };
 
@@ -278,6 +280,13 @@ std::optional<ErrorCode> refusal(const Frame& frame, const server::ServerConfig&
     case Opcode::kStats:
       parsed = protocol::parse_stats_request(frame.body);
       break;
+    case Opcode::kCluster:
+      parsed = protocol::parse_cluster_request(frame.body);
+      break;
+    case Opcode::kReplicate:  // node-to-node opcodes this node does not serve (yet)
+    case Opcode::kPull:
+    case Opcode::kReload:
+      return ErrorCode::kUnknownOpcode;
     case Opcode::kError:  // the decoder refuses one without the reply flag
       return ErrorCode::kMalformedFrame;
   }
@@ -442,6 +451,12 @@ bool answers(const Frame& reply, const Request& request, const PeerView& peer, S
     case Opcode::kStats:
       require(protocol::parse_stats_reply(reply.body, s.stats));
       return s.stats.size() == (peer.context.shard_count + 1) * kStatCount;
+    case Opcode::kCluster:  // a node outside any cluster: epoch 0, no nodes
+      require(protocol::parse_cluster_reply(reply.body, s.cluster));
+      return s.cluster.epoch == 0 && s.cluster.nodes.empty();
+    case Opcode::kReplicate:
+    case Opcode::kPull:
+    case Opcode::kReload:
     case Opcode::kError:
       return false;
   }
