@@ -5,15 +5,17 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -79,33 +81,52 @@ inline std::optional<std::uint64_t> proc_status_bytes(pid_t pid, std::string_vie
 }
 
 // Starts a binary with its stdout on a pipe; stop() (or the destructor) sends SIGTERM and
-// reaps it, with SIGKILL if it has not exited 10 s later.
+// reaps it, with SIGKILL if it has not exited 10 s later. The child is killed too when the
+// thread that started it dies (PR_SET_PDEATHSIG), so a test killed by a timeout or a crash
+// leaves no daemon behind; start it from the test's main thread.
 class Child {
  public:
   // `stderr_path`, when not empty, receives the child's stderr (else it shares ours).
   Child(const std::filesystem::path& path, const std::vector<std::string>& args,
         const std::string& stderr_path = "") {
     require_binary(path);
-    int fds[2];
-    REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);  // dup2 below clears the flag on the child's stdout
-    posix_spawn_file_actions_t actions;
-    ::posix_spawn_file_actions_init(&actions);
-    ::posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    if (!stderr_path.empty()) {
-      ::posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(),
-                                         O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    }
     std::vector<std::string> words{path.string()};
     words.insert(words.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& w : words) argv.push_back(w.data());
     argv.push_back(nullptr);
-    const int spawned = ::posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv.data(), environ);
-    ::posix_spawn_file_actions_destroy(&actions);
-    ::close(fds[1]);
-    out_ = fds[0];
-    if (spawned != 0) pid_ = -1;
-    REQUIRE(spawned == 0);
+    int out[2];
+    int exec_failed[2];  // the child writes its errno here when exec fails; closed by exec
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(exec_failed, O_CLOEXEC) == 0);
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      // Only async-signal-safe calls from here to exec: the test may have other threads.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);  // the parent died before the line above
+      ::dup2(out[1], STDOUT_FILENO);            // dup2 clears O_CLOEXEC on the copy
+      if (!stderr_path.empty()) {
+        const int err = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (err >= 0) ::dup2(err, STDERR_FILENO);
+      }
+      ::execv(argv[0], argv.data());
+      const int error = errno;
+      (void)!::write(exec_failed[1], &error, sizeof error);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    ::close(exec_failed[1]);
+    out_ = out[0];
+    int error = 0;
+    const ssize_t n = pid_ > 0 ? ::read(exec_failed[0], &error, sizeof error) : -1;
+    ::close(exec_failed[0]);
+    INFO("starting " << path.string() << ": " << std::strerror(pid_ > 0 ? error : errno));
+    if (pid_ > 0 && n > 0) {
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    REQUIRE(pid_ > 0);
   }
   ~Child() { stop(); }
   Child(const Child&) = delete;
