@@ -90,8 +90,14 @@ class Replicator {
   boost::asio::steady_timer timer_;
   bool timer_armed_ = false;
   bool stopped_ = false;
-  // The last key queued per slot, so that a hot key is queued once per batch, not per change.
-  std::vector<KeyHash> recent_;
+  // The last key queued per slot, so that a hot key is queued once per batch, not per change;
+  // a slot counts only for the batch generation it was written in.
+  struct Recent {
+    KeyHash hash;
+    std::uint64_t generation = 0;
+  };
+  std::vector<Recent> recent_;
+  std::uint64_t generation_ = 1;
   std::vector<std::uint64_t> log_;  // scratch for a sliding log's timestamps
 };
 
