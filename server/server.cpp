@@ -269,7 +269,9 @@ void Server::start() {
   context.shard_ports.resize(context.shard_count);
   for (unsigned i = 0; i < context.shard_count; ++i) {
     unsigned wanted = 0;
-    if (config.shard_base_port != 0) {
+    if (config.ephemeral_shard_ports) {
+      wanted = 0;
+    } else if (config.shard_base_port != 0) {
       wanted = config.shard_base_port + i;
     } else if (config.port != 0) {
       wanted = config.port + 1u + i;

@@ -33,6 +33,8 @@ struct ServerConfig {
   std::uint16_t port = 7420;  // public port; 0 = ephemeral
   // Shard i listens on base + i; 0 = port + 1 + i (ephemeral if port is 0 too).
   std::uint16_t shard_base_port = 0;
+  // Shard ports are ephemeral whatever `port` is (tests that restart a node on its public port).
+  bool ephemeral_shard_ports = false;
   unsigned shards = 0;                  // 0 = number of cores
   std::size_t max_memory = 1ull << 30;  // counters across all shards, split evenly
   std::uint32_t max_frame = protocol::kDefaultMaxFrame;
