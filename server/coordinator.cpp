@@ -60,9 +60,12 @@ std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster:
     std::vector<PullPlan::Source> sources;
     if (old == nullptr) {
       // Start-up: the other holder of the partition has what this node had before it stopped
-      // (in static mode nobody served its keys meanwhile).
+      // (in static mode nobody served its keys meanwhile). For a partition this node is to be
+      // primary of, it is fenced too: a node that joins takes partitions whose old primary is
+      // (by the ring) their replica now, and that node may still serve them until it rereads
+      // the file.
       const std::string* other = node_id(ring, primary ? now.replica : now.primary);
-      if (auto s = source(other, false)) sources.push_back(*s);
+      if (auto s = source(other, primary)) sources.push_back(*s);
       if (primary || !sources.empty()) add(p, primary, std::move(sources));
       continue;
     }
