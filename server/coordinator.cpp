@@ -45,7 +45,8 @@ std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster:
   const auto add = [&](std::uint32_t partition, bool primary,
                        std::vector<PullPlan::Source> sources) {
     std::string key = primary ? "p" : "r";
-    for (const PullPlan::Source& s : sources) key += fmt::format("|{}{}", s.node, s.fence ? "!" : "");
+    for (const PullPlan::Source& s : sources)
+      key += fmt::format("|{}{}", s.node, s.fence ? "!" : "");
     PullPlan& plan = plans[key];
     plan.primary = primary;
     plan.sources = std::move(sources);
@@ -300,7 +301,10 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
 };
 
 Coordinator::Coordinator(ServerContext& context)
-    : context_(context), io_(1), work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+    : context_(context),
+      io_(1),
+      work_(asio::make_work_guard(io_)),
+      thread_([this] { io_.run(); }) {}
 
 Coordinator::~Coordinator() { stop(); }
 

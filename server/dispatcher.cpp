@@ -310,9 +310,8 @@ void Dispatcher::handle_replicate(Peer& peer, std::uint32_t request_id,
   const std::uint64_t now_ns = shard_.context().clock->now_ns();
   for (const protocol::WireRecord& record : records_) {
     const KeyHash hash{record.fp_lo, record.fp_hi};
-    const bool from_primary =
-        sender.has_value() && view->map.ring().primary_of(hash) == *sender &&
-        shard_for(hash, shard_.context().shard_count) == shard_.index();
+    const bool from_primary = sender.has_value() && view->map.ring().primary_of(hash) == *sender &&
+                              shard_for(hash, shard_.context().shard_count) == shard_.index();
     if (!from_primary) {
       ++reply.refused;
       continue;
@@ -339,6 +338,12 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
                 view == nullptr ? "PULL on a node outside any cluster"
                                 : "PULL goes to a shard's own port: each shard has its records");
   }
+  // Only a member node may pull (and fence): it said HELLO as a node the map lists. (With a
+  // token, only holders of the token can say HELLO at all.)
+  if (peer.peer_node().empty() || view->map.find(peer.peer_node()) == nullptr) {
+    return fail(peer, request_id, ErrorCode::kMalformedFrame,
+                "PULL is for the cluster's nodes: say HELLO as a member node first");
+  }
   const std::uint32_t partitions = view->map.ring().partition_count();
   wanted_.assign(partitions, false);
   for (const std::uint16_t p : request.partitions) {
@@ -351,8 +356,7 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
       if (p < partitions) view->states->set(p, PartitionServing::kFenced);
     }
   }
-  shard_.pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_,
-                   view->map.ring());
+  shard_.pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_, view->map.ring());
 }
 
 }  // namespace sluice::server

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/key_hash.h"
-#include "protocol/frame.h"
 #include "protocol/cluster_messages.h"
+#include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/peer.h"
 #include "server/server.h"

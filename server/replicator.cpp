@@ -37,8 +37,7 @@ protocol::WireRecord to_wire(const RecordImage& image) {
 
 }  // namespace
 
-Replicator::Replicator(Shard& shard)
-    : shard_(shard), timer_(shard.io()), recent_(kRecentSlots) {}
+Replicator::Replicator(Shard& shard) : shard_(shard), timer_(shard.io()), recent_(kRecentSlots) {}
 
 Replicator::~Replicator() { stop(); }
 
@@ -74,7 +73,8 @@ void Replicator::set_view(const ClusterView* view) {
     Node* node = node_by_id(id);
     const cluster::ClusterNode* member = view->map.find(id);
     const auto address = cluster::parse_node_address(member->address);
-    if (node != nullptr && address && (node->host != address->host || node->port != address->port)) {
+    if (node != nullptr && address &&
+        (node->host != address->host || node->port != address->port)) {
       // The node moved: start over with links to its new address.
       if (node->control) node->control->close();
       for (Link& link : node->shards) {
@@ -204,7 +204,8 @@ void Replicator::flush(Node& node) {
   std::vector<KeyHash> waiting;
   std::size_t i = 0;
   while (i < node.pending.size()) {
-    const auto target = static_cast<std::uint16_t>(shard_for(node.pending[i], static_cast<std::uint32_t>(shards)));
+    const auto target =
+        static_cast<std::uint16_t>(shard_for(node.pending[i], static_cast<std::uint32_t>(shards)));
     Link& link = link_for(node, target);
     if (!link.link->up()) {
       waiting.push_back(node.pending[i++]);

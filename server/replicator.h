@@ -47,10 +47,10 @@ class Replicator {
   // Per replica node, summed over its links: for STATS ("replication.<node>.*").
   struct PeerLag {
     std::string node;
-    std::uint64_t queued = 0;       // records waiting to be sent
-    std::uint64_t unacked = 0;      // records sent, not yet acknowledged
-    std::uint64_t oldest_ms = 0;    // age of the oldest of those (queued or unacked)
-    bool up = false;                // every link it needs is up
+    std::uint64_t queued = 0;     // records waiting to be sent
+    std::uint64_t unacked = 0;    // records sent, not yet acknowledged
+    std::uint64_t oldest_ms = 0;  // age of the oldest of those (queued or unacked)
+    bool up = false;              // every link it needs is up
   };
   std::vector<PeerLag> lag() const;
 

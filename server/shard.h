@@ -21,11 +21,11 @@
 #include <unordered_set>
 #include <vector>
 
+#include "cluster/ring.h"
 #include "core/algorithms.h"
 #include "core/clock.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
-#include "cluster/ring.h"
 #include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/key_hash.h"
@@ -60,15 +61,16 @@ TEST_CASE("after traffic stops every record of a primary is on its replica", "[r
     CAPTURE(algorithm_name(algorithm));
     const Rule rule{algorithm, 10, 60'000, 0};
     spend(cluster, map, kKeys, rule, 3);
-    const auto stopped = std::chrono::steady_clock::now();
-    REQUIRE(eventually([&] { return unreplicated(cluster, map, kKeys) == 0; }, 5s));
-    const auto took = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::chrono::steady_clock::now() - stopped);
-    std::printf(
-        "RELIABILITY: replication (%s): %d keys on their replicas %.1f ms after the last "
-        "reply (compared record by record)\n",
-        std::string(algorithm_name(algorithm)).c_str(), kKeys, took.count() / 1000.0);
-    CHECK(took < 100ms * kTimingSlack);
+    // The issue's check: 10 ms after the last reply, compare every key's record on its primary
+    // and on its replica. (Batches leave every millisecond; a loaded machine can delay one, so
+    // the assertion allows 50 ms, and the figure printed is what 10 ms gave.)
+    std::this_thread::sleep_for(10ms);
+    const int at_10ms = unreplicated(cluster, map, kKeys);
+    std::printf("RELIABILITY: replication (%s): %d of %d keys not yet on their replica 10 ms "
+                "after the last reply (compared record by record)\n",
+                std::string(algorithm_name(algorithm)).c_str(), at_10ms, kKeys);
+    if (at_10ms != 0) std::this_thread::sleep_for(40ms * kTimingSlack);
+    CHECK(unreplicated(cluster, map, kKeys) == 0);
     // Next round with other keys' state: reset them everywhere through their primaries.
     for (int k = 0; k < kKeys; ++k) {
       RawClient at(cluster.node(owner_of(map, key_name(k))).port());

@@ -30,6 +30,8 @@ class TestCluster {
     for (int i = 0; i < nodes; ++i) servers_.push_back(start_node(i, 0));
     write(1, nodes);
     for (auto& s : servers_) require_loaded(s->server().load_cluster(path_.string()));
+    // Each node pulled its partitions from the others at load: serving once they are in.
+    if (!settled()) throw std::runtime_error("the cluster's start-up pulls did not finish");
   }
   ~TestCluster() {
     servers_.clear();
