@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "protocol/frame.h"
@@ -39,6 +40,9 @@ class Peer : public std::enable_shared_from_this<Peer> {
   virtual bool stop_dispatching() const = 0;
 
   std::uint16_t this_shard() const { return this_shard_; }
+  // The id of the node at the other end when it said HELLO as a node ("sluiced/<id>"); empty
+  // for clients. REPLICATE is accepted only from a node that is the records' primary.
+  const std::string& peer_node() const { return peer_node_; }
   // Frames and items waiting for other shards (the cross-shard backlog of this peer).
   std::uint32_t frames_pending() const { return frames_pending_; }
   std::uint64_t items_pending() const { return items_pending_; }
@@ -49,6 +53,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
   std::uint32_t frames_pending_ = 0;
   std::uint64_t items_pending_ = 0;
   bool authenticated_ = false;  // a HELLO brought the right token (when the node has one)
+  std::string peer_node_;
 };
 
 }  // namespace sluice::server

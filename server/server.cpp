@@ -13,6 +13,7 @@
 #include <boost/asio/socket_base.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <system_error>
@@ -22,6 +23,7 @@
 #include "cluster/membership_file.h"
 #include "core/units.h"
 #include "server/cluster_view.h"
+#include "server/coordinator.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -93,6 +95,7 @@ struct Server::Impl {
   std::shared_ptr<PartitionStates> partition_states;
   std::shared_ptr<const ClusterView> view;  // the one in force; null outside a cluster
   std::atomic<std::uint64_t> epoch{0};
+  std::unique_ptr<Coordinator> coordinator;  // created with the first map
 
   std::string reload_locked();
   // Gives every shard `next`: directly before the threads run, else by a post, waiting until
@@ -150,7 +153,19 @@ std::string Server::Impl::reload_locked() {
       partition_states->size() != map->ring_params().partition_count()) {
     partition_states = std::make_shared<PartitionStates>(map->ring_params().partition_count());
   }
-  publish(make_cluster_view(*map, self, partition_states));
+  // The partitions this node is to serve but must fetch first are `pulling` before any shard
+  // decides by the new map (docs/ARCHITECTURE.md, "Moving partitions").
+  std::vector<PullPlan> plans = plan_pulls(view != nullptr ? &view->map : nullptr, *map, self);
+  for (const PullPlan& plan : plans) {
+    if (!plan.primary) continue;
+    for (const std::uint32_t p : plan.partitions) {
+      partition_states->set(p, PartitionServing::kPulling);
+    }
+  }
+  auto next = make_cluster_view(*map, self, partition_states);
+  publish(next);
+  if (coordinator == nullptr) coordinator = std::make_unique<Coordinator>(context);
+  coordinator->start(std::move(next), std::move(plans));
   return "";
 }
 
@@ -254,7 +269,9 @@ void Server::start() {
   context.shard_ports.resize(context.shard_count);
   for (unsigned i = 0; i < context.shard_count; ++i) {
     unsigned wanted = 0;
-    if (config.shard_base_port != 0) {
+    if (config.ephemeral_shard_ports) {
+      wanted = 0;
+    } else if (config.shard_base_port != 0) {
       wanted = config.shard_base_port + i;
     } else if (config.port != 0) {
       wanted = config.port + 1u + i;
@@ -292,11 +309,19 @@ void Server::start() {
 
 void Server::stop() {
   if (!impl_->started.load() || impl_->stop_requested.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+    if (impl_->coordinator) impl_->coordinator->stop();
+  }
   for (auto& shard : impl_->context.shards) shard->request_stop(/*graceful=*/true);
 }
 
 void Server::stop_now() {
   if (!impl_->started.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+    if (impl_->coordinator) impl_->coordinator->stop();
+  }
   impl_->stop_requested.store(true);
   for (auto& shard : impl_->context.shards) shard->request_stop(/*graceful=*/false);
 }
@@ -321,6 +346,31 @@ std::string Server::load_cluster(const std::string& path) {
 }
 
 std::uint64_t Server::cluster_epoch() const { return impl_->epoch.load(); }
+
+std::optional<Server::TEST_Record> Server::TEST_record(const KeyHash& key) const {
+  const ServerContext& context = impl_->context;
+  Shard* shard = context.shards[shard_for(key, context.shard_count)].get();
+  std::promise<std::optional<TEST_Record>> promise;
+  auto future = promise.get_future();
+  boost::asio::post(shard->io(), [&] {
+    RecordImage image;
+    TEST_Record record;
+    if (!shard->export_record(key, context.clock->now_ns(), image, record.log)) {
+      promise.set_value(std::nullopt);
+      return;
+    }
+    record.algorithm = image.algorithm;
+    record.state_a = image.state.a;
+    record.state_b = image.state.b;
+    promise.set_value(std::move(record));
+  });
+  return future.get();
+}
+
+std::size_t Server::TEST_pulls_running() const {
+  std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+  return impl_->coordinator ? impl_->coordinator->running() : 0;
+}
 
 bool Server::cluster_member() const {
   std::lock_guard<std::mutex> lock(impl_->reload_mutex);

@@ -217,6 +217,9 @@ struct Scratch {
   std::vector<protocol::StatEntry> stats;
   protocol::ErrorReply error;
   protocol::ClusterMapMessage cluster;
+  std::vector<protocol::WireRecord> records;
+  protocol::PullRequest pull;
+  protocol::ReplicateReply replicate;
   std::vector<Frame> replies;
 };
 
@@ -283,9 +286,14 @@ std::optional<ErrorCode> refusal(const Frame& frame, const server::ServerConfig&
     case Opcode::kCluster:
       parsed = protocol::parse_cluster_request(frame.body);
       break;
-    case Opcode::kReplicate:  // node-to-node opcodes this node does not serve (yet)
-    case Opcode::kPull:
-    case Opcode::kReload:
+    case Opcode::kReplicate:  // answered, every record refused: the node is in no cluster
+      parsed = protocol::parse_replicate_request(frame.body, s.records);
+      break;
+    case Opcode::kPull:  // refused on a node outside any cluster, once it parses
+      parsed = protocol::parse_pull_request(frame.body, s.pull);
+      if (!parsed) return parsed.error;
+      return ErrorCode::kMalformedFrame;
+    case Opcode::kReload:  // not served by the dispatcher
       return ErrorCode::kUnknownOpcode;
     case Opcode::kError:  // the decoder refuses one without the reply flag
       return ErrorCode::kMalformedFrame;
@@ -455,6 +463,9 @@ bool answers(const Frame& reply, const Request& request, const PeerView& peer, S
       require(protocol::parse_cluster_reply(reply.body, s.cluster));
       return s.cluster.epoch == 0 && s.cluster.nodes.empty();
     case Opcode::kReplicate:
+      require(protocol::parse_replicate_request(request.body, s.records));
+      require(protocol::parse_replicate_reply(reply.body, s.replicate));
+      return s.replicate.applied == 0 && s.replicate.refused == s.records.size();
     case Opcode::kPull:
     case Opcode::kReload:
     case Opcode::kError:
