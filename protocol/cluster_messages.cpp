@@ -308,7 +308,8 @@ RecordFrame begin_pull_reply(Bytes& out, std::uint32_t request_id, const PullRep
 
 void set_pull_reply_header(Bytes& out, const RecordFrame& frame, const PullReplyHeader& header) {
   std::uint8_t* p = out.data() + frame.count_at - 2;  // flags, reserved, then the count
-  p[0] = static_cast<std::uint8_t>((header.fenced ? kPullFenced : 0) | (header.done ? kPullDone : 0));
+  p[0] =
+      static_cast<std::uint8_t>((header.fenced ? kPullFenced : 0) | (header.done ? kPullDone : 0));
   encode_fixed64(p + 4, header.next_cursor);
 }
 

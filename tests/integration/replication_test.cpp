@@ -66,9 +66,10 @@ TEST_CASE("after traffic stops every record of a primary is on its replica", "[r
     // the assertion allows 50 ms, and the figure printed is what 10 ms gave.)
     std::this_thread::sleep_for(10ms);
     const int at_10ms = unreplicated(cluster, map, kKeys);
-    std::printf("RELIABILITY: replication (%s): %d of %d keys not yet on their replica 10 ms "
-                "after the last reply (compared record by record)\n",
-                std::string(algorithm_name(algorithm)).c_str(), at_10ms, kKeys);
+    std::printf(
+        "RELIABILITY: replication (%s): %d of %d keys not yet on their replica 10 ms "
+        "after the last reply (compared record by record)\n",
+        std::string(algorithm_name(algorithm)).c_str(), at_10ms, kKeys);
     if (at_10ms != 0) std::this_thread::sleep_for(40ms * kTimingSlack);
     CHECK(unreplicated(cluster, map, kKeys) == 0);
     // Next round with other keys' state: reset them everywhere through their primaries.
