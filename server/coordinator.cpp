@@ -320,6 +320,12 @@ void Coordinator::start(std::shared_ptr<const ClusterView> view, std::vector<Pul
   });
 }
 
+bool Coordinator::run(std::function<void()> work) {
+  if (stopped_.load()) return false;
+  asio::post(io_, std::move(work));  // runs even if stop() comes next: io_ drains its queue
+  return true;
+}
+
 void Coordinator::finished(PullJob* job) {
   std::erase_if(jobs_, [job](const std::shared_ptr<PullJob>& j) { return j.get() == job; });
   running_.fetch_sub(1);

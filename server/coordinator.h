@@ -15,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,9 @@ class Coordinator {
   void start(std::shared_ptr<const ClusterView> view, std::vector<PullPlan> plans);
   // Stops every pull and the thread. Idempotent.
   void stop();
+  // Runs `work` on the coordinator's thread (off the shards'); false (and not run) once
+  // stopped.
+  bool run(std::function<void()> work);
 
   // Pulls not finished yet (tests wait for 0).
   std::size_t running() const { return running_.load(); }

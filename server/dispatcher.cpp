@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 #include <algorithm>
+#include <boost/asio/post.hpp>
 
 #include "core/key_hash.h"
 #include "core/rule.h"
@@ -87,6 +88,8 @@ void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
       return handle_replicate(peer, header.request_id, frame.body);
     case protocol::Opcode::kPull:
       return handle_pull(peer, header.request_id, frame.body);
+    case protocol::Opcode::kReload:
+      return handle_reload(peer, header.request_id, frame.body);
     default:
       return fail(
           peer, header.request_id, ErrorCode::kUnknownOpcode,
@@ -357,6 +360,42 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
     }
   }
   shard_.pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_, view->map.ring());
+}
+
+void Dispatcher::handle_reload(Peer& peer, std::uint32_t request_id,
+                               std::span<const std::uint8_t> body) {
+  if (const auto parsed = protocol::parse_reload_request(body); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  // The reply comes later, from the reload's thread back to this one; meanwhile the frame is
+  // pending as a handed-over one is (shutdown waits for it).
+  if (!shard_.context().reload_cluster) {  // a node without a Server around it (tests)
+    protocol::encode_reload_reply(peer.reply_buffer(), request_id,
+                                  protocol::ReloadReply{0, "not in static cluster mode"}, framing_);
+    return;
+  }
+  ++peer.frames_pending_;
+  const protocol::Framing framing = framing_;
+  Shard* shard = &shard_;
+  std::shared_ptr<Peer> keep = peer.shared_from_this();
+  shard_.context().reload_cluster(
+      [shard, keep, request_id, framing](std::uint64_t epoch, std::string message) {
+        boost::asio::post(
+            shard->io(), [shard, keep, request_id, framing, epoch, message = std::move(message)] {
+              shard->dispatcher().finish_reload(*keep, request_id, framing, epoch, message);
+            });
+      });
+}
+
+void Dispatcher::finish_reload(Peer& peer, std::uint32_t request_id,
+                               const protocol::Framing& framing, std::uint64_t epoch,
+                               std::string_view message) {
+  --peer.frames_pending_;
+  if (peer.wants_replies()) {
+    protocol::encode_reload_reply(peer.reply_buffer(), request_id,
+                                  protocol::ReloadReply{epoch, message}, framing);
+  }
+  peer.frame_finished();
 }
 
 }  // namespace sluice::server

@@ -52,6 +52,10 @@ class Dispatcher {
   // replies) and tells the peer.
   void finish_frame(Peer& peer, PendingFrame& frame);
 
+  // The reply to a RELOAD, once the reload has run (on the peer's shard).
+  void finish_reload(Peer& peer, std::uint32_t request_id, const protocol::Framing& framing,
+                     std::uint64_t epoch, std::string_view message);
+
   // Whether the peer's cross-shard backlog is at its bound (kMaxFramesPending frames or
   // config.max_pending_items items): a transport stops dispatching its frames until it falls.
   static bool backlog_full(const Peer& peer, const ServerConfig& config);
@@ -64,6 +68,7 @@ class Dispatcher {
   void handle_cluster(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_replicate(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_pull(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  void handle_reload(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   // Sends the frame's foreign items (staged in the shard) to their owners.
   void hand_over(Peer& peer, PendingFrame* frame);
   // A protocol error: counts it and rejects the peer.

@@ -14,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -89,6 +90,9 @@ struct ServerContext {
   std::uint16_t public_port = 0;
   std::vector<std::uint16_t> shard_ports;
   std::string node_id;
+  // RELOAD (static cluster mode): rereads the cluster file off the shard threads and calls
+  // `done(epoch in force, "" or why the file was refused)` on some thread. Set by Server.
+  std::function<void(std::function<void(std::uint64_t, std::string)> done)> reload_cluster;
 
   std::atomic<std::uint32_t> connections{0};  // open connections on all shards (max_connections)
 

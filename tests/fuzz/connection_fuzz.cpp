@@ -220,6 +220,7 @@ struct Scratch {
   std::vector<protocol::WireRecord> records;
   protocol::PullRequest pull;
   protocol::ReplicateReply replicate;
+  protocol::ReloadReply reload;
   std::vector<Frame> replies;
 };
 
@@ -293,8 +294,9 @@ std::optional<ErrorCode> refusal(const Frame& frame, const server::ServerConfig&
       parsed = protocol::parse_pull_request(frame.body, s.pull);
       if (!parsed) return parsed.error;
       return ErrorCode::kMalformedFrame;
-    case Opcode::kReload:  // not served by the dispatcher
-      return ErrorCode::kUnknownOpcode;
+    case Opcode::kReload:  // answered: this node is not in static cluster mode
+      parsed = protocol::parse_reload_request(frame.body);
+      break;
     case Opcode::kError:  // the decoder refuses one without the reply flag
       return ErrorCode::kMalformedFrame;
   }
@@ -466,8 +468,10 @@ bool answers(const Frame& reply, const Request& request, const PeerView& peer, S
       require(protocol::parse_replicate_request(request.body, s.records));
       require(protocol::parse_replicate_reply(reply.body, s.replicate));
       return s.replicate.applied == 0 && s.replicate.refused == s.records.size();
-    case Opcode::kPull:
     case Opcode::kReload:
+      require(protocol::parse_reload_reply(reply.body, s.reload));
+      return s.reload.epoch == 0 && !s.reload.message.empty();
+    case Opcode::kPull:
     case Opcode::kError:
       return false;
   }

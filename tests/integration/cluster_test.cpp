@@ -145,6 +145,32 @@ TEST_CASE("a reload adopts a new member set only with a higher epoch", "[cluster
              Catch::Contains("epoch 1 is below the epoch in force, 2"));
 }
 
+TEST_CASE("RELOAD over the wire rereads the file and answers the epoch or the refusal",
+          "[cluster]") {
+  TestCluster cluster(2);
+  RawClient client(cluster.node(0).port());
+  RawClient::ReloadAnswer reply = client.reload();  // the same file: nothing changes
+  CHECK(reply.epoch == 1);
+  CHECK(reply.message.empty());
+  cluster.write(1, 1);  // fewer members under the same epoch
+  reply = client.reload();
+  CHECK(reply.epoch == 1);
+  CHECK_THAT(reply.message, Catch::Contains("the members changed but the epoch is still 1"));
+  cluster.write(2, 2);  // the same two members, a higher epoch
+  reply = client.reload();
+  CHECK(reply.epoch == 2);
+  CHECK(reply.message.empty());
+  CHECK(cluster.node(0).server().cluster_epoch() == 2);
+  CHECK(client.cluster().epoch == 2);
+  // A node outside any cluster says so, and keeps serving the connection.
+  TestServer alone;
+  RawClient single(alone.port());
+  reply = single.reload();
+  CHECK(reply.epoch == 0);
+  CHECK_THAT(reply.message, Catch::Contains("not in static cluster mode"));
+  CHECK(single.acquire("k", Rule{Algorithm::kGcra, 5, 1000, 0}).status == ItemStatus::kAllowed);
+}
+
 TEST_CASE("a cluster file with errors is refused with every reason, file and line", "[cluster]") {
   TestCluster cluster(1);
   {
