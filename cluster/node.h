@@ -12,7 +12,7 @@
 namespace sluice::cluster {
 
 // A node id is 1..kMaxNodeIdLength bytes of [A-Za-z0-9._-]: safe in a file, an etcd key, a log
-// line and a URL without quoting, and hashed byte for byte into the ring (docs/CLUSTER-ring.md).
+// line and a URL without quoting, and hashed byte for byte into the ring (docs/PROTOCOL.md 10.1).
 inline constexpr std::size_t kMaxNodeIdLength = 64;
 
 // Empty when `id` is a valid node id, else why not: "empty node id", "node id \"a b\" has a

@@ -1,7 +1,7 @@
 // The consistent-hash ring: which node is the primary and which the replica of a key. Nodes and
 // clients compute it from the same inputs, the ids of the active members and RingParams, and it
 // is a pure function of the *set* of ids (their order does not matter), so everyone who sees the
-// same set routes alike. The recipe, byte by byte, is in docs/CLUSTER-ring.md; golden values in
+// same set routes alike. The recipe, byte by byte, is in docs/PROTOCOL.md 10.1; golden values in
 // tests/cluster/ring_test.cpp catch any change to it.
 //
 // How it works: each node has `vnodes_per_node` points on a ring of 2^64 positions. The ring is
@@ -29,7 +29,7 @@ namespace sluice::cluster {
 inline constexpr std::uint32_t kRingHashVersion = 1;
 // 4096 points per node: the fewest that keep, for any ids, each node's share within 10% of the
 // mean and the keys moved by adding or removing one node within 1/N + 2%, from 3 to 10 nodes
-// (docs/CLUSTER-ring.md has the survey; 1024 and 2048 fall short at 3 nodes).
+// (docs/PROTOCOL.md 10.1 has the survey; 1024 and 2048 fall short at 3 nodes).
 inline constexpr std::uint32_t kDefaultVnodesPerNode = 4096;
 inline constexpr std::uint32_t kMaxVnodesPerNode = 16384;
 // 2^16 partitions: a table of 256 KiB, each partition 1/65536 of the keys; 2^14 is less even

@@ -64,7 +64,7 @@ TEST_CASE("vnode positions are XXH3-64 of the id bytes and the vnode index, litt
 }
 
 TEST_CASE("a fixed member set gives fixed owners (golden values of the recipe)", "[ring]") {
-  // Also computed by a separate implementation of docs/CLUSTER-ring.md (Python, python3-xxhash).
+  // Also computed by a separate implementation of docs/PROTOCOL.md 10.1 (Python, python3-xxhash).
   const Ring ring = build({"node-e", "node-c", "node-a", "node-d", "node-b"});
   REQUIRE(ring.params() ==
           RingParams{.hash_version = 1, .vnodes_per_node = 4096, .partition_bits = 16});
