@@ -7,6 +7,7 @@
 #include <array>
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -253,7 +254,13 @@ asio::awaitable<void> Connection::read_loop() {
     }
     if (!closing_ && input_held_) {
       // Frames read before the pause: handle them before reading more (they may be all the
-      // client sends, so waiting for new bytes could wait forever).
+      // client sends, so waiting for new bytes could wait forever). After a spent turn, the
+      // handlers already queued on the shard (other connections' reads) run first.
+      if (std::exchange(turn_yield_, false)) {
+        co_await asio::post(socket_.get_executor(), asio::use_awaitable);
+        if (closed_) break;
+        continue;
+      }
       after_input(handle_input());
       continue;
     }
@@ -375,10 +382,13 @@ void Connection::after_input(bool handled_any) {
 
 bool Connection::handle_input() {
   const std::span<const std::uint8_t> input(in_.get() + in_begin_, in_end_ - in_begin_);
+  turn_output_mark_ = out_queued_.size();
   const DispatchResult result = shard_.dispatcher().dispatch_frames(*this, decoder_, input);
   in_begin_ += result.consumed;
-  // Paused by back-pressure (not by closing) with bytes left: they may hold whole frames.
+  // Paused by back-pressure or a spent turn (not by closing) with bytes left: they may hold
+  // whole frames.
   input_held_ = result.stopped_early && !closing_;
+  turn_yield_ = input_held_ && !should_pause_reading();
   return result.handled_any;
 }
 

@@ -54,8 +54,13 @@ class Connection final : public Peer {
               std::string_view message) override;
   void frame_finished() override;
   bool stop_dispatching() const override {
-    return closing_ || (!shutting_down_ && should_pause_reading());
+    return closing_ || (!shutting_down_ && (should_pause_reading() || turn_spent()));
   }
+
+  // Output one turn of the reader may produce before it lets the shard's other connections
+  // go first: a client whose requests each cost a large reply (STATS, a large PING) cannot
+  // hold the shard for longer than this much copying.
+  static constexpr std::size_t kTurnOutput = 16 * 1024;
 
   // Bytes of buffers this connection has charged to its shard's budget (footprint()).
   std::size_t charged() const { return charged_; }
@@ -91,6 +96,8 @@ class Connection final : public Peer {
   // Shutting down with every frame answered: queues ERROR SHUTTING_DOWN (once).
   void maybe_send_shutdown_error();
   bool should_pause_reading() const;
+  // This turn's replies reached kTurnOutput (handle_input() sets the mark).
+  bool turn_spent() const { return out_queued_.size() >= turn_output_mark_ + kTurnOutput; }
   void wake_writer();
   // Has the queued output sent once the handlers already queued on the shard have run
   // (Shard::queue_flush), by flush_now().
@@ -119,6 +126,10 @@ class Connection final : public Peer {
   // handle_input() paused with bytes left that may hold complete frames: they are handled
   // before the next socket read.
   bool input_held_ = false;
+  // out_queued_.size() when the current handle_input() began (turn_spent()).
+  std::size_t turn_output_mark_ = 0;
+  // input_held_ because the turn was spent, not by back-pressure: yield, then go on.
+  bool turn_yield_ = false;
 
   // Output: handlers append to out_queued_; the writer swaps it with out_writing_ and sends all.
   protocol::Bytes out_queued_;

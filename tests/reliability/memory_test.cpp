@@ -229,6 +229,67 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "100 connections that pipeline STATS and never read leave a good client under 50 ms at p99, "
+    "and RSS within the budget",
+    "[reliability][memory][stats]") {
+  constexpr std::uint64_t kBudget = 32 * kMiB;
+  // The issue's amplifier: a 16-byte request, a reply of about 1.3 KB. Defaults otherwise
+  // (--max-queued-output 4MiB, the STATS snapshot rebuilt at most every 100 ms).
+  Sluiced sluiced({"--max-buffer-memory", "32MiB"});
+  RawClient observer(sluiced.port());
+  observer.hello();
+  GoodClient good(sluiced.port(), kGoodDeadline);
+  REQUIRE(good.wait_for_requests(20));
+  std::this_thread::sleep_for(200ms);
+  const std::uint64_t baseline = sluiced.child().rss_bytes();
+  RssWatch watch(sluiced.child());
+  const std::uint64_t answered_before = good.requests();
+
+  constexpr int kFlooders = 100;
+  protocol::Bytes pattern;
+  for (std::uint32_t i = 0; i < 256; ++i) protocol::encode_stats_request(pattern, i + 1);
+  std::vector<std::unique_ptr<FloodSocket>> flood;
+  for (int i = 0; i < kFlooders; ++i)
+    flood.push_back(std::make_unique<FloodSocket>(sluiced.port(), 64 * kKiB));
+  // 3 s of flood (the good client's requests during it are what the test judges), 10 s at most.
+  const auto started = SteadyClock::now();
+  push_until(flood, pattern, 3s, 10s, [&] { return SteadyClock::now() - started >= 3s; });
+  const auto flooded = SteadyClock::now() - started;
+  const std::uint64_t peak = watch.peak();
+  std::uint64_t sent = 0;
+  int broken = 0;
+  for (const auto& socket : flood) {
+    sent += socket->sent();
+    broken += socket->broken() ? 1 : 0;
+  }
+  const GoodClient::Report report = good.stop();
+  const auto stats = observer.stats();
+  for (auto& socket : flood) socket->close();
+
+  const std::uint64_t bound = rss_bound(kBudget, kFlooders + 2);
+  const std::uint64_t during = report.requests - answered_before;
+  report_figure(fmt::format(
+      "STATS flood: {} connections pipelined {:.0f}k STATS unread in {:.1f} s; good client {} "
+      "requests during it; {}; peak RSS growth {:.1f} MiB (bound {:.1f} MiB: {}), "
+      "overload_closed {}",
+      kFlooders, static_cast<double>(sent / protocol::kHeaderSize) / 1000,
+      std::chrono::duration<double>(flooded).count(), during, latency_figures(report),
+      mib(growth(peak, baseline)), mib(bound), bound_terms(kBudget, kFlooders + 2),
+      stats.at("total.overload_closed")));
+  INFO(latency_figures(report) << "; failure: " << report.failure);
+  CHECK(report.failure.empty());
+  CHECK(during > 100);
+  // The issue's bound for a normal client's PING (and ACQUIRE) behind the flood, on its 99th
+  // percentile; the slowest request also waits for whatever else this 2-core machine runs (the
+  // flood's own sender is a busy loop), so its bound only catches starvation (the issue
+  // measured 1.2 to 4.8 s; without the server's per-turn output quantum it is about 1 s).
+  CHECK(percentile(report, 0.99) < 50ms * kSlowdown);
+  CHECK(report.slowest < kGoodBound);
+  CHECK(stats.at("total.protocol_errors") == 0);
+  if (kCheckRss) CHECK(growth(peak, baseline) <= static_cast<std::int64_t>(bound));
+}
+
+TEST_CASE(
     "200 connections each holding a half-sent 1 MiB frame are shed with OVERLOADED beyond the "
     "budget, and RSS stays within it plus the per-connection overhead",
     "[reliability][memory][budget]") {
