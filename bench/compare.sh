@@ -430,3 +430,10 @@ if ((FULL)); then
 else
   log "quick run: wrote $RESULT (docs/BENCHMARKS.md is written by full runs only)"
 fi
+
+# The replication workload (issue 13): W2 against a primary streaming to its replica against
+# the same node alone, with the same pinning; it writes its own section of docs/BENCHMARKS.md
+# on a full run (its length follows COMPARE_SECONDS).
+log "replication workload: bench/replication.sh"
+COMPARE_SECONDS="$SECS" COMPARE_SHARDS="$SHARDS" COMPARE_SERVER_CPU="$SERVER_CPU" \
+  COMPARE_LOAD_CPU="$LOAD_CPU" BUILD_DIR="$BUILD_DIR" "$ROOT/bench/replication.sh"
