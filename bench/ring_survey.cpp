@@ -1,7 +1,7 @@
 // How even the ring is, and how much moves, over many random member sets: the figures behind
-// the choice of vnodes per node and partition count in docs/ARCHITECTURE.md ("The ring"). Shares are exact
-// (counted in partitions, which hold equal parts of the hash space), not sampled with keys.
-// Usage: ring_survey [SETS [VNODES,... [PARTITION_BITS,...]]]
+// the choice of vnodes per node and partition count in docs/ARCHITECTURE.md ("The ring"). Shares
+// are exact (counted in partitions, which hold equal parts of the hash space), not sampled with
+// keys. Usage: ring_survey [SETS [VNODES,... [PARTITION_BITS,...]]]
 //   defaults: 200 sets of random ids per node count, vnodes 128,256,512,1024,2048, bits 14,16.
 #include <fmt/format.h>
 
