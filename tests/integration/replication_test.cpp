@@ -181,5 +181,59 @@ TEST_CASE("a fourth node takes about a quarter of the keys, and the moved keys k
   CHECK(under == 0);
 }
 
+TEST_CASE(
+    "the cluster's own traffic carries the node's token, and a node with another token "
+    "gets no records",
+    "[replication][auth]") {
+  const std::string token = "cluster-token-0123456789";
+  constexpr int kKeys = 200;
+  const Rule rule{Algorithm::kTokenBucket, 10, 60'000, 0};
+  auto spend_with = [&](TestCluster& cluster, const cluster::ClusterMap& map,
+                        const std::vector<std::string>& tokens) {
+    std::vector<std::unique_ptr<RawClient>> clients;
+    for (int i = 0; i < cluster.size(); ++i) {
+      clients.push_back(std::make_unique<RawClient>(cluster.node(i).port()));
+      clients.back()->hello(protocol::kVersion, tokens.at(i));
+    }
+    for (int k = 0; k < kKeys; ++k) {
+      REQUIRE(clients.at(owner_of(map, key_name(k)))->acquire(key_name(k), rule).status ==
+              ItemStatus::kAllowed);
+    }
+  };
+  {
+    // One token everywhere: pulls at start-up and replication work as without one.
+    const std::vector<std::string> tokens(3, token);
+    TestCluster cluster(3, 2, tokens);
+    REQUIRE(cluster.settled());
+    const cluster::ClusterMap map = cluster.map(1, 3);
+    spend_with(cluster, map, tokens);
+    CHECK(eventually([&] { return unreplicated(cluster, map, kKeys) == 0; }, 5s));
+    RawClient observer(cluster.node(0).port());
+    observer.hello(protocol::kVersion, token);
+    CHECK(observer.stats().at("total.auth_failures") == 0);
+  }
+  {
+    // node-2 was given another token: the others' links to it are refused at HELLO, so the
+    // records it should replicate never reach it, and it counts the refusals.
+    const std::vector<std::string> tokens = {token, token, "another-token-9876543210"};
+    TestCluster cluster(3, 2, tokens);
+    const cluster::ClusterMap map = cluster.map(1, 3);
+    spend_with(cluster, map, tokens);
+    int to_node_2 = 0;
+    int reached_node_2 = 0;
+    std::this_thread::sleep_for(100ms * kTimingSlack);
+    for (int k = 0; k < kKeys; ++k) {
+      if (owner_of(map, key_name(k), true) != 2 || owner_of(map, key_name(k)) == 2) continue;
+      ++to_node_2;
+      reached_node_2 += cluster.node(2).server().TEST_record(hash_key(key_name(k))) ? 1 : 0;
+    }
+    CHECK(to_node_2 > 0);
+    CHECK(reached_node_2 == 0);
+    RawClient observer(cluster.node(2).port());
+    observer.hello(protocol::kVersion, tokens[2]);
+    CHECK(observer.stats().at("total.auth_failures") > 0);
+  }
+}
+
 }  // namespace
 }  // namespace sluice::test

@@ -12,6 +12,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cluster/cluster_map.h"
@@ -23,7 +24,10 @@ namespace sluice::test {
 
 class TestCluster {
  public:
-  explicit TestCluster(int nodes, unsigned shards = 2) : shards_(shards) {
+  // `tokens[i]`, when given, is node i's --auth-token-file token (for clients and for the
+  // cluster's own traffic alike).
+  explicit TestCluster(int nodes, unsigned shards = 2, std::vector<std::string> tokens = {})
+      : shards_(shards), tokens_(std::move(tokens)) {
     static int files = 0;
     path_ = std::filesystem::temp_directory_path() /
             ("sluice-cluster-" + std::to_string(::getpid()) + "-" + std::to_string(++files));
@@ -103,6 +107,7 @@ class TestCluster {
     config.node_id = "node-" + std::to_string(i);
     config.port = port;
     config.ephemeral_shard_ports = true;
+    if (static_cast<std::size_t>(i) < tokens_.size()) config.auth_token = tokens_[i];
     auto server = std::make_unique<TestServer>(config);
     if (static_cast<int>(ports_.size()) <= i) ports_.resize(i + 1);
     ports_[i] = server->port();
@@ -110,6 +115,7 @@ class TestCluster {
   }
 
   unsigned shards_;
+  std::vector<std::string> tokens_;
   std::filesystem::path path_;
   std::vector<std::uint16_t> ports_;
   std::vector<std::unique_ptr<TestServer>> servers_;
