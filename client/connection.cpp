@@ -107,6 +107,10 @@ Status server_error_status(std::span<const std::uint8_t> body) {
   return Status(ErrorCode::kServerError, std::move(message));
 }
 
+Status unexpected_reply(std::string_view what) {
+  return Status(ErrorCode::kProtocolError, "unexpected reply to " + std::string(what));
+}
+
 Connection::Connection(asio::io_context& io, ConnectionConfig config,
                        std::function<void()> arm_timer)
     : io_(io),

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -341,5 +342,8 @@ Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_
 
 // A Status for an ERROR frame's body.
 Status server_error_status(std::span<const std::uint8_t> body);
+
+// kProtocolError: "unexpected reply to WHAT".
+Status unexpected_reply(std::string_view what);
 
 }  // namespace sluice::client::detail
