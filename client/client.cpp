@@ -10,11 +10,16 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "client/client_impl.h"
 #include "client/connection.h"
 #include "client/router.h"
+#include "cluster/cluster_map.h"
+#include "cluster/ring.h"
 #include "core/key_hash.h"
+#include "core/units.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/messages.h"
 
 namespace sluice::client {
@@ -108,9 +113,20 @@ namespace {
 template <typename T>
 class SyncCall : public ReplySink {
  public:
-  Result<T> wait() {
+  // With `run_io` (connect() on an external io_context that nobody runs yet), runs it while
+  // waiting; the connection's own timeout ends the wait.
+  Result<T> wait(asio::io_context* run_io = nullptr) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return result_.has_value(); });
+    while (!result_.has_value()) {
+      if (run_io == nullptr) {
+        cv_.wait(lock, [&] { return result_.has_value(); });
+        break;
+      }
+      lock.unlock();
+      if (run_io->stopped()) run_io->restart();
+      run_io->run_one_for(std::chrono::milliseconds(10));
+      lock.lock();
+    }
     return std::move(*result_);
   }
   void finish(Result<T> result) {
@@ -141,7 +157,13 @@ class PingCall final : public SyncCall<std::chrono::nanoseconds> {
   std::uint64_t start_ns_;
 };
 
-class ResetCall final : public SyncCall<bool> {
+// A RESET reply's status, with the epoch its node decided by.
+struct ResetOutcome {
+  protocol::ResetStatus status = protocol::ResetStatus::kAbsent;
+  std::uint64_t epoch = 0;
+};
+
+class ResetCall final : public SyncCall<ResetOutcome> {
  public:
   void on_reply(std::uint32_t, const Frame& reply) override {
     std::vector<protocol::ResetStatus> statuses;
@@ -149,19 +171,7 @@ class ResetCall final : public SyncCall<bool> {
         !protocol::parse_reset_reply(reply.body, statuses) || statuses.size() != 1) {
       return finish(unexpected_reply("RESET"));
     }
-    switch (statuses[0]) {
-      case protocol::ResetStatus::kRemoved:
-        return finish(true);
-      case protocol::ResetStatus::kAbsent:
-        return finish(false);
-      case protocol::ResetStatus::kInvalidKey:
-        return finish(Result<bool>(ErrorCode::kInvalidKey, "key is empty or too long"));
-      case protocol::ResetStatus::kRedirect:
-        return finish(Result<bool>(ErrorCode::kNotOwner, "the node does not own the key"));
-      case protocol::ResetStatus::kUnavailable:
-        return finish(Result<bool>(ErrorCode::kUnavailable, "the key's owner cannot serve it now"));
-    }
-    finish(unexpected_reply("RESET"));
+    finish(ResetOutcome{statuses[0], reply.header.epoch});
   }
 };
 
@@ -177,6 +187,18 @@ class StatsCall final : public SyncCall<std::vector<Stat>> {
     stats.reserve(entries.size());
     for (protocol::StatEntry& e : entries) stats.push_back(Stat{std::move(e.name), e.value});
     finish(std::move(stats));
+  }
+};
+
+class ClusterCall final : public SyncCall<protocol::ClusterMapMessage> {
+ public:
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    protocol::ClusterMapMessage map;
+    if (reply.header.opcode != Opcode::kCluster ||
+        !protocol::parse_cluster_reply(reply.body, map)) {
+      return finish(unexpected_reply("CLUSTER"));
+    }
+    finish(std::move(map));
   }
 };
 
@@ -223,7 +245,194 @@ constexpr unsigned kMaxConnectionsPerShard = 1024;
 // Request ids are 32-bit and index each connection's pending ring: keep far below that.
 constexpr std::size_t kMaxInFlight = std::size_t{1} << 24;
 
+std::uint64_t to_ns(std::chrono::milliseconds ms) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(ms).count());
+}
+
+// "HOST:PORT" to an endpoint: IP addresses as they are, names through the resolver (which
+// blocks the calling thread for the lookup).
+Result<asio::ip::tcp::endpoint> resolve(asio::io_context& io, std::string_view address) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!split_host_port(address, host, port)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "expected HOST:PORT, got \"" + std::string(address) + "\"");
+  }
+  boost::system::error_code ec;
+  const asio::ip::address ip = asio::ip::make_address(host, ec);
+  if (!ec) return asio::ip::tcp::endpoint(ip, port);
+  asio::ip::tcp::resolver resolver(io);
+  const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || endpoints.empty()) {
+    return Status(ErrorCode::kConnectionFailed,
+                  "cannot resolve " + std::string(address) + ": " + ec.message());
+  }
+  return endpoints.begin()->endpoint();
+}
+
+// Whether a node other than the seed's that fails at connect() fails it: only when the
+// options are wrong for it (a refused token) or it is not Sluice. A node that is down is not
+// the client's fault: its keys fail until it answers.
+bool fails_connect(const Status& status) {
+  return status.code() == ErrorCode::kUnauthenticated || status.code() == ErrorCode::kProtocolError;
+}
+
 }  // namespace
+
+// ---- Impl: connections --------------------------------------------------------------------
+
+Client::Impl::Impl(ClientOptions opts, asio::io_context* external)
+    : options(std::move(opts)),
+      timeout_ns(to_ns(options.timeout)),
+      owned_io(external == nullptr ? std::make_unique<asio::io_context>(1) : nullptr),
+      io(external == nullptr ? *owned_io : *external),
+      timer(io),
+      batches(*this),
+      in_flight(options.max_in_flight) {
+  const auto shortest = std::min(options.timeout, options.connect_timeout);
+  tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
+                                               std::chrono::milliseconds(10));
+  io_connections.reserve(64);  // a node's shards and then some: ticks do not allocate
+  if (owned_io) {
+    work.emplace(io.get_executor());
+    thread = std::thread([this] { io.run(); });
+  }
+}
+
+Client::Impl::~Impl() {
+  if (owned_io) {
+    asio::post(io, [this] {
+      shut_down();
+      io.stop();
+    });
+    thread.join();
+    work.reset();
+    io.restart();
+  } else {
+    shut_down();
+    io.restart();
+  }
+  // Run what is still queued (aborted reads, writes and pauses, refusals posted to async
+  // callers) while the connections are alive: handlers and their memory may point into them.
+  // Bounded, in case an external io_context's owner keeps posting work of its own.
+  for (int round = 0; round < 64 && io.poll() > 0; ++round) {
+  }
+}
+
+void Client::Impl::shut_down() {
+  closed = true;
+  // Its own copy of the list: the timer's walk over snapshot() may be under way further up the
+  // stack.
+  std::vector<Connection*> all;
+  {
+    std::lock_guard lock(connections_mu);
+    for (auto& c : connections) all.push_back(c.get());
+  }
+  for (Connection* c : all) c->shut_down();  // fails a refresh under way, which wakes waiters
+  timer.cancel();
+  batches.for_each([](detail::AsyncBatch& batch) { batch.cancel_pause(); });
+  {
+    std::lock_guard lock(map_mu);
+    ++map_events;
+  }
+  map_cv.notify_all();
+}
+
+Connection& Client::Impl::add_connection(std::string name, asio::ip::tcp::endpoint endpoint,
+                                         std::uint16_t expected_shard) {
+  detail::ConnectionConfig config;
+  config.name = std::move(name);
+  config.endpoint = endpoint;
+  config.expected_shard = expected_shard;
+  config.client_name = options.client_name;
+  config.auth_token = options.auth_token;
+  config.timeout_ns = timeout_ns;
+  config.connect_timeout_ns = to_ns(options.connect_timeout);
+  config.in_flight_limit = &in_flight;
+  config.map_epoch = &map_epoch;
+  config.epoch_floor = &epoch_floor;
+  config.observer = this;
+  auto connection = std::make_unique<Connection>(io, std::move(config), [this] { arm_timer(); });
+  std::lock_guard lock(connections_mu);
+  connections.push_back(std::move(connection));
+  return *connections.back();
+}
+
+Status Client::Impl::wait_ready(Connection& connection) {
+  return connection.wait_ready(options.connect_timeout, /*run_io=*/!owned_io);
+}
+
+const std::vector<Connection*>& Client::Impl::snapshot() {
+  std::lock_guard lock(connections_mu);
+  io_connections.clear();
+  for (auto& c : connections) io_connections.push_back(c.get());
+  return io_connections;
+}
+
+void Client::Impl::arm_timer() {
+  if (timer_armed || closed) return;
+  timer_armed = true;
+  timer.expires_after(tick);
+  timer.async_wait(detail::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
+    timer_armed = false;
+    if (ec == asio::error::operation_aborted) return;
+    const std::uint64_t now = detail::steady_now_ns();
+    bool busy = false;
+    for (Connection* c : snapshot()) busy = c->expire(now) || busy;
+    if (retired_pending && armed.load(std::memory_order_acquire) && !closed) {
+      busy = !close_retired() || busy;
+    }
+    if (busy) arm_timer();  // not after a callback's close(): see arm_timer()
+  }));
+}
+
+// ---- Impl: routing and calls --------------------------------------------------------------
+
+void Client::Impl::publish(std::shared_ptr<const detail::Router> next) {
+  std::lock_guard lock(router_mu);
+  router = std::move(next);
+}
+
+Status Client::Impl::check_key(std::string_view key, const detail::NodeLimits& limits) {
+  if (key.empty()) return Status(ErrorCode::kInvalidKey, "key is empty");
+  if (key.size() > limits.max_key) {
+    return Status(ErrorCode::kInvalidKey, "key is " + std::to_string(key.size()) +
+                                              " bytes, the server's max key is " +
+                                              std::to_string(limits.max_key));
+  }
+  return Status();
+}
+
+Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallback* done,
+                                    BatchCallback* batch_done, bool probe) {
+  const std::shared_ptr<const detail::Router> current = current_router();
+  if (current->clustered()) {
+    // Its key is copied so that a REDIRECT or an UNAVAILABLE can send it again.
+    batches.take().run_one(request, probe, done, batch_done);
+    return Status();
+  }
+  const std::size_t owner = current->route(hash_key(request.key));
+  if (Status key_ok = check_key(request.key, current->owner(owner).limits); !key_ok.ok()) {
+    return key_ok;
+  }
+  Connection* connection = current->connection(owner);
+  if (connection == nullptr) return current->owner(owner).unreachable;
+  Completion completion;
+  completion.callback = done;
+  completion.batch_callback = batch_done;
+  completion.probe = probe;
+  completion.policy_quota = request.rule.limit;
+  completion.policy_window_ms = request.rule.period_ms;
+  return connection->submit(
+      [&request, probe](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        const std::size_t start = out.size();
+        detail::encode_acquire(out, id, request, framing);
+        // The same bytes, sent as a PING: the shard echoes them without deciding.
+        if (probe) protocol::set_opcode(out, start, protocol::Opcode::kPing);
+      },
+      completion);
+}
 
 Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
   DecisionWaiter waiter;
@@ -231,6 +440,312 @@ Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
   if (Status queued = submit_acquire(request, &done); !queued.ok()) return queued;
   return waiter.wait();
 }
+
+Result<bool> Client::Impl::reset(std::string_view key) {
+  const KeyHash hash = hash_key(key);
+  const std::uint64_t deadline = detail::steady_now_ns() + timeout_ns;
+  std::uint64_t jitter = deadline | 1;
+  bool redirected = false;
+  for (;;) {
+    const std::shared_ptr<const detail::Router> current = current_router();
+    const std::size_t owner = current->route(hash);
+    if (owner == detail::Router::kNoOwner) {
+      return Status(ErrorCode::kUnavailable, "no active node in the cluster map of epoch " +
+                                                 std::to_string(current->epoch()));
+    }
+    if (Status key_ok = check_key(key, current->owner(owner).limits); !key_ok.ok()) return key_ok;
+    // After a REDIRECT, a new owner that cannot be reached is reported as such.
+    const auto unreachable = [&](const Status& why) {
+      if (!redirected || why.code() != ErrorCode::kConnectionFailed) return why;
+      return Status(ErrorCode::kNotOwner,
+                    "redirected to " + current->owner(owner).node + ", which " + why.message());
+    };
+    Connection* connection = current->connection(owner);
+    if (connection == nullptr) return unreachable(current->owner(owner).unreachable);
+    ResetCall call;
+    Completion completion;
+    completion.sink = &call;
+    completion.deadline_ns = deadline;
+    Status queued = connection->submit(
+        [key](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+          const std::string_view keys[1] = {key};
+          protocol::encode_reset_request(out, id, keys, framing);
+        },
+        completion);
+    if (!queued.ok()) return unreachable(queued);
+    Result<ResetOutcome> outcome = call.wait();
+    if (!outcome.ok()) return unreachable(outcome.status());
+    switch (outcome->status) {
+      case protocol::ResetStatus::kRemoved:
+        return true;
+      case protocol::ResetStatus::kAbsent:
+        return false;
+      case protocol::ResetStatus::kInvalidKey:
+        return Status(ErrorCode::kInvalidKey, "key is empty or too long");
+      case protocol::ResetStatus::kRedirect:
+        if (!current->clustered() || redirected) {
+          return Status(ErrorCode::kNotOwner, "the node does not own the key (REDIRECT)");
+        }
+        redirected = true;
+        redirects_followed.fetch_add(1, std::memory_order_relaxed);
+        if (outcome->epoch > current->epoch()) wait_for_epoch(outcome->epoch, deadline);
+        continue;
+      case protocol::ResetStatus::kUnavailable: {
+        const std::uint64_t pause = detail::retry_pause_ns(jitter);
+        if (!current->clustered() || detail::steady_now_ns() + pause >= deadline) {
+          return Status(ErrorCode::kUnavailable, "the key's owner cannot serve it now");
+        }
+        unavailable_retries.fetch_add(1, std::memory_order_relaxed);
+        std::this_thread::sleep_for(std::chrono::nanoseconds(pause));
+        continue;
+      }
+    }
+    return unexpected_reply("RESET");
+  }
+}
+
+// ---- Impl: the cluster --------------------------------------------------------------------
+
+detail::NodeLink& Client::Impl::add_link(std::string id, std::string address) {
+  auto link = std::make_unique<detail::NodeLink>();
+  link->id = std::move(id);
+  link->address = std::move(address);
+  link->limits = detail::NodeLimits{info.max_frame, info.max_key, info.max_batch};
+  Result<asio::ip::tcp::endpoint> endpoint = resolve(io, link->address);
+  if (!endpoint.ok()) {
+    link->unreachable = Status(ErrorCode::kConnectionFailed, endpoint.status().message());
+  } else {
+    // Shard-aware, the public port carries only the first HELLO; keys go to the shards.
+    const unsigned publics = options.shard_aware ? 1 : options.connections_per_shard;
+    for (unsigned k = 0; k < publics; ++k) {
+      link->publics.push_back(&add_connection(link->address, *endpoint, protocol::kPublicPort));
+      link->publics.back()->begin_connect();
+    }
+  }
+  links.push_back(std::move(link));
+  return *links.back();
+}
+
+bool Client::Impl::learn_hello(detail::NodeLink& link) {
+  if (link.hello_known || link.publics.empty() || !link.publics.front()->ready()) return false;
+  const protocol::HelloReply hello = link.publics.front()->hello();
+  link.limits = detail::NodeLimits{hello.max_frame, hello.max_key, hello.max_batch};
+  link.hello_known = true;
+  if (options.shard_aware && !hello.shard_ports.empty() && link.shards.empty()) {
+    const asio::ip::address address = link.publics.front()->config().endpoint.address();
+    const std::string host = address.to_string();
+    for (std::size_t i = 0; i < hello.shard_ports.size(); ++i) {
+      const asio::ip::tcp::endpoint endpoint(address, hello.shard_ports[i]);
+      auto& group = link.shards.emplace_back();
+      for (unsigned k = 0; k < options.connections_per_shard; ++k) {
+        group.push_back(&add_connection(format_host_port(host, hello.shard_ports[i]), endpoint,
+                                        static_cast<std::uint16_t>(i)));
+        group.back()->begin_connect();  // all handshakes overlap
+      }
+    }
+  }
+  return true;
+}
+
+detail::NodeLink* Client::Impl::link_of(const Connection& connection) {
+  for (auto& link : links) {
+    for (const Connection* c : link->publics) {
+      if (c == &connection) return link.get();
+    }
+    for (const auto& shard : link->shards) {
+      for (const Connection* c : shard) {
+        if (c == &connection) return link.get();
+      }
+    }
+  }
+  return nullptr;
+}
+
+bool Client::Impl::adopt(cluster::ClusterMap map, Connection* via,
+                         std::optional<std::size_t> self) {
+  if (current_map && map.epoch() <= current_map->epoch()) return false;
+  // A node outside any cluster that has joined one: its link becomes the answering node's.
+  if (via != nullptr && self && *self < map.nodes().size()) {
+    if (detail::NodeLink* from = link_of(*via); from != nullptr && from->id.empty()) {
+      from->id = map.nodes()[*self].id;
+      from->address = map.nodes()[*self].address;
+    }
+  }
+  const cluster::Ring& ring = map.ring();
+  std::vector<const detail::NodeLink*> next(ring.nodes().size(), nullptr);
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    const cluster::ClusterNode& node =
+        map.nodes()[map.node_index(static_cast<cluster::NodeIndex>(i))];
+    detail::NodeLink* link = nullptr;
+    for (auto& l : links) {
+      if (l->id == node.id && l->address == node.address) link = l.get();
+    }
+    if (link == nullptr) {
+      link = &add_link(node.id, node.address);
+    } else if (link->retired) {
+      // Back in the ring: reconnect at once, as for a new node.
+      link->retired = false;
+      for (Connection* c : link->publics) c->begin_connect();
+      for (const auto& shard : link->shards) {
+        for (Connection* c : shard) c->begin_connect();
+      }
+    }
+    next[i] = link;
+  }
+  // Nodes out of the ring get no new calls; their connections close once the calls in flight
+  // on them are answered (a REDIRECT then sends an item on) or time out. The seed's public
+  // connection stays: ping(), stats() and cluster() use it.
+  for (auto& l : links) {
+    if (l->retired || std::find(next.begin(), next.end(), l.get()) != next.end()) continue;
+    if (!l->publics.empty() && l->publics.front() == control) continue;
+    l->retired = true;
+    retired_pending = true;
+  }
+  ring_links = std::move(next);
+  const std::uint64_t epoch = map.epoch();
+  current_map = std::move(map);
+  rebuild_router();
+  map_epoch.store(epoch, std::memory_order_relaxed);
+  if (epoch_floor.load(std::memory_order_relaxed) < epoch) {
+    epoch_floor.store(epoch, std::memory_order_relaxed);
+  }
+  if (retired_pending && armed.load(std::memory_order_acquire)) arm_timer();
+  return true;
+}
+
+void Client::Impl::rebuild_router() {
+  if (current_map) {
+    publish(detail::Router::for_cluster(*control, *current_map, ring_links, options.shard_aware));
+  } else {
+    publish(detail::Router::for_node(*control, *links.front(), options.shard_aware));
+  }
+}
+
+bool Client::Impl::close_retired() {
+  bool all_closed = true;
+  for (auto& link : links) {
+    if (!link->retired) continue;
+    for (Connection* c : link->publics) all_closed = c->close_if_idle() && all_closed;
+    for (const auto& shard : link->shards) {
+      for (Connection* c : shard) all_closed = c->close_if_idle() && all_closed;
+    }
+  }
+  retired_pending = !all_closed;
+  return all_closed;
+}
+
+void Client::Impl::request_refresh(Connection& via) {
+  if (closed) return;
+  if (refresh_via != nullptr) {  // one at a time: the next one goes when this one ends
+    refresh_again = &via;
+    return;
+  }
+  {
+    std::lock_guard lock(map_mu);
+    refreshing = true;
+  }
+  refresh_via = &via;
+  Completion completion;
+  completion.sink = &refresh_sink;
+  Status queued = via.submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_cluster_request(out, id, framing);
+      },
+      completion);
+  if (!queued.ok()) on_refresh_failure();
+}
+
+void Client::Impl::on_refresh_reply(const Frame& reply) {
+  protocol::ClusterMapMessage message;
+  if (reply.header.opcode != Opcode::kCluster ||
+      !protocol::parse_cluster_reply(reply.body, message)) {
+    return on_refresh_failure();
+  }
+  if (message.epoch != 0 || !message.nodes.empty()) {
+    cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(message);
+    if (!map) return on_refresh_failure();
+    std::optional<std::size_t> self;
+    if (message.self != protocol::kNotAMember) self = message.self;
+    if (adopt(std::move(map).value(), refresh_via, self)) {
+      map_refreshes.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  end_refresh();
+}
+
+void Client::Impl::on_refresh_failure() { end_refresh(); }
+
+void Client::Impl::end_refresh() {
+  refresh_via = nullptr;
+  Connection* again = std::exchange(refresh_again, nullptr);
+  {
+    std::lock_guard lock(map_mu);
+    refreshing = false;
+    ++map_events;
+  }
+  map_cv.notify_all();
+  const std::uint64_t have = map_epoch.load(std::memory_order_relaxed);
+  if (again != nullptr && !closed && epoch_floor.load(std::memory_order_relaxed) > have) {
+    // A newer epoch was seen while this refresh was under way and it did not bring it.
+    request_refresh(*again);
+  } else {
+    // The next reply above the map in force starts a refresh again (this one may have failed).
+    epoch_floor.store(have, std::memory_order_relaxed);
+  }
+  waking.swap(map_waiters);
+  for (detail::AsyncBatch* batch : waking) batch->on_map();  // may wait again: map_waiters
+  waking.clear();
+}
+
+bool Client::Impl::wait_for_map(detail::AsyncBatch& batch) {
+  if (closed || refresh_via == nullptr) return false;
+  map_waiters.push_back(&batch);
+  return true;
+}
+
+void Client::Impl::wait_for_epoch(std::uint64_t epoch, std::uint64_t deadline_ns) {
+  std::unique_lock lock(map_mu);
+  const std::uint64_t events = map_events;
+  const std::chrono::steady_clock::time_point until{std::chrono::nanoseconds(deadline_ns)};
+  map_cv.wait_until(lock, until, [&] {
+    return map_epoch.load(std::memory_order_relaxed) >= epoch || !refreshing ||
+           map_events != events;
+  });
+}
+
+void Client::Impl::catch_up() {
+  if (closed) return;
+  bool learned = false;
+  for (auto& link : links) learned = learn_hello(*link) || learned;
+  if (learned) rebuild_router();
+  const std::uint64_t missed = missed_epoch.load(std::memory_order_relaxed);
+  if (missed > epoch_floor.load(std::memory_order_relaxed)) {
+    epoch_floor.store(missed, std::memory_order_relaxed);
+    request_refresh(*control);
+  }
+}
+
+void Client::Impl::on_newer_epoch(Connection& connection, std::uint64_t epoch) {
+  if (!armed.load(std::memory_order_acquire)) {
+    std::uint64_t seen = missed_epoch.load(std::memory_order_relaxed);
+    while (epoch > seen && !missed_epoch.compare_exchange_weak(seen, epoch)) {
+    }
+    return;
+  }
+  if (closed || epoch <= epoch_floor.load(std::memory_order_relaxed)) return;
+  epoch_floor.store(epoch, std::memory_order_relaxed);  // once per epoch, not per reply
+  request_refresh(connection);
+}
+
+void Client::Impl::on_ready(Connection& connection) {
+  if (!armed.load(std::memory_order_acquire) || closed) return;
+  detail::NodeLink* link = link_of(connection);
+  if (link != nullptr && link->publics.front() == &connection && learn_hello(*link)) {
+    rebuild_router();
+  }
+}
+
+// ---- Client -------------------------------------------------------------------------------
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
@@ -261,33 +776,33 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
         ErrorCode::kInvalidArgument,
         "auth_token is longer than " + std::to_string(protocol::kMaxTokenLength) + " bytes");
   }
-  auto impl = std::make_unique<Impl>(std::move(options), external);
-  const ClientOptions& opts = impl->options;
-
-  Status last(ErrorCode::kConnectionFailed, "no server answered");
-  Connection* public_port = nullptr;
-  asio::ip::tcp::endpoint public_endpoint;
-  for (const std::string& server : opts.servers) {
+  for (const std::string& server : options.servers) {
     std::string host;
     std::uint16_t port = 0;
     if (!split_host_port(server, host, port)) {
       return Status(ErrorCode::kInvalidArgument, "expected HOST:PORT, got \"" + server + "\"");
     }
-    boost::system::error_code ec;
-    asio::ip::tcp::resolver resolver(impl->io);
-    const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-    if (ec || endpoints.empty()) {
-      last = Status(ErrorCode::kConnectionFailed, "cannot resolve " + server + ": " + ec.message());
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), external);
+  const ClientOptions& opts = impl->options;
+
+  // The seed: the first server that answers HELLO.
+  Status last(ErrorCode::kConnectionFailed, "no server answered");
+  Connection* public_port = nullptr;
+  asio::ip::tcp::endpoint public_endpoint;
+  for (const std::string& server : opts.servers) {
+    Result<asio::ip::tcp::endpoint> endpoint = resolve(impl->io, server);
+    if (!endpoint.ok()) {
+      last = endpoint.status();
       continue;
     }
-    const asio::ip::tcp::endpoint endpoint = endpoints.begin()->endpoint();
-    Connection& candidate = impl->add_connection(server, endpoint, protocol::kPublicPort);
+    Connection& candidate = impl->add_connection(server, *endpoint, protocol::kPublicPort);
     if (Status ready = impl->wait_ready(candidate); !ready.ok()) {
       last = ready;
       continue;  // the failed connection stays owned by impl, idle
     }
     public_port = &candidate;
-    public_endpoint = endpoint;
+    public_endpoint = *endpoint;
     impl->info.endpoint = server;
     break;
   }
@@ -299,36 +814,75 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
   impl->info.max_frame = hello.max_frame;
   impl->info.max_key = hello.max_key;
   impl->info.max_batch = hello.max_batch;
-
-  // owners[i]: the connections that carry owner i's keys.
-  std::vector<std::vector<Connection*>> owners;
-  const asio::ip::address address = public_endpoint.address();
-  const std::string host = address.is_v6() ? "[" + address.to_string() + "]" : address.to_string();
-  if (opts.shard_aware && !hello.shard_ports.empty()) {
-    for (std::size_t i = 0; i < hello.shard_ports.size(); ++i) {
-      const asio::ip::tcp::endpoint endpoint(address, hello.shard_ports[i]);
-      auto& group = owners.emplace_back();
-      for (unsigned k = 0; k < opts.connections_per_shard; ++k) {
-        group.push_back(&impl->add_connection(host + ":" + std::to_string(hello.shard_ports[i]),
-                                              endpoint, static_cast<std::uint16_t>(i)));
-        group.back()->begin_connect();  // all handshakes overlap
+  impl->control = public_port;
+  {
+    auto seed = std::make_unique<detail::NodeLink>();
+    seed->address = impl->info.endpoint;
+    seed->publics.push_back(public_port);
+    if (!opts.shard_aware) {
+      for (unsigned k = 1; k < opts.connections_per_shard; ++k) {
+        seed->publics.push_back(
+            &impl->add_connection(impl->info.endpoint, public_endpoint, protocol::kPublicPort));
+        seed->publics.back()->begin_connect();
       }
     }
-  } else {
-    auto& group = owners.emplace_back(1, public_port);
-    for (unsigned k = 1; k < opts.connections_per_shard; ++k) {
-      group.push_back(
-          &impl->add_connection(impl->info.endpoint, public_endpoint, protocol::kPublicPort));
-      group.back()->begin_connect();
-    }
+    impl->links.push_back(std::move(seed));
+    impl->learn_hello(*impl->links.front());  // its shard connections start connecting
   }
-  for (const auto& group : owners) {
-    for (Connection* c : group) {
-      if (Status ready = impl->wait_ready(*c); !ready.ok()) return ready;
+
+  // The seed's map: a node outside any cluster is the only node; a member names the others.
+  ClusterCall call;
+  Completion completion;
+  completion.sink = &call;
+  Status queued = public_port->submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_cluster_request(out, id, framing);
+      },
+      completion);
+  if (!queued.ok()) return queued;
+  Result<protocol::ClusterMapMessage> message = call.wait(impl->owned_io ? nullptr : &impl->io);
+  if (!message.ok()) return message.status();
+  if (message->epoch != 0 || !message->nodes.empty()) {
+    cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
+    if (!map) {
+      return Status(ErrorCode::kProtocolError, "the cluster map from " + impl->info.endpoint +
+                                                   " is not valid: " + map.error());
+    }
+    std::optional<std::size_t> self;
+    if (message->self != protocol::kNotAMember) self = message->self;
+    impl->adopt(std::move(map).value(), public_port, self);
+  }
+
+  // Every other node's public port, then every shard: all connect at once (eager), so that
+  // no call pays for a handshake and every key goes straight to its shard.
+  std::vector<bool> up(impl->links.size(), true);
+  for (std::size_t l = 1; l < impl->links.size(); ++l) {
+    detail::NodeLink& link = *impl->links[l];
+    if (link.retired || link.publics.empty()) {
+      up[l] = false;
+      continue;
+    }
+    Status ready = impl->wait_ready(*link.publics.front());
+    if (!ready.ok() && fails_connect(ready)) return ready;
+    up[l] = ready.ok();
+    if (ready.ok()) impl->learn_hello(link);
+  }
+  for (std::size_t l = 0; l < impl->links.size(); ++l) {
+    if (!up[l]) continue;
+    detail::NodeLink& link = *impl->links[l];
+    std::vector<Connection*> all(link.publics.begin(), link.publics.end());
+    for (const auto& shard : link.shards) all.insert(all.end(), shard.begin(), shard.end());
+    for (Connection* c : all) {
+      Status ready = impl->wait_ready(*c);
+      // The seed's node must be whole, as a single node always had to be.
+      if (!ready.ok() && (l == 0 || fails_connect(ready))) return ready;
+      if (!ready.ok()) break;
     }
   }
   if (external != nullptr && external->stopped()) external->restart();
-  impl->router = std::make_unique<detail::SingleNodeRouter>(*public_port, std::move(owners));
+  impl->rebuild_router();
+  impl->armed.store(true, std::memory_order_release);
+  asio::post(impl->io, [raw = impl.get()] { raw->catch_up(); });
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -386,29 +940,15 @@ std::vector<Result<Decision>> Client::acquire_batch(std::span<const AcquireReque
   return results;
 }
 
-Result<bool> Client::reset(std::string_view key) {
-  if (Status key_ok = impl_->check_key(key); !key_ok.ok()) return key_ok;
-  ResetCall call;
-  Completion completion;
-  completion.sink = &call;
-  Connection& connection = impl_->router->connection(impl_->router->route(hash_key(key)));
-  Status queued = connection.submit(
-      [key](protocol::Bytes& out, std::uint32_t id) {
-        const std::string_view keys[1] = {key};
-        protocol::encode_reset_request(out, id, keys);
-      },
-      completion);
-  if (!queued.ok()) return queued;
-  return call.wait();
-}
+Result<bool> Client::reset(std::string_view key) { return impl_->reset(key); }
 
 Result<std::chrono::nanoseconds> Client::ping() {
   PingCall call;
   Completion completion;
   completion.sink = &call;
-  Status queued = impl_->router->control().submit(
-      [](protocol::Bytes& out, std::uint32_t id) {
-        protocol::encode_ping(out, id, std::span<const std::uint8_t>(), false);
+  Status queued = impl_->control->submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_ping(out, id, std::span<const std::uint8_t>(), false, framing);
       },
       completion);
   if (!queued.ok()) return queued;
@@ -419,12 +959,64 @@ Result<std::vector<Stat>> Client::stats() {
   StatsCall call;
   Completion completion;
   completion.sink = &call;
-  Status queued = impl_->router->control().submit(
-      [](protocol::Bytes& out, std::uint32_t id) { protocol::encode_stats_request(out, id); },
+  Status queued = impl_->control->submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_stats_request(out, id, framing);
+      },
       completion);
   if (!queued.ok()) return queued;
   return call.wait();
 }
+
+Result<ClusterInfo> Client::cluster() {
+  ClusterCall call;
+  Completion completion;
+  completion.sink = &call;
+  Status queued = impl_->control->submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_cluster_request(out, id, framing);
+      },
+      completion);
+  if (!queued.ok()) return queued;
+  Result<protocol::ClusterMapMessage> message = call.wait();
+  if (!message.ok()) return message.status();
+  ClusterInfo out;
+  out.epoch = message->epoch;
+  if (message->epoch == 0 && message->nodes.empty()) return out;
+  cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
+  if (!map) {
+    return Status(ErrorCode::kProtocolError,
+                  "the cluster map from " + impl_->info.endpoint + " is not valid: " + map.error());
+  }
+  const cluster::Ring& ring = map->ring();
+  out.partitions = ring.partition_count();
+  out.vnodes_per_node = ring.params().vnodes_per_node;
+  std::vector<std::uint32_t> primaries(ring.nodes().size(), 0);
+  std::vector<std::uint32_t> replicas(ring.nodes().size(), 0);
+  for (const cluster::PartitionOwners& owners : ring.partitions()) {
+    if (owners.primary != cluster::kNoNode) ++primaries[owners.primary];
+    if (owners.replica != cluster::kNoNode) ++replicas[owners.replica];
+  }
+  for (const cluster::ClusterNode& node : map->nodes()) {
+    ClusterNodeInfo info;
+    info.id = node.id;
+    info.address = node.address;
+    info.state = std::string(cluster::node_state_name(node.state));
+    if (const std::optional<cluster::NodeIndex> index = ring.find(node.id)) {
+      info.primary_partitions = primaries[*index];
+      info.replica_partitions = replicas[*index];
+    }
+    out.nodes.push_back(std::move(info));
+  }
+  if (message->self != protocol::kNotAMember) out.self = message->self;
+  return out;
+}
+
+std::uint64_t Client::cluster_epoch() const {
+  return impl_->map_epoch.load(std::memory_order_relaxed);
+}
+
+std::size_t Client::node_count() const { return impl_->current_router()->node_count(); }
 
 void Client::close() {
   if (impl_->owned_io) {
@@ -442,13 +1034,18 @@ void Client::close() {
 
 ClientCounters Client::counters() const {
   ClientCounters sum;
-  std::lock_guard lock(impl_->connections_mu);
-  for (const auto& c : impl_->connections) {
-    const ClientCounters one = c->counters();
-    sum.timed_out += one.timed_out;
-    sum.withdrawn += one.withdrawn;
-    sum.late_replies += one.late_replies;
+  {
+    std::lock_guard lock(impl_->connections_mu);
+    for (const auto& c : impl_->connections) {
+      const ClientCounters one = c->counters();
+      sum.timed_out += one.timed_out;
+      sum.withdrawn += one.withdrawn;
+      sum.late_replies += one.late_replies;
+    }
   }
+  sum.map_refreshes = impl_->map_refreshes.load(std::memory_order_relaxed);
+  sum.redirects_followed = impl_->redirects_followed.load(std::memory_order_relaxed);
+  sum.unavailable_retries = impl_->unavailable_retries.load(std::memory_order_relaxed);
   return sum;
 }
 

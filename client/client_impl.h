@@ -1,21 +1,25 @@
-// Internal: the state behind a Client, shared by client.cpp (the calls, connecting) and
-// async_batch.cpp (the batches). Which thread owns what is said member by member.
+// Internal: the state behind a Client, shared by client.cpp (the calls, connecting, following the
+// cluster map) and async_batch.cpp (the batches). Which thread owns what is said member by
+// member; "I/O side" means: connect() alone until it returns (`armed` is false), then only the
+// I/O thread.
 #pragma once
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
 
-#include <algorithm>
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -23,152 +27,91 @@
 #include "client/client.h"
 #include "client/connection.h"
 #include "client/router.h"
-#include "core/key_hash.h"
-#include "protocol/messages.h"
+#include "cluster/cluster_map.h"
 
 namespace sluice::client {
 
-struct Client::Impl {
-  Impl(ClientOptions opts, boost::asio::io_context* external)
-      : options(std::move(opts)),
-        owned_io(external == nullptr ? std::make_unique<boost::asio::io_context>(1) : nullptr),
-        io(external == nullptr ? *owned_io : *external),
-        timer(io),
-        batches(*this),
-        in_flight(options.max_in_flight) {
-    const auto shortest = std::min(options.timeout, options.connect_timeout);
-    tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
-                                                 std::chrono::milliseconds(10));
-    io_connections.reserve(64);  // a node's shards and then some: ticks do not allocate
-    if (owned_io) {
-      work.emplace(io.get_executor());
-      thread = std::thread([this] { io.run(); });
-    }
-  }
+struct Client::Impl final : detail::ConnectionObserver {
+  Impl(ClientOptions opts, boost::asio::io_context* external);
+  ~Impl();
 
-  ~Impl() {
-    if (owned_io) {
-      boost::asio::post(io, [this] {
-        shut_down();
-        io.stop();
-      });
-      thread.join();
-      work.reset();
-      io.restart();
-    } else {
-      shut_down();
-      io.restart();
-    }
-    // Run what is still queued (aborted reads and writes, refusals posted to async callers)
-    // while the connections are alive: handlers and their memory may point into them. Bounded,
-    // in case an external io_context's owner keeps posting work of its own.
-    for (int round = 0; round < 64 && io.poll() > 0; ++round) {
-    }
-  }
-
-  // The I/O side: fails everything in flight, closes every connection, stops the timer. May
-  // run inside a callback, hence its own copy of the list: the timer's walk over snapshot()
-  // may be under way further up the stack.
-  void shut_down() {
-    closed = true;
-    std::vector<detail::Connection*> all;
-    {
-      std::lock_guard lock(connections_mu);
-      for (auto& c : connections) all.push_back(c.get());
-    }
-    for (detail::Connection* c : all) c->shut_down();
-    timer.cancel();
-  }
+  // ---- connections -------------------------------------------------------------------------
 
   detail::Connection& add_connection(std::string name, boost::asio::ip::tcp::endpoint endpoint,
-                                     std::uint16_t expected_shard) {
-    detail::ConnectionConfig config;
-    config.name = std::move(name);
-    config.endpoint = endpoint;
-    config.expected_shard = expected_shard;
-    config.client_name = options.client_name;
-    config.auth_token = options.auth_token;
-    config.timeout_ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
-    config.connect_timeout_ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(options.connect_timeout).count());
-    config.in_flight_limit = &in_flight;
-    auto connection =
-        std::make_unique<detail::Connection>(io, std::move(config), [this] { arm_timer(); });
-    std::lock_guard lock(connections_mu);
-    connections.push_back(std::move(connection));
-    return *connections.back();
-  }
-
+                                     std::uint16_t expected_shard);
   // Waits for the handshake; with an external io_context, by running it.
-  Status wait_ready(detail::Connection& connection) {
-    return connection.wait_ready(options.connect_timeout, /*run_io=*/!owned_io);
-  }
-
+  Status wait_ready(detail::Connection& connection);
+  // The I/O side: fails everything in flight, closes every connection, stops the timer and
+  // ends what waits for a map or a pause. May run inside a callback.
+  void shut_down();
   // I/O thread: the current list, copied into a reused vector (no allocation per tick).
-  const std::vector<detail::Connection*>& snapshot() {
-    std::lock_guard lock(connections_mu);
-    io_connections.clear();
-    for (auto& c : connections) io_connections.push_back(c.get());
-    return io_connections;
-  }
-
+  const std::vector<detail::Connection*>& snapshot();
   // I/O thread. One timer for the whole client: while anything is in flight it ticks every
   // `tick` and each connection fails what is past its deadline. No timer per call.
-  void arm_timer() {
-    if (timer_armed || closed) return;
-    timer_armed = true;
-    timer.expires_after(tick);
-    timer.async_wait(detail::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
-      timer_armed = false;
-      if (ec == boost::asio::error::operation_aborted) return;
-      const std::uint64_t now = detail::steady_now_ns();
-      bool busy = false;
-      for (detail::Connection* c : snapshot()) busy = c->expire(now) || busy;
-      if (busy) arm_timer();  // not after a callback's close(): see arm_timer()
-    }));
-  }
+  void arm_timer();
 
-  Status check_key(std::string_view key) const {
-    if (key.empty()) return Status(ErrorCode::kInvalidKey, "key is empty");
-    if (key.size() > info.max_key) {
-      return Status(ErrorCode::kInvalidKey, "key is " + std::to_string(key.size()) +
-                                                " bytes, the server's max key is " +
-                                                std::to_string(info.max_key));
-    }
-    return Status();
+  // ---- routing -----------------------------------------------------------------------------
+
+  // The router in force. Any thread.
+  std::shared_ptr<const detail::Router> current_router() const {
+    std::lock_guard lock(router_mu);
+    return router;
   }
+  // I/O side.
+  void publish(std::shared_ptr<const detail::Router> next);
+  // kInvalidKey unless the key fits the owner's max_key.
+  static Status check_key(std::string_view key, const detail::NodeLimits& limits);
+
+  // ---- calls -------------------------------------------------------------------------------
 
   // On failure `done` was not moved from and nothing was queued. Exactly one of `done` and
-  // `batch_done` is given.
-  // `probe` sends the ACQUIRE frame's bytes as a PING (probe_batch_async of one item).
+  // `batch_done` is given. `probe` sends the ACQUIRE frame's bytes as a PING (probe_batch_async
+  // of one item). In a cluster the call becomes a one-item batch, which can follow a REDIRECT.
   Status submit_acquire(const AcquireRequest& request, AcquireCallback* done,
-                        BatchCallback* batch_done = nullptr, bool probe = false) {
-    if (Status key_ok = check_key(request.key); !key_ok.ok()) return key_ok;
-    detail::Connection& connection = router->connection(router->route(hash_key(request.key)));
-    detail::Completion completion;
-    completion.callback = done;
-    completion.batch_callback = batch_done;
-    completion.probe = probe;
-    completion.policy_quota = request.rule.limit;
-    completion.policy_window_ms = request.rule.period_ms;
-    return connection.submit(
-        [&request, probe](protocol::Bytes& out, std::uint32_t id) {
-          const std::size_t start = out.size();
-          detail::encode_acquire(out, id, request);
-          // The same bytes, sent as a PING: the shard echoes them without deciding.
-          if (probe) protocol::set_opcode(out, start, protocol::Opcode::kPing);
-        },
-        completion);
-  }
-
-  // Blocks the calling thread until the I/O thread answers (client.cpp).
+                        BatchCallback* batch_done = nullptr, bool probe = false);
+  // Blocks the calling thread until the I/O thread answers.
   Result<Decision> acquire_sync(const AcquireRequest& request);
-
   // async_batch.cpp.
   void batch_async(std::span<const AcquireRequest> items, bool probe, BatchCallback& done);
+  // Follows a REDIRECT or an UNAVAILABLE on the calling thread (it may block).
+  Result<bool> reset(std::string_view key);
+
+  // ---- the cluster (I/O side) --------------------------------------------------------------
+
+  // A link to the node at `address` ("HOST:PORT"), its public connections connecting.
+  detail::NodeLink& add_link(std::string id, std::string address);
+  // Takes the node's limits (and, shard-aware, opens its shard connections) from the HELLO of
+  // its first public connection, once that is answered. True when it did.
+  bool learn_hello(detail::NodeLink& link);
+  // Routes by `map` if it is newer than the map in force: links for its active nodes (new ones
+  // connect at once), the others retired. `via` answered with `map`, being its node `self`.
+  bool adopt(cluster::ClusterMap map, detail::Connection* via, std::optional<std::size_t> self);
+  // A new router for the links as they are (a node's shards became known).
+  void rebuild_router();
+  detail::NodeLink* link_of(const detail::Connection& connection);
+  // Closes the idle connections of retired links; false while some are still busy.
+  bool close_retired();
+
+  // Asks `via` for its map (CLUSTER), unless a refresh is under way (then once it ends).
+  void request_refresh(detail::Connection& via);
+  void on_refresh_reply(const protocol::Frame& reply);
+  void on_refresh_failure();
+  // Wakes every batch and sync call waiting for a map: a refresh ended (or the client closes).
+  void end_refresh();
+  // A batch waits for the refresh under way; false (nothing registered) when there is none.
+  bool wait_for_map(detail::AsyncBatch& batch);
+  // Any thread but the I/O thread: waits until the map's epoch reaches `epoch`, the refresh
+  // under way ends, or `deadline_ns` passes.
+  void wait_for_epoch(std::uint64_t epoch, std::uint64_t deadline_ns);
+  // Posted once connect() returns: what the I/O side saw while it was not armed.
+  void catch_up();
+
+  // detail::ConnectionObserver, I/O thread.
+  void on_newer_epoch(detail::Connection& connection, std::uint64_t epoch) override;
+  void on_ready(detail::Connection& connection) override;
 
   ClientOptions options;
+  std::uint64_t timeout_ns = 0;
   std::unique_ptr<boost::asio::io_context> owned_io;  // null with an external io_context
   boost::asio::io_context& io;
   boost::asio::steady_timer timer;
@@ -182,8 +125,51 @@ struct Client::Impl {
   std::mutex connections_mu;                        // guards the list; connections live until ~Impl
   std::vector<std::unique_ptr<detail::Connection>> connections;
   std::vector<detail::Connection*> io_connections;  // I/O thread: snapshot()'s buffer
-  std::unique_ptr<detail::Router> router;
-  ServerInfo info;
+  ServerInfo info;                                  // the seed's HELLO
+  detail::Connection* control = nullptr;            // the seed's public connection
+
+  mutable std::mutex router_mu;
+  std::shared_ptr<const detail::Router> router;  // guarded by router_mu; never null once connected
+
+  // The epoch frames carry (the map's), and the highest epoch the client has or has asked for:
+  // replies above it start a refresh. Written on the I/O side, read anywhere.
+  std::atomic<std::uint64_t> map_epoch{0};
+  std::atomic<std::uint64_t> epoch_floor{0};
+  // False until connect() has built the I/O side; the observer only notes what it sees then.
+  std::atomic<bool> armed{false};
+  std::atomic<std::uint64_t> missed_epoch{0};
+
+  // I/O side.
+  std::vector<std::unique_ptr<detail::NodeLink>> links;
+  std::optional<cluster::ClusterMap> current_map;   // empty: a node outside any cluster
+  std::vector<const detail::NodeLink*> ring_links;  // by ring NodeIndex of current_map
+  bool retired_pending = false;                     // a retired link still has a connection open
+  class RefreshSink final : public detail::ReplySink {
+   public:
+    explicit RefreshSink(Impl& impl) : impl_(impl) {}
+    void on_reply(std::uint32_t, const protocol::Frame& reply) override {
+      impl_.on_refresh_reply(reply);
+    }
+    void on_failure(std::uint32_t, const Status&) override { impl_.on_refresh_failure(); }
+
+   private:
+    Impl& impl_;
+  } refresh_sink{*this};
+  detail::Connection* refresh_via = nullptr;    // the connection the refresh under way asked
+  detail::Connection* refresh_again = nullptr;  // a newer epoch came from it meanwhile
+  std::vector<detail::AsyncBatch*> map_waiters;
+  std::vector<detail::AsyncBatch*> waking;  // end_refresh()'s buffer
+
+  // Sync calls waiting for a map (reset): refreshing and map_events change under map_mu.
+  std::mutex map_mu;
+  std::condition_variable map_cv;
+  bool refreshing = false;       // written on the I/O thread
+  std::uint64_t map_events = 0;  // refreshes ended, and shut_down()
+
+  std::atomic<std::uint64_t> map_refreshes{0};
+  std::atomic<std::uint64_t> redirects_followed{0};
+  std::atomic<std::uint64_t> unavailable_retries{0};
+
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
   std::thread thread;
 };
