@@ -1,6 +1,7 @@
 // CounterTable throughput on one thread: find (acquire on a stored key), insert (acquire on a
 // new key, with and without growth, and at the memory cap where every insert evicts), sliding
-// log, and sweep; then the longest single insert while a table grows, and memory per key.
+// log, records between nodes (export, apply, scan), and sweep; then the longest single insert
+// while a table grows, and memory per key.
 // Keys are uniformly random 128-bit hashes, computed before timing or made on the fly.
 #include <benchmark/benchmark.h>
 
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -201,6 +203,87 @@ void BM_SlidingLogAtCap(benchmark::State& state) {
   state.counters["failed"] = static_cast<double>(table.stats().failed_inserts);
 }
 BENCHMARK(BM_SlidingLogAtCap);
+
+// export_record() on a stored key, as a replication batch reads each changed record. Arg 0:
+// 1M token bucket keys; arg 1: 100k sliding logs of 50 entries each (limit 100), copied out.
+void BM_ExportRecord(benchmark::State& state) {
+  const bool logs = state.range(0) != 0;
+  const std::size_t n = logs ? 100'000 : kKeys;
+  const auto keys = random_keys(n, 10);
+  const Rule log{Algorithm::kSlidingLog, 100, 3'600'000, 0};
+  CounterTable table(roomy(16));
+  for (const KeyHash& k : keys) table.acquire(k, logs ? log : kBucket, Request{kT0, 50, false});
+  sluice::server::RecordImage image;
+  std::vector<std::uint64_t> entries;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(table.export_record(keys[(i * 7919) % n], kT0, image, entries));
+    benchmark::DoNotOptimize(image);
+    ++i;
+  }
+}
+BENCHMARK(BM_ExportRecord)->Arg(0)->Arg(1)->ArgName("log");
+
+// apply_record() of a token bucket record. Arg 0: a new key, into a table sized for 1M keys (no
+// growth; refilled every 1M applies, untimed), as a new replica fills. Arg 1: a newer image of
+// one of 1M stored keys, so each apply replaces the state.
+void BM_ApplyRecord(benchmark::State& state) {
+  const bool existing = state.range(0) != 0;
+  const auto keys = random_keys(kKeys, 11);
+  const auto make_table = [] { return std::make_unique<CounterTable>(roomy(kKeys * 10 / 9 + 1)); };
+  auto table = make_table();
+  sluice::server::RecordImage image;
+  image.algorithm = static_cast<std::uint8_t>(Algorithm::kTokenBucket);
+  image.capacity_class = 14;
+  image.idle_at_ns = kT0 + 3'600'000'000'000ull;
+  image.state = {kT0, 1};
+  if (existing) {
+    for (const KeyHash& k : keys) {
+      image.key = k;
+      table->apply_record(image, {}, kT0);
+    }
+  }
+  std::uint64_t now = kT0;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    if (!existing && i == kKeys) {
+      state.PauseTiming();
+      table = make_table();
+      i = 0;
+      state.ResumeTiming();
+    }
+    image.key = existing ? keys[(i * 7919) % kKeys] : keys[i];
+    image.state.a = now += kStepNs;  // a later refill time: newer than what is stored
+    benchmark::DoNotOptimize(table->apply_record(image, {}, kT0));
+    ++i;
+  }
+}
+BENCHMARK(BM_ApplyRecord)->Arg(0)->Arg(1)->ArgName("existing");
+
+// scan() over 1M token bucket keys in pages of 256, restarting when done: time per record
+// visited. Arg 0: every record wanted; arg 1: the records of 1/16 of the partitions (hi >> 48),
+// so each visit also pays for the 15 records passed over, as a PULL of a few partitions does.
+void BM_ScanPerRecord(benchmark::State& state) {
+  const bool some = state.range(0) != 0;
+  const auto keys = random_keys(kKeys, 12);
+  CounterTable table(roomy(16));
+  fill(table, keys, kBucket, kT0);
+  std::uint64_t cursor = 0;
+  std::uint64_t sum = 0;
+  std::int64_t visited = 0;
+  for (auto _ : state) {
+    const sluice::server::ScanResult page = table.scan(
+        cursor, 256, kT0, [some](const KeyHash& k) { return !some || (k.hi >> 48) % 16 == 5; },
+        [&sum](const sluice::server::RecordImage& image, std::span<const std::uint64_t>) {
+          sum += image.state.a;
+        });
+    cursor = page.next_cursor;
+    visited += static_cast<std::int64_t>(page.visited);
+  }
+  benchmark::DoNotOptimize(sum);
+  state.SetItemsProcessed(visited);
+}
+BENCHMARK(BM_ScanPerRecord)->Arg(0)->Arg(1)->ArgName("partitions");
 
 // Examining slots that hold live records (nothing to drop): time per slot.
 void BM_SweepLive(benchmark::State& state) {

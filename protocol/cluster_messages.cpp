@@ -12,7 +12,8 @@ namespace sluice::protocol {
 
 namespace {
 
-constexpr std::size_t kU8Max = std::numeric_limits<std::uint8_t>::max();
+[[maybe_unused]] constexpr std::size_t kU8Max =
+    std::numeric_limits<std::uint8_t>::max();  // asserts
 constexpr std::size_t kU16Max = std::numeric_limits<std::uint16_t>::max();
 constexpr std::size_t kClusterFixedSize = 16;
 constexpr std::size_t kPullRequestFixedSize = 14;
@@ -303,6 +304,13 @@ RecordFrame begin_pull_reply(Bytes& out, std::uint32_t request_id, const PullRep
   encode_fixed16(p + 2, 0);
   encode_fixed64(p + 4, header.next_cursor);
   return frame;
+}
+
+void set_pull_reply_header(Bytes& out, const RecordFrame& frame, const PullReplyHeader& header) {
+  std::uint8_t* p = out.data() + frame.count_at - 2;  // flags, reserved, then the count
+  p[0] =
+      static_cast<std::uint8_t>((header.fenced ? kPullFenced : 0) | (header.done ? kPullDone : 0));
+  encode_fixed64(p + 4, header.next_cursor);
 }
 
 ParseResult parse_pull_reply(std::span<const std::uint8_t> body, PullReplyHeader& header,

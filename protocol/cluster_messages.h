@@ -133,6 +133,8 @@ struct PullReplyHeader {
 // Records are added as for REPLICATE (add_record, finish_records).
 RecordFrame begin_pull_reply(Bytes& out, std::uint32_t request_id, const PullReplyHeader& header,
                              const Framing& framing = {});
+// Rewrites the header of a PULL reply being written (once the page's end is known).
+void set_pull_reply_header(Bytes& out, const RecordFrame& frame, const PullReplyHeader& header);
 ParseResult parse_pull_reply(std::span<const std::uint8_t> body, PullReplyHeader& header,
                              std::vector<WireRecord>& out);
 

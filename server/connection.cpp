@@ -30,6 +30,8 @@ namespace {
 // Output buffers keep up to this much capacity once empty; larger ones are given back, so a
 // burst of replies does not pin its peak for the life of the connection.
 constexpr std::size_t kKeepOutput = 256 * 1024;
+// The least an input buffer grows to beyond kBaseInputBuffer (a large frame is arriving).
+constexpr std::size_t kGrownInput = 128 * 1024;
 // What a handed-over item holds until its task is back: the item and its result slot.
 constexpr std::size_t kBacklogItemBytes = sizeof(HandoverItem) + sizeof(protocol::AcquireResult);
 // How long a closing connection may take to send its last bytes and see the peer close.
@@ -265,7 +267,10 @@ asio::awaitable<void> Connection::read_loop() {
       } else {
         // A partial frame fills the buffer: grow toward the largest frame the decoder allows
         // (it rejects bigger ones from their header, so this always makes room).
-        const std::size_t capacity = std::min(in_capacity_ * 2, max_input);
+        // At least kGrownInput at once: a grown buffer is then mapped on its own by the
+        // allocator (sluiced's M_MMAP_THRESHOLD) and unmapped when freed, instead of leaving
+        // 64 KiB pieces behind in the shard's heap (docs/RELIABILITY.md, "What the tests found").
+        const std::size_t capacity = std::min(std::max(in_capacity_ * 2, kGrownInput), max_input);
         if (capacity <= in_capacity_) {
           shard_.counters()[Stat::kProtocolErrors].add();
           send_error_and_close(0, ErrorCode::kInternal, "input buffer exhausted");

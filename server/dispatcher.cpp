@@ -4,6 +4,7 @@
 
 #include <fmt/core.h>
 #include <algorithm>
+#include <boost/asio/post.hpp>
 
 #include "core/key_hash.h"
 #include "core/rule.h"
@@ -83,6 +84,12 @@ void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
       return handle_stats(peer, header.request_id, frame.body);
     case protocol::Opcode::kCluster:
       return handle_cluster(peer, header.request_id, frame.body);
+    case protocol::Opcode::kReplicate:
+      return handle_replicate(peer, header.request_id, frame.body);
+    case protocol::Opcode::kPull:
+      return handle_pull(peer, header.request_id, frame.body);
+    case protocol::Opcode::kReload:
+      return handle_reload(peer, header.request_id, frame.body);
     default:
       return fail(
           peer, header.request_id, ErrorCode::kUnknownOpcode,
@@ -107,6 +114,9 @@ void Dispatcher::handle_hello(Peer& peer, std::uint32_t request_id,
     return fail_authentication(peer, request_id, kWrongTokenMessage);
   }
   peer.authenticated_ = true;
+  if (request.client_name.starts_with(kNodeClientPrefix)) {
+    peer.peer_node_.assign(request.client_name.substr(kNodeClientPrefix.size()));
+  }
   protocol::HelloReply reply;
   reply.version = std::min(request.version, protocol::kVersion);
   reply.this_shard = peer.this_shard();
@@ -286,6 +296,106 @@ void Dispatcher::handle_cluster(Peer& peer, std::uint32_t request_id,
   static const protocol::ClusterMapMessage kNoCluster;
   protocol::encode_cluster_reply(peer.reply_buffer(), request_id,
                                  view != nullptr ? view->message : kNoCluster, framing_);
+}
+
+void Dispatcher::handle_replicate(Peer& peer, std::uint32_t request_id,
+                                  std::span<const std::uint8_t> body) {
+  if (const auto parsed = protocol::parse_replicate_request(body, records_); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  // Records come to the shard port of their owner, from the node that is their primary in this
+  // node's view; anything else is refused (and counted): a sender with another view, or a
+  // client posing as a node.
+  protocol::ReplicateReply reply;
+  const ClusterView* view = shard_.view();
+  const std::optional<cluster::NodeIndex> sender =
+      view != nullptr ? view->map.ring().find(peer.peer_node()) : std::nullopt;
+  const std::uint64_t now_ns = shard_.context().clock->now_ns();
+  for (const protocol::WireRecord& record : records_) {
+    const KeyHash hash{record.fp_lo, record.fp_hi};
+    const bool from_primary = sender.has_value() && view->map.ring().primary_of(hash) == *sender &&
+                              shard_for(hash, shard_.context().shard_count) == shard_.index();
+    if (!from_primary) {
+      ++reply.refused;
+      continue;
+    }
+    log_.clear();
+    for (std::uint32_t i = 0; i < record.log_count; ++i) log_.push_back(record.log_at(i));
+    shard_.apply_record(record, log_, now_ns);
+    ++reply.applied;
+  }
+  shard_.counters()[Stat::kReplicaApplied].add(reply.applied);
+  shard_.counters()[Stat::kReplicaRefused].add(reply.refused);
+  protocol::encode_replicate_reply(peer.reply_buffer(), request_id, reply, framing_);
+}
+
+void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
+                             std::span<const std::uint8_t> body) {
+  protocol::PullRequest request;
+  if (const auto parsed = protocol::parse_pull_request(body, request); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  const ClusterView* view = shard_.view();
+  if (peer.this_shard() == protocol::kPublicPort || view == nullptr) {
+    return fail(peer, request_id, ErrorCode::kMalformedFrame,
+                view == nullptr ? "PULL on a node outside any cluster"
+                                : "PULL goes to a shard's own port: each shard has its records");
+  }
+  // Only a member node may pull (and fence): it said HELLO as a node the map lists. (With a
+  // token, only holders of the token can say HELLO at all.)
+  if (peer.peer_node().empty() || view->map.find(peer.peer_node()) == nullptr) {
+    return fail(peer, request_id, ErrorCode::kMalformedFrame,
+                "PULL is for the cluster's nodes: say HELLO as a member node first");
+  }
+  const std::uint32_t partitions = view->map.ring().partition_count();
+  wanted_.assign(partitions, false);
+  for (const std::uint16_t p : request.partitions) {
+    if (p < partitions) wanted_[p] = true;
+  }
+  // Fencing first: no item of these partitions is decided here once the scan starts, on any
+  // shard (the states are the node's, and each shard reads them before each decision).
+  if (request.fence) {
+    for (const std::uint16_t p : request.partitions) {
+      if (p < partitions) view->states->set(p, PartitionServing::kFenced);
+    }
+  }
+  shard_.pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_, view->map.ring());
+}
+
+void Dispatcher::handle_reload(Peer& peer, std::uint32_t request_id,
+                               std::span<const std::uint8_t> body) {
+  if (const auto parsed = protocol::parse_reload_request(body); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  // The reply comes later, from the reload's thread back to this one; meanwhile the frame is
+  // pending as a handed-over one is (shutdown waits for it).
+  if (!shard_.context().reload_cluster) {  // a node without a Server around it (tests)
+    protocol::encode_reload_reply(peer.reply_buffer(), request_id,
+                                  protocol::ReloadReply{0, "not in static cluster mode"}, framing_);
+    return;
+  }
+  ++peer.frames_pending_;
+  const protocol::Framing framing = framing_;
+  Shard* shard = &shard_;
+  std::shared_ptr<Peer> keep = peer.shared_from_this();
+  shard_.context().reload_cluster(
+      [shard, keep, request_id, framing](std::uint64_t epoch, std::string message) {
+        boost::asio::post(
+            shard->io(), [shard, keep, request_id, framing, epoch, message = std::move(message)] {
+              shard->dispatcher().finish_reload(*keep, request_id, framing, epoch, message);
+            });
+      });
+}
+
+void Dispatcher::finish_reload(Peer& peer, std::uint32_t request_id,
+                               const protocol::Framing& framing, std::uint64_t epoch,
+                               std::string_view message) {
+  --peer.frames_pending_;
+  if (peer.wants_replies()) {
+    protocol::encode_reload_reply(peer.reply_buffer(), request_id,
+                                  protocol::ReloadReply{epoch, message}, framing);
+  }
+  peer.frame_finished();
 }
 
 }  // namespace sluice::server

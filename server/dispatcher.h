@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/key_hash.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/peer.h"
@@ -21,6 +22,10 @@ namespace sluice::server {
 
 class Shard;
 struct PendingFrame;
+
+// A node says HELLO with this client name and its id, so that the other node knows who sends
+// its REPLICATE batches.
+inline constexpr std::string_view kNodeClientPrefix = "sluiced/";
 
 // What dispatch_frames() did with a span of input.
 struct DispatchResult {
@@ -47,6 +52,10 @@ class Dispatcher {
   // replies) and tells the peer.
   void finish_frame(Peer& peer, PendingFrame& frame);
 
+  // The reply to a RELOAD, once the reload has run (on the peer's shard).
+  void finish_reload(Peer& peer, std::uint32_t request_id, const protocol::Framing& framing,
+                     std::uint64_t epoch, std::string_view message);
+
   // Whether the peer's cross-shard backlog is at its bound (kMaxFramesPending frames or
   // config.max_pending_items items): a transport stops dispatching its frames until it falls.
   static bool backlog_full(const Peer& peer, const ServerConfig& config);
@@ -57,6 +66,9 @@ class Dispatcher {
   void handle_reset(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_stats(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_cluster(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  void handle_replicate(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  void handle_pull(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  void handle_reload(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   // Sends the frame's foreign items (staged in the shard) to their owners.
   void hand_over(Peer& peer, PendingFrame* frame);
   // A protocol error: counts it and rejects the peer.
@@ -76,6 +88,9 @@ class Dispatcher {
   std::vector<std::uint32_t> local_items_;  // their indices
   std::vector<std::string_view> reset_keys_;
   std::vector<protocol::ResetStatus> reset_results_;
+  std::vector<protocol::WireRecord> records_;
+  std::vector<std::uint64_t> log_;
+  std::vector<bool> wanted_;  // by partition, for a PULL
 };
 
 }  // namespace sluice::server

@@ -1,7 +1,7 @@
 // The dispatcher's view of one client connection (docs/ARCHITECTURE.md, "Transport and
 // dispatch"): where its replies go, whether it wants more of them, and how it hears of errors
 // and of replies that complete later. server/connection.h implements it over a socket;
-// tests/server/memory_peer.h implements it in memory for the tests and the fuzz target.
+// tests/server/memory_node.h implements it in memory for the tests and the fuzz target.
 // A peer lives on one shard's thread; hand-over tasks hold a shared_ptr to it until they are
 // back, so it outlives its frames even after its socket closed.
 #pragma once
@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "protocol/frame.h"
@@ -39,6 +40,9 @@ class Peer : public std::enable_shared_from_this<Peer> {
   virtual bool stop_dispatching() const = 0;
 
   std::uint16_t this_shard() const { return this_shard_; }
+  // The id of the node at the other end when it said HELLO as a node ("sluiced/<id>"); empty
+  // for clients. REPLICATE is accepted only from a node that is the records' primary.
+  const std::string& peer_node() const { return peer_node_; }
   // Frames and items waiting for other shards (the cross-shard backlog of this peer).
   std::uint32_t frames_pending() const { return frames_pending_; }
   std::uint64_t items_pending() const { return items_pending_; }
@@ -49,6 +53,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
   std::uint32_t frames_pending_ = 0;
   std::uint64_t items_pending_ = 0;
   bool authenticated_ = false;  // a HELLO brought the right token (when the node has one)
+  std::string peer_node_;
 };
 
 }  // namespace sluice::server

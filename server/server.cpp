@@ -13,6 +13,7 @@
 #include <boost/asio/socket_base.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <system_error>
@@ -22,6 +23,7 @@
 #include "cluster/membership_file.h"
 #include "core/units.h"
 #include "server/cluster_view.h"
+#include "server/coordinator.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -93,6 +95,10 @@ struct Server::Impl {
   std::shared_ptr<PartitionStates> partition_states;
   std::shared_ptr<const ClusterView> view;  // the one in force; null outside a cluster
   std::atomic<std::uint64_t> epoch{0};
+  std::unique_ptr<Coordinator> coordinator;  // created with the first map, never destroyed early
+  // The same pointer, for the shard threads (RELOAD) and stop(), which must not take
+  // reload_mutex: a reload holding it waits for every shard thread (publish).
+  std::atomic<Coordinator*> coordinator_live{nullptr};
 
   std::string reload_locked();
   // Gives every shard `next`: directly before the threads run, else by a post, waiting until
@@ -150,7 +156,22 @@ std::string Server::Impl::reload_locked() {
       partition_states->size() != map->ring_params().partition_count()) {
     partition_states = std::make_shared<PartitionStates>(map->ring_params().partition_count());
   }
-  publish(make_cluster_view(*map, self, partition_states));
+  // The partitions this node is to serve but must fetch first are `pulling` before any shard
+  // decides by the new map (docs/ARCHITECTURE.md, "Moving partitions").
+  std::vector<PullPlan> plans = plan_pulls(view != nullptr ? &view->map : nullptr, *map, self);
+  for (const PullPlan& plan : plans) {
+    if (!plan.primary) continue;
+    for (const std::uint32_t p : plan.partitions) {
+      partition_states->set(p, PartitionServing::kPulling);
+    }
+  }
+  auto next = make_cluster_view(*map, self, partition_states);
+  publish(next);
+  if (coordinator == nullptr) {
+    coordinator = std::make_unique<Coordinator>(context);
+    coordinator_live.store(coordinator.get());
+  }
+  coordinator->start(std::move(next), std::move(plans));
   return "";
 }
 
@@ -161,19 +182,27 @@ void Server::Impl::publish(std::shared_ptr<const ClusterView> next) {
     for (auto& shard : context.shards) shard->set_view(next);
     return;
   }
-  std::mutex mutex;
-  std::condition_variable done;
-  std::size_t left = context.shards.size();
+  // Shared with the posted handlers: a stopping server may never run them, and then this
+  // returns without waiting for them (the state outlives it).
+  struct Pending {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::size_t left = 0;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = context.shards.size();
   for (auto& shard : context.shards) {
     Shard* s = shard.get();
-    boost::asio::post(s->io(), [s, next, &mutex, &done, &left] {
+    boost::asio::post(s->io(), [s, next, pending] {
       s->set_view(next);
-      std::lock_guard<std::mutex> lock(mutex);
-      if (--left == 0) done.notify_all();
+      std::lock_guard<std::mutex> lock(pending->mutex);
+      if (--pending->left == 0) pending->done.notify_all();
     });
   }
-  std::unique_lock<std::mutex> lock(mutex);
-  done.wait(lock, [&] { return left == 0; });
+  std::unique_lock<std::mutex> lock(pending->mutex);
+  while (pending->left != 0 && !stop_requested.load()) {
+    pending->done.wait_for(lock, std::chrono::milliseconds(50));
+  }
 }
 
 Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
@@ -254,7 +283,9 @@ void Server::start() {
   context.shard_ports.resize(context.shard_count);
   for (unsigned i = 0; i < context.shard_count; ++i) {
     unsigned wanted = 0;
-    if (config.shard_base_port != 0) {
+    if (config.ephemeral_shard_ports) {
+      wanted = 0;
+    } else if (config.shard_base_port != 0) {
       wanted = config.shard_base_port + i;
     } else if (config.port != 0) {
       wanted = config.port + 1u + i;
@@ -270,6 +301,24 @@ void Server::start() {
   context.node_id =
       config.node_id.empty() ? format_host_port(config.bind, context.public_port) : config.node_id;
 
+  // RELOAD from a connection: on the coordinator's thread, which may block on the shards.
+  context.reload_cluster = [impl =
+                                impl_.get()](std::function<void(std::uint64_t, std::string)> done) {
+    Coordinator* coordinator = impl->coordinator_live.load();
+    if (coordinator == nullptr) {
+      done(impl->epoch.load(), "not in static cluster mode (no --cluster file)");
+      return;
+    }
+    const bool queued = coordinator->run([impl, done] {
+      std::string refused;
+      {
+        std::lock_guard<std::mutex> inner(impl->reload_mutex);
+        refused = impl->reload_locked();
+      }
+      done(impl->epoch.load(), std::move(refused));
+    });
+    if (!queued) done(impl->epoch.load(), "the node is shutting down");
+  };
   if (!config.cluster_file.empty()) {
     std::lock_guard<std::mutex> lock(impl_->reload_mutex);
     impl_->cluster_file = config.cluster_file;
@@ -292,11 +341,15 @@ void Server::start() {
 
 void Server::stop() {
   if (!impl_->started.load() || impl_->stop_requested.exchange(true)) return;
+  // Not under reload_mutex: a reload on the coordinator's thread may be waiting for it.
+  if (Coordinator* coordinator = impl_->coordinator_live.load()) coordinator->stop();
   for (auto& shard : impl_->context.shards) shard->request_stop(/*graceful=*/true);
 }
 
 void Server::stop_now() {
   if (!impl_->started.load()) return;
+  // Not under reload_mutex: a reload on the coordinator's thread may be waiting for it.
+  if (Coordinator* coordinator = impl_->coordinator_live.load()) coordinator->stop();
   impl_->stop_requested.store(true);
   for (auto& shard : impl_->context.shards) shard->request_stop(/*graceful=*/false);
 }
@@ -321,6 +374,31 @@ std::string Server::load_cluster(const std::string& path) {
 }
 
 std::uint64_t Server::cluster_epoch() const { return impl_->epoch.load(); }
+
+std::optional<Server::TEST_Record> Server::TEST_record(const KeyHash& key) const {
+  const ServerContext& context = impl_->context;
+  Shard* shard = context.shards[shard_for(key, context.shard_count)].get();
+  std::promise<std::optional<TEST_Record>> promise;
+  auto future = promise.get_future();
+  boost::asio::post(shard->io(), [&] {
+    RecordImage image;
+    TEST_Record record;
+    if (!shard->export_record(key, context.clock->now_ns(), image, record.log)) {
+      promise.set_value(std::nullopt);
+      return;
+    }
+    record.algorithm = image.algorithm;
+    record.state_a = image.state.a;
+    record.state_b = image.state.b;
+    promise.set_value(std::move(record));
+  });
+  return future.get();
+}
+
+std::size_t Server::TEST_pulls_running() const {
+  std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+  return impl_->coordinator ? impl_->coordinator->running() : 0;
+}
 
 bool Server::cluster_member() const {
   std::lock_guard<std::mutex> lock(impl_->reload_mutex);

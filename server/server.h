@@ -7,10 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/clock.h"
+#include "core/key_hash.h"
 #include "core/rule.h"
 #include "protocol/frame.h"
 #include "server/table/log_arena.h"
@@ -31,6 +33,8 @@ struct ServerConfig {
   std::uint16_t port = 7420;  // public port; 0 = ephemeral
   // Shard i listens on base + i; 0 = port + 1 + i (ephemeral if port is 0 too).
   std::uint16_t shard_base_port = 0;
+  // Shard ports are ephemeral whatever `port` is (tests that restart a node on its public port).
+  bool ephemeral_shard_ports = false;
   unsigned shards = 0;                  // 0 = number of cores
   std::size_t max_memory = 1ull << 30;  // counters across all shards, split evenly
   std::uint32_t max_frame = protocol::kDefaultMaxFrame;
@@ -58,6 +62,10 @@ struct ServerConfig {
   // start() and by reload_cluster(). REQUIRES node_id, which the file must list. Empty: a
   // single node, with no ownership checks.
   std::string cluster_file;
+  // Replication: a shard sends the records it changed to their replica at least this often, and
+  // at once when this many are queued for one node.
+  std::chrono::microseconds replication_interval{1000};
+  std::size_t replication_batch = 256;
   // The shared secret (auth/token.h reads it from --auth-token-file). Empty: no authentication.
   // Else every connection must send a HELLO carrying it before anything else (server/auth.h).
   std::string auth_token;
@@ -119,6 +127,18 @@ class Server {
   // The buffer budget in effect (ServerConfig::max_buffer_memory after its default).
   std::size_t max_buffer_memory() const;
 
+  // Test seam: the record of `key` as its owning shard here holds it (empty when absent),
+  // read on that shard's thread. Not from a shard thread.
+  struct TEST_Record {
+    std::uint8_t algorithm = 0;
+    std::uint64_t state_a = 0;
+    std::uint64_t state_b = 0;
+    std::vector<std::uint64_t> log;
+    friend bool operator==(const TEST_Record&, const TEST_Record&) = default;
+  };
+  std::optional<TEST_Record> TEST_record(const KeyHash& key) const;
+  // Test seam: pulls of partitions not finished yet (docs/ARCHITECTURE.md, "Moving partitions").
+  std::size_t TEST_pulls_running() const;
   // Test seam: the most output any connection has had waiting (queued and in flight) after
   // handling its input (bytes).
   std::size_t TEST_peak_queued_output() const;

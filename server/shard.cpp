@@ -101,6 +101,7 @@ Shard::Shard(ServerContext& context, unsigned index)
                          .sliding_log_cap = context.config.sliding_log_cap,
                          .huge_pages = context.config.huge_pages}),
       dispatcher_(*this),
+      replicator_(*this),
       sweep_timer_(io_),
       stop_timer_(io_),
       buffer_budget_(context.config.max_buffer_memory / context.shard_count),
@@ -184,6 +185,7 @@ void Shard::close_all(bool graceful) {
   if (public_acceptor_) public_acceptor_->close(ec);
   if (shard_acceptor_) shard_acceptor_->close(ec);
   sweep_timer_.cancel();
+  replicator_.stop();  // its links would keep the event loop alive
   maybe_closed();
 }
 
@@ -352,6 +354,11 @@ asio::awaitable<void> Shard::sweep_loop() {
     if (stopping_) break;
     table_.sweep_step(context_.clock->now_ns());
     publish_table_stats();
+    if (view_ != nullptr) {
+      std::vector<Replicator::PeerLag> lag = replicator_.lag();
+      std::lock_guard<std::mutex> lock(lag_mutex_);
+      published_lag_.swap(lag);
+    }
   }
 }
 
@@ -383,7 +390,11 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
   protocol::AcquireResult result = protocol::to_result(answer.decision);
   result.status =
       answer.decision.allowed ? protocol::ItemStatus::kAllowed : protocol::ItemStatus::kDenied;
-  if (!peek) counters_[answer.decision.allowed ? Stat::kAllowed : Stat::kDenied].add();
+  if (!peek) {
+    counters_[answer.decision.allowed ? Stat::kAllowed : Stat::kDenied].add();
+    // Only an admission changes a record's state (a denial leaves it as it was).
+    if (answer.decision.allowed && view_ != nullptr) replicator_.note(hash);
+  }
   return result;
 }
 
@@ -400,8 +411,56 @@ protocol::ResetStatus Shard::reset_local(const KeyHash& hash, std::uint64_t now_
       return protocol::ResetStatus::kUnavailable;
     }
   }
-  return table_.reset(hash, now_ns) ? protocol::ResetStatus::kRemoved
-                                    : protocol::ResetStatus::kAbsent;
+  if (!table_.reset(hash, now_ns)) return protocol::ResetStatus::kAbsent;
+  if (view_ != nullptr) replicator_.note(hash);  // the replica forgets it too
+  return protocol::ResetStatus::kRemoved;
+}
+
+void Shard::set_view(std::shared_ptr<const ClusterView> view) {
+  view_ = std::move(view);
+  replicator_.set_view(view_.get());
+}
+
+void Shard::apply_record(const protocol::WireRecord& record, std::span<const std::uint64_t> log,
+                         std::uint64_t now_ns) {
+  RecordImage image;
+  image.key = KeyHash{record.fp_lo, record.fp_hi};
+  image.algorithm = record.algorithm;
+  image.capacity_class = record.capacity_class;
+  image.state = CounterState{record.state_a, record.state_b};
+  image.idle_at_ns = record.idle_at_ns;
+  table_.apply_record(image, log, now_ns);
+}
+
+void Shard::pull_page(protocol::Bytes& out, std::uint32_t request_id,
+                      const protocol::Framing& framing, const protocol::PullRequest& request,
+                      const std::vector<bool>& wanted, const cluster::Ring& ring) {
+  const std::uint64_t now_ns = context_.clock->now_ns();
+  const protocol::RecordFrame frame = protocol::begin_pull_reply(
+      out, request_id, protocol::PullReplyHeader{request.fence, false, 0}, framing);
+  const ScanResult scanned = table_.scan(
+      request.cursor, request.max_records, now_ns,
+      [&](const KeyHash& key) { return wanted[ring.partition_of(key)]; },
+      [&](const RecordImage& image, std::span<const std::uint64_t> timestamps) {
+        protocol::WireRecord record;
+        record.fp_lo = image.key.lo;
+        record.fp_hi = image.key.hi;
+        record.algorithm = image.algorithm;
+        record.capacity_class = image.capacity_class;
+        record.state_a = image.state.a;
+        record.state_b = image.state.b;
+        record.idle_at_ns = image.idle_at_ns;
+        protocol::add_record(out, frame, record, timestamps);
+      });
+  protocol::set_pull_reply_header(
+      out, frame, protocol::PullReplyHeader{request.fence, scanned.done, scanned.next_cursor});
+  protocol::finish_records(out, frame);
+  counters_[Stat::kPullPages].add();
+}
+
+std::vector<Replicator::PeerLag> Shard::published_lag() const {
+  std::lock_guard<std::mutex> lock(lag_mutex_);
+  return published_lag_;
 }
 
 void Shard::publish_table_stats() {
@@ -446,6 +505,31 @@ void Shard::rebuild_stats_snapshot(std::uint64_t now_ns) {
       const std::uint64_t value = counters.values[s].get();
       stats_entries_[s].value += value;
       stats_entries_[(i + 1) * kStats + s].value = value;
+    }
+  }
+  // Replication lag per replica node, over every shard: "replication.<node>.<name>".
+  stats_entries_.resize((context_.shard_count + 1) * kStats);
+  if (view_ != nullptr) {
+    std::vector<Replicator::PeerLag> lag;
+    for (unsigned i = 0; i < context_.shard_count; ++i) {
+      for (const Replicator::PeerLag& peer : context_.shards[i]->published_lag()) {
+        auto it = std::find_if(lag.begin(), lag.end(),
+                               [&](const Replicator::PeerLag& l) { return l.node == peer.node; });
+        if (it == lag.end()) {
+          lag.push_back(peer);
+          continue;
+        }
+        it->queued += peer.queued;
+        it->unacked += peer.unacked;
+        it->oldest_ms = std::max(it->oldest_ms, peer.oldest_ms);
+        it->up = it->up && peer.up;
+      }
+    }
+    for (const Replicator::PeerLag& peer : lag) {
+      const std::string prefix = "replication." + peer.node + ".";
+      stats_entries_.push_back({prefix + "records", peer.queued + peer.unacked});
+      stats_entries_.push_back({prefix + "lag_ms", peer.oldest_ms});
+      stats_entries_.push_back({prefix + "up", peer.up ? 1u : 0u});
     }
   }
   stats_body_.clear();

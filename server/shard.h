@@ -14,16 +14,20 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "cluster/ring.h"
 #include "core/algorithms.h"
 #include "core/clock.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/cluster_view.h"
@@ -31,6 +35,7 @@
 #include "server/mpsc_queue.h"
 #include "server/one_slot_allocator.h"
 #include "server/peer.h"
+#include "server/replicator.h"
 #include "server/server.h"
 #include "server/shard_counters.h"
 #include "server/table/counter_table.h"
@@ -85,6 +90,9 @@ struct ServerContext {
   std::uint16_t public_port = 0;
   std::vector<std::uint16_t> shard_ports;
   std::string node_id;
+  // RELOAD (static cluster mode): rereads the cluster file off the shard threads and calls
+  // `done(epoch in force, "" or why the file was refused)` on some thread. Set by Server.
+  std::function<void(std::function<void(std::uint64_t, std::string)> done)> reload_cluster;
 
   std::atomic<std::uint32_t> connections{0};  // open connections on all shards (max_connections)
 
@@ -148,7 +156,22 @@ class Shard {
   // The cluster view decisions are made under; nullptr outside a cluster. set_view() swaps it
   // between frames (Server posts it to every shard).
   const ClusterView* view() const { return view_.get(); }
-  void set_view(std::shared_ptr<const ClusterView> view) { view_ = std::move(view); }
+  void set_view(std::shared_ptr<const ClusterView> view);
+
+  // Records between nodes (docs/ARCHITECTURE.md, "Replication", "Moving partitions").
+  bool export_record(const KeyHash& hash, std::uint64_t now_ns, RecordImage& out,
+                     std::vector<std::uint64_t>& log) const {
+    return table_.export_record(hash, now_ns, out, log);
+  }
+  // Merges a record from another node into this shard's table.
+  void apply_record(const protocol::WireRecord& record, std::span<const std::uint64_t> log,
+                    std::uint64_t now_ns);
+  // Appends a PULL reply: a page of this shard's records of the `wanted` partitions.
+  void pull_page(protocol::Bytes& out, std::uint32_t request_id, const protocol::Framing& framing,
+                 const protocol::PullRequest& request, const std::vector<bool>& wanted,
+                 const cluster::Ring& ring);
+  // Replication lag per replica node, as of this shard's last sweep (any thread).
+  std::vector<Replicator::PeerLag> published_lag() const;
 
   // Scratch per destination shard for the item being grouped by a connection handler.
   std::vector<std::vector<HandoverItem>>& staging() { return staging_; }
@@ -183,6 +206,9 @@ class Shard {
   std::size_t TEST_peak_queued_output() const {
     return peak_queued_output_.load(std::memory_order_relaxed);
   }
+  // Test seam (tests/fuzz/connection_fuzz.cpp): CounterTable::TEST_check_invariants() on this
+  // shard's table. Shard thread only.
+  bool TEST_check_table_invariants() const { return table_.TEST_check_invariants(); }
 
  private:
   boost::asio::awaitable<void> accept_loop(boost::asio::ip::tcp::acceptor& acceptor,
@@ -214,6 +240,9 @@ class Shard {
   ShardCounters counters_;
   Dispatcher dispatcher_;
   std::shared_ptr<const ClusterView> view_;
+  Replicator replicator_;
+  mutable std::mutex lag_mutex_;
+  std::vector<Replicator::PeerLag> published_lag_;  // under lag_mutex_
 
   // Inbox: any thread pushes; this thread pops. drain_scheduled_ is true from the moment a
   // drain() is posted until it has found the inbox empty.

@@ -52,6 +52,12 @@ enum class Stat : std::size_t {
   kOverloadClosed,
   kRedirected,
   kUnavailable,
+  kReplicaApplied,
+  kReplicaRefused,
+  kReplicationSent,
+  kReplicationAcked,
+  kReplicationDropped,
+  kPullPages,
   kCount,
 };
 
@@ -77,6 +83,12 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCo
     "overload_closed",
     "redirected",
     "unavailable",
+    "replica_applied",
+    "replica_refused",
+    "replication_sent",
+    "replication_acked",
+    "replication_dropped",
+    "pull_pages",
 };
 
 // Padded so that two shards' counters never share a cache line.

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <new>
 
+#include "core/merge.h"
+
 namespace sluice::server {
 namespace {
 
@@ -108,6 +110,24 @@ CounterState encode_log(const std::uint64_t* ring, std::uint32_t ring_class,
   return {reinterpret_cast<std::uintptr_t>(ring),
           (std::uint64_t{ring_class} + 1) << kLogClassShift |
               std::uint64_t{log.head} << kLogHeadShift | log.count};
+}
+
+// A ring of `ring_class` holding `entries`, oldest first from its start.
+CounterState write_log(std::uint64_t* ring, std::uint32_t ring_class,
+                       std::span<const std::uint64_t> entries) {
+  std::copy(entries.begin(), entries.end(), ring);
+  const auto count = static_cast<std::uint32_t>(entries.size());
+  return encode_log(
+      ring, ring_class,
+      SlidingLog{std::span<std::uint64_t>(ring, LogArena::ring_entries(ring_class)), 0, count});
+}
+
+// The first selector value of a segment's keys, and one past the last (2^32 for the last one).
+std::uint64_t selector_begin(std::uint32_t prefix, std::uint32_t depth) {
+  return std::uint64_t{prefix} << (32 - depth);
+}
+std::uint64_t selector_end(std::uint32_t prefix, std::uint32_t depth) {
+  return selector_begin(prefix, depth) + (std::uint64_t{1} << (32 - depth));
 }
 
 // A power of two between 4 KiB and 1 MiB, about 1/16 of the cap.
@@ -874,6 +894,199 @@ bool CounterTable::reset(const KeyHash& key, std::uint64_t now_ns) {
 bool CounterTable::contains(const KeyHash& key, std::uint64_t now_ns) const {
   const Probe probe = find(key);
   return probe.found && !is_expired(at(segments_[probe.segment], probe.pos).meta, now_ns);
+}
+
+RecordImage CounterTable::image_of(const Record& record) {
+  RecordImage image;
+  image.key = KeyHash{record.fp_lo, record.fp_hi};
+  image.algorithm = tag_of(record.meta);
+  image.capacity_class = static_cast<std::uint8_t>(class_of(record.meta));
+  if (image.algorithm != kSlidingLogTag) image.state = record.state;
+  image.idle_at_ns = record.meta & kExpiryMask;
+  return image;
+}
+
+bool CounterTable::export_record(const KeyHash& key, std::uint64_t now_ns, RecordImage& out,
+                                 std::vector<std::uint64_t>& log) const {
+  log.clear();
+  const Probe probe = find(key);
+  if (!probe.found) return false;
+  const Record& r = at(segments_[probe.segment], probe.pos);
+  if (is_expired(r.meta, now_ns)) return false;
+  out = image_of(r);
+  if (tag_of(r.meta) == kSlidingLogTag) {
+    const SlidingLog entries = decode_log(r.state).log;
+    const std::size_t size = entries.ring.size();
+    const std::size_t first = std::min<std::size_t>(entries.count, size - entries.head);
+    log.insert(log.end(), entries.ring.begin() + entries.head,
+               entries.ring.begin() + entries.head + first);
+    log.insert(log.end(), entries.ring.begin(), entries.ring.begin() + (entries.count - first));
+  }
+  return true;
+}
+
+ApplyOutcome CounterTable::apply_record(const RecordImage& image,
+                                        std::span<const std::uint64_t> log, std::uint64_t now_ns) {
+  if (image.algorithm == 0) {
+    reset(image.key, now_ns);
+    return ApplyOutcome::kErased;
+  }
+  if (!is_known_algorithm(image.algorithm)) return ApplyOutcome::kRefused;
+  const bool is_log = image.algorithm == kSlidingLogTag;
+  if (is_log && log.size() > sliding_log_cap_) {
+    ++failed_inserts_;
+    return ApplyOutcome::kNoMemory;
+  }
+  ring_shortage_ = false;
+  ApplyOutcome outcome = apply_once(image, log, now_ns);
+  // As in acquire(): no ring under the cap, so free one from another log and try once more.
+  if (outcome == ApplyOutcome::kNoMemory && ring_shortage_ &&
+      reclaim_ring(LogArena::class_for(static_cast<std::uint32_t>(log.size())), now_ns)) {
+    outcome = apply_once(image, log, now_ns);
+  }
+  if (outcome == ApplyOutcome::kNoMemory) ++failed_inserts_;
+  return outcome;
+}
+
+ApplyOutcome CounterTable::apply_once(const RecordImage& image, std::span<const std::uint64_t> log,
+                                      std::uint64_t now_ns) {
+  const bool is_log = image.algorithm == kSlidingLogTag;
+  const std::uint64_t expiry = expiry_bits(image.idle_at_ns);
+  // A fresh state, or one that has expired, answers as an absent key does: it is not stored.
+  const bool image_absent =
+      (is_log ? log.empty() : image.state == CounterState{}) || expiry <= now_ns;
+  const std::uint64_t meta =
+      expiry | stamp_of(now_ns) << kStampShift |
+      std::min<std::uint64_t>(image.capacity_class, kTopClass) << kClassShift | image.algorithm;
+  const std::uint32_t ring_class =
+      is_log ? LogArena::class_for(static_cast<std::uint32_t>(log.size())) : 0;
+
+  const Probe probe = find(image.key);
+  if (!probe.found) {
+    if (image_absent) return ApplyOutcome::kKept;
+    Record record{image.key.lo, image.key.hi, image.state, meta};
+    if (is_log) {
+      std::uint64_t* ring = allocate_ring(ring_class);
+      if (ring == nullptr) return ApplyOutcome::kNoMemory;
+      record.state = write_log(ring, ring_class, log);
+    }
+    if (!insert(record, probe, now_ns)) {
+      release_ring(record);
+      return ApplyOutcome::kNoMemory;
+    }
+    return ApplyOutcome::kApplied;
+  }
+
+  Segment& seg = segments_[probe.segment];
+  Record& r = at(seg, probe.pos);
+  const bool live = !is_expired(r.meta, now_ns);
+  if (live && tag_of(r.meta) == image.algorithm) {
+    const bool image_later = is_log ? newer_log(log, decode_log(r.state).log)
+                                    : !(newer_state(static_cast<Algorithm>(image.algorithm),
+                                                    r.state, image.state) == r.state);
+    if (!image_later) return ApplyOutcome::kKept;
+  }
+  // The image wins: it is later than ours, of another algorithm, or ours has expired.
+  if (image_absent) {
+    if (!live) ++expired_;
+    erase(seg, probe.pos);
+    return live ? ApplyOutcome::kApplied : ApplyOutcome::kKept;
+  }
+  CounterState state = image.state;
+  if (is_log) {
+    // Our ring if it is a log's and large enough (a smaller limit keeps its ring, as in
+    // acquire()), else a new one; on failure ours stays as it was.
+    const bool has_ring = tag_of(r.meta) == kSlidingLogTag && !(r.state == CounterState{});
+    const LogHandle ours = has_ring ? decode_log(r.state) : LogHandle{};
+    if (has_ring && ours.ring_class >= ring_class) {
+      state = write_log(ours.ring, ours.ring_class, log);
+    } else {
+      std::uint64_t* ring = allocate_ring(ring_class);
+      if (ring == nullptr) return ApplyOutcome::kNoMemory;
+      release_ring(r);
+      state = write_log(ring, ring_class, log);
+    }
+  } else {
+    release_ring(r);
+  }
+  if (!live) ++expired_;
+  r.state = state;
+  r.meta = meta;
+  return ApplyOutcome::kApplied;
+}
+
+// The scan's order: segments by their selector range, and in a segment by the high 32 bits of
+// fp_lo (its "position", the order of invariant 1). A cursor (S, P) says: "S is the first
+// selector value of the segment the page ended in, P the position of the first record it did
+// not visit there". Why a record live throughout is never skipped, whatever happens between
+// calls:
+//  - Segments only ever split, never merge: split() turns [S, E) into [S, M), which keeps the
+//    segment's index and compacts in place, and [M, E), a new one; nothing lowers a depth. A
+//    split range's pieces are aligned to their size, so the segment holding S later still
+//    starts at S, and is a piece of the one the cursor was issued in.
+//  - Within a segment, every change keeps the records sorted by position: insert() and
+//    erase() shift runs; compact() keeps the homes and moves records left; grow_in_place()
+//    re-lays them in order with new homes; split() lays out each half as a merge. So "the
+//    records at or after P" is the same set of keys, less those erased, plus those inserted.
+//  - Hence, by induction over the pages: after a page ending at (S, P), every record live
+//    throughout with a selector below S, or in the segment starting at S with a position
+//    below P, has been visited. The next page scans the segment now starting at S (a part of
+//    the old one, [S, M)) from P, then every later segment from position 0, which includes
+//    [M, E) again in full: records of it before P come twice, none is missed.
+//  - A page ends only between two different positions, so P never cuts a group of records of
+//    one position in two (the cursor could not tell them apart).
+// Only what the table holds at the call is visited, so a record evicted or expired meanwhile
+// (or dropped by a growth step past the displacement bound) was not live throughout.
+ScanResult CounterTable::scan_records(std::uint64_t cursor, std::size_t max_records,
+                                      std::uint64_t now_ns, const ScanCallbacks& callbacks) const {
+  // The cursor: the first selector value of the segment being scanned (high 32 bits), and the
+  // position in it to go on from, the high 32 bits of fp_lo (low 32 bits).
+  const std::size_t most = std::max<std::size_t>(max_records, 1);
+  std::uint64_t begin = cursor >> 32;
+  auto from = static_cast<std::uint32_t>(cursor);
+  std::size_t visited = 0;
+  for (;;) {
+    const auto selector = static_cast<std::uint32_t>(begin);
+    const Segment& seg = segments_[directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)]];
+    if (selector_begin(seg.prefix, seg.depth) != begin) {
+      // Not a cursor of this table (segments never merge, so ours always name the start of
+      // one): scan the whole segment, which is safe.
+      begin = selector_begin(seg.prefix, seg.depth);
+      from = 0;
+    }
+    // Records at or after `from` have homes at or after its home (invariant 1), and so slots.
+    std::uint64_t last_order = 0;
+    for (std::size_t i = home_of(seg, std::uint64_t{from} << 32); i < seg.total_slots(); ++i) {
+      Record& r = at(seg, i);
+      if (tag_of(r.meta) == 0) continue;
+      const std::uint64_t order = r.fp_lo >> 32;
+      if (order < from) continue;  // displaced past `from`'s home
+      if (visited >= most && order != last_order) return {begin << 32 | order, false, visited};
+      if (is_expired(r.meta, now_ns)) continue;
+      const KeyHash key{r.fp_lo, r.fp_hi};
+      if (!callbacks.is_wanted(callbacks.wanted, key)) continue;
+      std::span<const std::uint64_t> entries;
+      if (tag_of(r.meta) == kSlidingLogTag) {
+        LogHandle handle = decode_log(r.state);
+        SlidingLog& l = handle.log;
+        if (l.head + l.count > l.ring.size()) {
+          // Wrapped: rotate the ring so that the entries start at 0 (the log is the same).
+          std::rotate(l.ring.begin(), l.ring.begin() + l.head, l.ring.end());
+          l.head = 0;
+          r.state = encode_log(handle.ring, handle.ring_class, l);
+        }
+        entries = std::span<const std::uint64_t>(l.ring.data() + l.head, l.count);
+      }
+      callbacks.call_visit(callbacks.visit, image_of(r), entries);
+      ++visited;
+      last_order = order;
+    }
+    const std::uint64_t end = selector_end(seg.prefix, seg.depth);
+    if (end == std::uint64_t{1} << 32) return {0, true, visited};
+    begin = end;
+    from = 0;
+    if (visited >= most) return {begin << 32, false, visited};
+  }
 }
 
 std::size_t CounterTable::sweep_step(std::uint64_t now_ns) {

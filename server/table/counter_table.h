@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "core/algorithms.h"
@@ -45,6 +46,30 @@ struct TableStats {
 
 enum class TableOutcome : std::uint8_t { kOk, kNoMemory };
 
+// A record as it travels between nodes (docs/PROTOCOL.md, 10.4): what export_record() and scan()
+// read and apply_record() merges.
+struct RecordImage {
+  KeyHash key;
+  std::uint8_t algorithm = 0;       // core Algorithm value; 0 = the key is absent (a reset)
+  std::uint8_t capacity_class = 0;  // 0..15, as the meta word stores it
+  CounterState state;               // not used for sliding logs
+  std::uint64_t idle_at_ns = 0;     // the record's expiry, as stored (rounded up to 2^19 ns)
+};
+
+enum class ApplyOutcome : std::uint8_t {
+  kApplied,   // the table now holds the image's state (or nothing: an expired image beat ours)
+  kKept,      // ours was newer or equal (an absent key counts as the oldest state)
+  kErased,    // a reset image: the key is gone
+  kNoMemory,  // no room under the cap (or a log longer than sliding_log_cap); nothing changed
+  kRefused,   // an unknown algorithm; nothing changed
+};
+
+struct ScanResult {
+  std::uint64_t next_cursor = 0;  // where the next call goes on (0 once done)
+  bool done = false;              // no record left after this page
+  std::size_t visited = 0;
+};
+
 struct TableAnswer {
   TableOutcome outcome = TableOutcome::kOk;
   Decision decision;
@@ -68,6 +93,45 @@ class CounterTable {
 
   // Whether the key is stored and not expired at now_ns (for tests and tools).
   bool contains(const KeyHash& key, std::uint64_t now_ns) const;
+
+  // Records between nodes (docs/ARCHITECTURE.md, "Export, apply and scan").
+  //
+  // The key's record at now_ns, for another node; a sliding log's timestamps go to `log`
+  // (oldest first: the entries the log holds, which may include some the algorithm has yet to
+  // drop as expired), which is cleared first and keeps its capacity. False when the key is
+  // absent or expired. Changes nothing, not even the last-used stamp.
+  bool export_record(const KeyHash& key, std::uint64_t now_ns, RecordImage& out,
+                     std::vector<std::uint64_t>& log) const;
+  // Merges a record from another node. Absent here (or expired): stored as given, which may
+  // evict at the cap as an insert does, and a failure counts in failed_inserts. Present: keeps
+  // the later of the two by newer_state() (newer_log() for sliding logs); under a different
+  // algorithm the image wins. Algorithm 0 erases the key. An image expired at now_ns (or holding
+  // a fresh state) is not stored, but still erases an older record of ours. An applied record
+  // takes the image's expiry and capacity class and the stamp of now_ns; a sliding log gets a
+  // ring of the smallest class that holds it (the next request that needs more moves it).
+  // REQUIRES: a log's timestamps are sorted, oldest first.
+  ApplyOutcome apply_record(const RecordImage& image, std::span<const std::uint64_t> log,
+                            std::uint64_t now_ns);
+  // A scan for PULL. Visits, in the table's order from `cursor` (0 = the beginning), the records
+  // live at now_ns whose key satisfies wanted(const KeyHash&), calling
+  // visit(const RecordImage&, std::span<const std::uint64_t> log) for each (an empty log except
+  // for sliding logs; the span lasts until the table changes). Stops once `max_records` (at
+  // least 1) were visited, though never between two records of a segment sharing the high 32
+  // bits of fp_lo, so a page may hold more. Between calls the table may change in any way: a
+  // record live from the first call to the last is visited at least once (some may be visited
+  // twice). wanted and visit must not change the table. The scan may lay a wrapped sliding-log
+  // ring out from its start (the same log), so that visit gets it as one span.
+  template <typename Wanted, typename Visit>
+  ScanResult scan(std::uint64_t cursor, std::size_t max_records, std::uint64_t now_ns,
+                  Wanted wanted, Visit visit) const {
+    const ScanCallbacks callbacks{
+        &wanted, &visit,
+        [](void* w, const KeyHash& key) -> bool { return (*static_cast<Wanted*>(w))(key); },
+        [](void* v, const RecordImage& image, std::span<const std::uint64_t> log) {
+          (*static_cast<Visit*>(v))(image, log);
+        }};
+    return scan_records(cursor, max_records, now_ns, callbacks);
+  }
 
   // Examines up to `max_slots` slots from where the last call stopped and drops expired
   // records. Returns how many it dropped. Call it often with a small budget: no pauses.
@@ -221,6 +285,20 @@ class CounterTable {
   bool reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns);
   // acquire() without the retry after a reclaim and without counting failures.
   TableAnswer acquire_once(const KeyHash& key, const Rule& rule, const Request& request);
+  // apply_record() for a known algorithm other than 0, likewise.
+  ApplyOutcome apply_once(const RecordImage& image, std::span<const std::uint64_t> log,
+                          std::uint64_t now_ns);
+  // The image of a stored record, but for a sliding log's timestamps.
+  static RecordImage image_of(const Record& record);
+  // scan() without its template: the callbacks with their objects, so nothing is allocated.
+  struct ScanCallbacks {
+    void* wanted;
+    void* visit;
+    bool (*is_wanted)(void* wanted, const KeyHash& key);
+    void (*call_visit)(void* visit, const RecordImage& image, std::span<const std::uint64_t> log);
+  };
+  ScanResult scan_records(std::uint64_t cursor, std::size_t max_records, std::uint64_t now_ns,
+                          const ScanCallbacks& callbacks) const;
 
   std::size_t max_bytes_;
   std::uint32_t sliding_log_cap_;

@@ -15,59 +15,13 @@
 #include "cluster/cluster_map.h"
 #include "core/key_hash.h"
 #include "tests/integration/raw_client.h"
+#include "tests/integration/test_cluster.h"
 #include "tests/integration/test_server.h"
 
 namespace sluice::test {
 namespace {
 
 using protocol::ItemStatus;
-
-// N in-process nodes "node-0" .. "node-(N-1)" on ephemeral ports, in static cluster mode with a
-// cluster file of their own in the temporary directory.
-class TestCluster {
- public:
-  explicit TestCluster(int nodes) {
-    path_ = std::filesystem::temp_directory_path() /
-            ("sluice-cluster-" + std::to_string(::getpid()) + "-" + std::to_string(++files_));
-    for (int i = 0; i < nodes; ++i) {
-      server::ServerConfig config = test_config(2);
-      config.node_id = "node-" + std::to_string(i);
-      servers_.push_back(std::make_unique<TestServer>(config));
-    }
-    write(1, nodes);
-    for (auto& s : servers_) REQUIRE(s->server().load_cluster(path_.string()).empty());
-  }
-  ~TestCluster() { std::filesystem::remove(path_); }
-
-  // Rewrites the file with epoch `epoch` and the first `nodes` nodes.
-  void write(std::uint64_t epoch, int nodes) {
-    std::ofstream file(path_);
-    file << "# test cluster\nepoch " << epoch << "\n";
-    for (int i = 0; i < nodes; ++i) {
-      file << "node-" << i << " 127.0.0.1:" << servers_.at(i)->port() << "\n";
-    }
-  }
-
-  TestServer& node(int i) { return *servers_.at(i); }
-  int size() const { return static_cast<int>(servers_.size()); }
-  std::string path() const { return path_.string(); }
-
-  // The map the nodes route by, computed here as a client would.
-  cluster::ClusterMap map(std::uint64_t epoch, int nodes) const {
-    std::vector<cluster::ClusterNode> members;
-    for (int i = 0; i < nodes; ++i) {
-      members.push_back({"node-" + std::to_string(i),
-                         "127.0.0.1:" + std::to_string(servers_.at(i)->port()),
-                         cluster::NodeState::kActive});
-    }
-    return cluster::ClusterMap::make(epoch, members).value();
-  }
-
- private:
-  static inline int files_ = 0;
-  std::filesystem::path path_;
-  std::vector<std::unique_ptr<TestServer>> servers_;
-};
 
 // The index (0..N-1) of the node that is the primary of `key`.
 int primary_of(const cluster::ClusterMap& map, const std::string& key) {
@@ -189,6 +143,32 @@ TEST_CASE("a reload adopts a new member set only with a higher epoch", "[cluster
   cluster.write(1, 3);
   CHECK_THAT(cluster.node(0).server().reload_cluster(),
              Catch::Contains("epoch 1 is below the epoch in force, 2"));
+}
+
+TEST_CASE("RELOAD over the wire rereads the file and answers the epoch or the refusal",
+          "[cluster]") {
+  TestCluster cluster(2);
+  RawClient client(cluster.node(0).port());
+  RawClient::ReloadAnswer reply = client.reload();  // the same file: nothing changes
+  CHECK(reply.epoch == 1);
+  CHECK(reply.message.empty());
+  cluster.write(1, 1);  // fewer members under the same epoch
+  reply = client.reload();
+  CHECK(reply.epoch == 1);
+  CHECK_THAT(reply.message, Catch::Contains("the members changed but the epoch is still 1"));
+  cluster.write(2, 2);  // the same two members, a higher epoch
+  reply = client.reload();
+  CHECK(reply.epoch == 2);
+  CHECK(reply.message.empty());
+  CHECK(cluster.node(0).server().cluster_epoch() == 2);
+  CHECK(client.cluster().epoch == 2);
+  // A node outside any cluster says so, and keeps serving the connection.
+  TestServer alone;
+  RawClient single(alone.port());
+  reply = single.reload();
+  CHECK(reply.epoch == 0);
+  CHECK_THAT(reply.message, Catch::Contains("not in static cluster mode"));
+  CHECK(single.acquire("k", Rule{Algorithm::kGcra, 5, 1000, 0}).status == ItemStatus::kAllowed);
 }
 
 TEST_CASE("a cluster file with errors is refused with every reason, file and line", "[cluster]") {

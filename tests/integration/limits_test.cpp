@@ -173,6 +173,11 @@ TEST_CASE("a pipelined burst of STATS is answered in full while queued output st
     }
   }
   // Decoding stops as soon as the limit is reached: at most one reply beyond it.
+  fmt::print(
+      "RELIABILITY: back-pressure (in process): at most {} bytes of output waited with "
+      "max_queued_output {} (largest reply {} bytes) through {} pipelined STATS\n",
+      server.server().TEST_peak_queued_output(), config.max_queued_output, largest_reply,
+      kBursts * kPerBurst);
   CHECK(server.server().TEST_peak_queued_output() >= config.max_queued_output);
   CHECK(server.server().TEST_peak_queued_output() < config.max_queued_output + largest_reply);
   CHECK(client.ping());

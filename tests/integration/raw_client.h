@@ -72,6 +72,21 @@ class RawClient {
     return map;
   }
 
+  // RELOAD: the epoch in force after it, and "" or why the file was refused.
+  struct ReloadAnswer {
+    std::uint64_t epoch = 0;
+    std::string message;
+  };
+  ReloadAnswer reload() {
+    const std::uint32_t id = next_id();
+    protocol::Bytes out;
+    protocol::encode_reload_request(out, id, framing_);
+    const ReceivedFrame reply = call(out, id);
+    protocol::ReloadReply answer;
+    if (!protocol::parse_reload_reply(reply.body, answer)) throw std::runtime_error("bad RELOAD");
+    return {answer.epoch, std::string(answer.message)};
+  }
+
   // Writes all the bytes; false when the connection is gone or the write timed out.
   bool send(std::span<const std::uint8_t> bytes) {
     boost::system::error_code result;

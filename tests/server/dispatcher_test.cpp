@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,30 @@ TEST_CASE("a reply finished after the peer failed is dropped, and the frame stil
   const auto frames = replies(out);
   REQUIRE(frames.size() == 1);  // only the ERROR: the ACQUIRE's reply came after it
   CHECK(frames[0].header.opcode == protocol::Opcode::kError);
+}
+
+TEST_CASE("a peer that closes with a frame on another shard lives until the frame is back",
+          "[dispatcher]") {
+  ManualClock clock(kStartNs);
+  MemoryNode node(two_shards(), clock);
+  auto peer = MemoryPeer::create(node.shard(0));
+  const Rule rule{Algorithm::kTokenBucket, 5, 1'000, 0};
+  protocol::Bytes input = acquire_frame(1, {key_owned_by(1, "gone-")}, rule);
+  protocol::encode_ping(input, 2, {}, false);
+  peer->feed(input);
+  const protocol::Bytes answered = peer->output();  // the PING's reply only
+  peer->close();
+  peer->feed(acquire_frame(3, {key_owned_by(0, "after-")}, rule));
+  CHECK(peer->input_left() == 0);  // a closed peer reads no more
+  const std::weak_ptr<MemoryPeer> watch = peer;
+  peer.reset();
+  REQUIRE_FALSE(watch.expired());  // the hand-over task holds it
+  REQUIRE(node.run_until_idle());
+  CHECK(watch.expired());
+  CHECK(node.context().tasks_in_flight.load() == 0);
+  const auto frames = replies(answered);
+  REQUIRE(frames.size() == 1);
+  CHECK(frames[0].header.opcode == protocol::Opcode::kPing);
 }
 
 TEST_CASE("dispatching stops while the items waiting for other shards are at their bound",

@@ -74,14 +74,14 @@ class MemoryPeer final : public server::Peer {
 
   // Appends bytes to the input and dispatches the complete frames (until stopped).
   void feed(std::span<const std::uint8_t> bytes) {
-    if (failed_) return;  // a rejected connection reads nothing more
+    if (failed_ || closed_) return;  // a rejected or closed connection reads nothing more
     input_.insert(input_.end(), bytes.begin(), bytes.end());
     dispatch();
   }
   void feed(const protocol::Bytes& bytes) { feed(std::span<const std::uint8_t>(bytes)); }
   // Dispatches what is left (after back-pressure let go).
   void dispatch() {
-    if (failed_) return;
+    if (failed_ || closed_) return;
     const server::DispatchResult result =
         shard_.dispatcher().dispatch_frames(*this, decoder_, input_);
     input_.erase(input_.begin(), input_.begin() + static_cast<std::ptrdiff_t>(result.consumed));
@@ -95,9 +95,12 @@ class MemoryPeer final : public server::Peer {
   int frames_finished() const { return frames_finished_; }
   // Stops dispatching as a connection does when its output backs up.
   void set_paused(bool paused) { paused_ = paused; }
+  // The client went away (Connection::close()): nothing more is dispatched, and replies that
+  // complete later are dropped. Hand-over tasks still out keep the peer alive until they are back.
+  void close() { closed_ = true; }
 
   protocol::Bytes& reply_buffer() override { return output_; }
-  bool wants_replies() const override { return !failed_; }
+  bool wants_replies() const override { return !failed_ && !closed_; }
   void reject(std::uint32_t request_id, protocol::ErrorCode code,
               std::string_view message) override {
     if (failed_) return;
@@ -106,7 +109,8 @@ class MemoryPeer final : public server::Peer {
   }
   void frame_finished() override { ++frames_finished_; }
   bool stop_dispatching() const override {
-    return failed_ || paused_ || server::Dispatcher::backlog_full(*this, shard_.context().config);
+    return failed_ || closed_ || paused_ ||
+           server::Dispatcher::backlog_full(*this, shard_.context().config);
   }
 
  private:
@@ -115,6 +119,7 @@ class MemoryPeer final : public server::Peer {
   protocol::Bytes input_;
   protocol::Bytes output_;
   bool failed_ = false;
+  bool closed_ = false;
   bool paused_ = false;
   int frames_finished_ = 0;
 };

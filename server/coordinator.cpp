@@ -1,0 +1,344 @@
+#include "server/coordinator.h"
+
+#include <utility>
+
+#include <fmt/core.h>
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <map>
+
+#include "cluster/node.h"
+#include "protocol/cluster_messages.h"
+#include "server/cluster_view.h"
+#include "server/dispatcher.h"
+#include "server/peer_link.h"
+#include "server/shard.h"
+
+namespace sluice::server {
+
+namespace asio = boost::asio;
+
+namespace {
+
+constexpr std::uint16_t kPullPageRecords = 512;
+
+const std::string* node_id(const cluster::Ring& ring, cluster::NodeIndex index) {
+  return index == cluster::kNoNode ? nullptr : &ring.nodes()[index];
+}
+
+}  // namespace
+
+std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster::ClusterMap& to,
+                                 const std::string& self) {
+  const cluster::Ring& ring = to.ring();
+  const std::optional<cluster::NodeIndex> me = ring.find(self);
+  if (!me) return {};
+  const auto source = [&](const std::string* id, bool fence) -> std::optional<PullPlan::Source> {
+    if (id == nullptr || *id == self) return std::nullopt;
+    const cluster::ClusterNode* node = to.find(*id);
+    if (node == nullptr) return std::nullopt;  // gone from the map: nobody to ask
+    return PullPlan::Source{*id, node->address, fence};
+  };
+  // Partitions with the same sources share one plan (one pull per source node).
+  std::map<std::string, PullPlan> plans;
+  const auto add = [&](std::uint32_t partition, bool primary,
+                       std::vector<PullPlan::Source> sources) {
+    std::string key = primary ? "p" : "r";
+    for (const PullPlan::Source& s : sources)
+      key += fmt::format("|{}{}", s.node, s.fence ? "!" : "");
+    PullPlan& plan = plans[key];
+    plan.primary = primary;
+    plan.sources = std::move(sources);
+    plan.partitions.push_back(partition);
+  };
+  const cluster::Ring* old = from != nullptr ? &from->ring() : nullptr;
+  for (std::uint32_t p = 0; p < ring.partition_count(); ++p) {
+    const cluster::PartitionOwners& now = ring.owners(p);
+    const bool primary = now.primary == *me;
+    const bool replica = now.replica == *me;
+    if (!primary && !replica) continue;
+    std::vector<PullPlan::Source> sources;
+    if (old == nullptr) {
+      // Start-up: the other holder of the partition has what this node had before it stopped
+      // (in static mode nobody served its keys meanwhile). For a partition this node is to be
+      // primary of, it is fenced too: a node that joins takes partitions whose old primary is
+      // (by the ring) their replica now, and that node may still serve them until it rereads
+      // the file.
+      const std::string* other = node_id(ring, primary ? now.replica : now.primary);
+      if (auto s = source(other, primary)) sources.push_back(*s);
+      if (primary || !sources.empty()) add(p, primary, std::move(sources));
+      continue;
+    }
+    const cluster::PartitionOwners& before = old->owners(p);
+    const std::string* old_primary = node_id(*old, before.primary);
+    const std::string* old_replica = node_id(*old, before.replica);
+    const bool was_primary = old_primary != nullptr && *old_primary == self;
+    const bool was_replica = old_replica != nullptr && *old_replica == self;
+    if (primary && !was_primary) {
+      // The old primary has the newest counts and may still serve them: fence it and pull. If
+      // it is gone, the replica's copy is the best there is (this node's own, if it was it).
+      if (auto s = source(old_primary, true)) sources.push_back(*s);
+      if (!was_replica) {
+        if (auto s = source(old_replica, false)) sources.push_back(*s);
+      }
+      add(p, true, std::move(sources));
+    } else if (replica && !was_replica && !was_primary) {
+      if (auto s = source(node_id(ring, now.primary), false)) {
+        sources.push_back(*s);
+        add(p, false, std::move(sources));
+      }
+    }
+  }
+  std::vector<PullPlan> out;
+  out.reserve(plans.size());
+  for (auto& [key, plan] : plans) out.push_back(std::move(plan));
+  return out;
+}
+
+// One plan: the sources in turn, every shard of the current source page by page.
+class PullJob : public std::enable_shared_from_this<PullJob> {
+ public:
+  PullJob(Coordinator& owner, std::shared_ptr<const ClusterView> view, PullPlan plan)
+      : owner_(owner), view_(std::move(view)), plan_(std::move(plan)), timer_(owner.io_) {
+    request_.max_records = kPullPageRecords;
+    request_.partitions.assign(plan_.partitions.begin(), plan_.partitions.end());
+  }
+
+  void start() { next_source(); }
+
+  void stop() {
+    stopped_ = true;
+    close_links();
+    timer_.cancel();
+  }
+
+ private:
+  struct ShardPull {
+    std::shared_ptr<PeerLink> link;
+    std::uint64_t cursor = 0;
+    bool done = false;
+    bool asked = false;
+  };
+
+  ServerContext& context() { return owner_.context_; }
+
+  void close_links() {
+    if (control_) control_->close();
+    control_.reset();
+    for (ShardPull& s : shards_) {
+      if (s.link) s.link->close();
+    }
+    shards_.clear();
+  }
+
+  PeerLink::Config link_config(const std::string& host, std::uint16_t port) {
+    PeerLink::Config config;
+    config.host = host;
+    config.port = port;
+    config.token = context().config.auth_token;
+    config.name = std::string(kNodeClientPrefix) + context().node_id;
+    config.epoch = view_->epoch();
+    return config;
+  }
+
+  void next_source() {
+    close_links();
+    if (stopped_) return;
+    if (source_index_ >= plan_.sources.size()) return finish(false);
+    const PullPlan::Source& source = plan_.sources[source_index_++];
+    const auto address = cluster::parse_node_address(source.address);
+    if (!address) return next_source();
+    host_ = address->host;
+    request_.fence = source.fence;
+    request_.cursor = 0;
+    auto self = shared_from_this();
+    control_ = std::make_shared<PeerLink>(
+        owner_.io_, link_config(address->host, address->port), [](const protocol::Frame&) {},
+        [self](bool up, const std::string& why) {
+          if (up) {
+            self->open_shards();
+          } else {
+            self->last_error_ = why;
+          }
+        });
+    control_->start();
+    arm_progress_timer();
+  }
+
+  void open_shards() {
+    if (stopped_ || control_ == nullptr || !shards_.empty()) return;
+    const std::vector<std::uint16_t> ports = control_->hello().shard_ports;
+    shards_.resize(ports.size());
+    auto self = shared_from_this();
+    for (std::size_t j = 0; j < ports.size(); ++j) {
+      shards_[j].link = std::make_shared<PeerLink>(
+          owner_.io_, link_config(host_, ports[j]),
+          [self, j](const protocol::Frame& frame) { self->on_page(j, frame); },
+          [self, j](bool up, const std::string& why) {
+            if (up) {
+              self->ask(j);
+            } else {
+              self->last_error_ = why;
+            }
+          });
+      shards_[j].link->start();
+    }
+  }
+
+  void ask(std::size_t j) {
+    ShardPull& s = shards_[j];
+    if (stopped_ || s.done || s.link == nullptr || !s.link->up()) return;
+    protocol::PullRequest request = request_;
+    request.cursor = s.cursor;
+    protocol::encode_pull_request(s.link->output(), s.link->next_id(), request, s.link->framing());
+    s.link->flush();
+    s.asked = true;
+  }
+
+  void on_page(std::size_t j, const protocol::Frame& frame) {
+    if (stopped_ || j >= shards_.size()) return;
+    ShardPull& s = shards_[j];
+    protocol::PullReplyHeader header;
+    if (frame.header.opcode != protocol::Opcode::kPull ||
+        !protocol::parse_pull_reply(frame.body, header, records_)) {
+      last_error_ = "a malformed PULL reply";
+      return next_source();
+    }
+    arm_progress_timer();
+    apply(records_);
+    s.cursor = header.next_cursor;
+    if (header.done) {
+      s.done = true;
+      maybe_finish();
+    } else {
+      ask(j);
+    }
+  }
+
+  // Hands the page's records to the shards that own them here; each shard merges its own.
+  void apply(const std::vector<protocol::WireRecord>& records) {
+    const unsigned shards = context().shard_count;
+    struct Owned {
+      protocol::WireRecord record;
+      std::vector<std::uint64_t> log;
+    };
+    std::vector<std::vector<Owned>> by_shard(shards);
+    for (const protocol::WireRecord& record : records) {
+      Owned owned{record, {}};
+      owned.record.log_bytes = {};
+      for (std::uint32_t i = 0; i < record.log_count; ++i) owned.log.push_back(record.log_at(i));
+      by_shard[shard_for(KeyHash{record.fp_lo, record.fp_hi}, shards)].push_back(std::move(owned));
+    }
+    auto self = shared_from_this();
+    for (unsigned i = 0; i < shards; ++i) {
+      if (by_shard[i].empty()) continue;
+      ++applying_;
+      Shard* shard = context().shards[i].get();
+      asio::post(shard->io(), [self, shard, batch = std::move(by_shard[i])]() {
+        const std::uint64_t now_ns = shard->context().clock->now_ns();
+        for (const Owned& owned : batch) shard->apply_record(owned.record, owned.log, now_ns);
+        asio::post(self->owner_.io_, [self] {
+          --self->applying_;
+          self->maybe_finish();
+        });
+      });
+    }
+  }
+
+  void maybe_finish() {
+    if (stopped_ || finished_ || shards_.empty() || applying_ != 0) return;
+    for (const ShardPull& s : shards_) {
+      if (!s.done) return;
+    }
+    finish(true);
+  }
+
+  void arm_progress_timer() {
+    timer_.expires_after(Coordinator::kSourceTimeout);
+    auto self = shared_from_this();
+    const std::size_t attempt = source_index_;
+    timer_.async_wait([self, attempt](const boost::system::error_code& ec) {
+      if (ec || self->stopped_ || self->finished_ || attempt != self->source_index_) return;
+      const PullPlan::Source& gone = self->plan_.sources[attempt - 1];
+      fmt::print(stderr, "sluiced: pull of {} partitions from {}: no progress in {} ms ({}); {}\n",
+                 self->plan_.partitions.size(), gone.node, Coordinator::kSourceTimeout.count(),
+                 self->last_error_.empty() ? "no answer" : self->last_error_,
+                 attempt < self->plan_.sources.size() ? "trying the next source"
+                                                      : "serving with the records here");
+      self->next_source();
+    });
+  }
+
+  void finish(bool pulled) {
+    if (finished_) return;
+    finished_ = true;
+    timer_.cancel();
+    close_links();
+    (void)pulled;
+    if (plan_.primary) {
+      for (const std::uint32_t p : plan_.partitions) {
+        view_->states->set(p, PartitionServing::kServing);
+      }
+    }
+    owner_.finished(this);
+  }
+
+  Coordinator& owner_;
+  std::shared_ptr<const ClusterView> view_;
+  PullPlan plan_;
+  protocol::PullRequest request_;
+  asio::steady_timer timer_;
+  std::shared_ptr<PeerLink> control_;
+  std::vector<ShardPull> shards_;
+  std::vector<protocol::WireRecord> records_;
+  std::string host_;
+  std::string last_error_;
+  std::size_t source_index_ = 0;
+  std::size_t applying_ = 0;
+  bool stopped_ = false;
+  bool finished_ = false;
+};
+
+Coordinator::Coordinator(ServerContext& context)
+    : context_(context),
+      io_(1),
+      work_(asio::make_work_guard(io_)),
+      thread_([this] { io_.run(); }) {}
+
+Coordinator::~Coordinator() { stop(); }
+
+void Coordinator::start(std::shared_ptr<const ClusterView> view, std::vector<PullPlan> plans) {
+  if (stopped_.load()) return;
+  running_.fetch_add(plans.size());
+  asio::post(io_, [this, view = std::move(view), plans = std::move(plans)]() mutable {
+    for (PullPlan& plan : plans) {
+      auto job = std::make_shared<PullJob>(*this, view, std::move(plan));
+      jobs_.push_back(job);
+      job->start();
+    }
+  });
+}
+
+bool Coordinator::run(std::function<void()> work) {
+  if (stopped_.load()) return false;
+  asio::post(io_, std::move(work));  // runs even if stop() comes next: io_ drains its queue
+  return true;
+}
+
+void Coordinator::finished(PullJob* job) {
+  std::erase_if(jobs_, [job](const std::shared_ptr<PullJob>& j) { return j.get() == job; });
+  running_.fetch_sub(1);
+}
+
+void Coordinator::stop() {
+  if (stopped_.exchange(true)) return;
+  asio::post(io_, [this] {
+    for (auto& job : jobs_) job->stop();
+    jobs_.clear();
+    work_.reset();
+  });
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace sluice::server

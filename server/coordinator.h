@@ -1,0 +1,85 @@
+// The node's cluster coordinator (docs/ARCHITECTURE.md, "Moving partitions"): when the node
+// adopts a map, it works out which partitions it must fetch and from whom, marks the partitions
+// it will be primary of `pulling` (items answered UNAVAILABLE) before the map is published,
+// pulls their records page by page from the source node's shards (fencing the old primary
+// when it is still there), merges them into this node's shards, and then marks them `serving`.
+// A source that cannot be reached within the pull deadline is given up: the next candidate
+// (the old replica) is tried, else the node serves the partitions with what it has, and says
+// so on stderr. It runs on a thread of its own, so a pull never delays a shard's requests.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/cluster_map.h"
+
+namespace sluice::server {
+
+struct ClusterView;
+struct ServerContext;
+class PullJob;
+
+// One partition to fetch: from which nodes, in order of preference, and whether this node is
+// to be its primary (then it is `pulling` until the records are in) or its replica.
+struct PullPlan {
+  struct Source {
+    std::string node;     // id
+    std::string address;  // HOST:PORT of its public port
+    bool fence = false;   // the source may still serve the partitions: stop it first
+  };
+  std::vector<std::uint32_t> partitions;
+  std::vector<Source> sources;  // tried in order; none left = serve with what is here
+  bool primary = true;
+};
+
+// What to pull when the node goes from map `from` (null at start-up) to map `to`.
+std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster::ClusterMap& to,
+                                 const std::string& self);
+
+class Coordinator {
+ public:
+  explicit Coordinator(ServerContext& context);
+  ~Coordinator();  // stop()
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Starts pulling for `view` (just published to the shards; the primary partitions of the
+  // plans already `pulling`). Pulls of an earlier view still running go on: each partition's
+  // state is set by whichever finishes last. Any thread.
+  void start(std::shared_ptr<const ClusterView> view, std::vector<PullPlan> plans);
+  // Stops every pull and the thread. Idempotent.
+  void stop();
+  // Runs `work` on the coordinator's thread (off the shards'); false (and not run) once
+  // stopped.
+  bool run(std::function<void()> work);
+
+  // Pulls not finished yet (tests wait for 0).
+  std::size_t running() const { return running_.load(); }
+  // How long a source may take to answer before the next one is tried.
+  static constexpr std::chrono::milliseconds kSourceTimeout{3000};
+
+ private:
+  friend class PullJob;
+  void finished(PullJob* job);
+
+  ServerContext& context_;
+  boost::asio::io_context io_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::thread thread_;
+  std::vector<std::shared_ptr<PullJob>> jobs_;  // coordinator thread only
+  std::atomic<std::size_t> running_{0};
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace sluice::server

@@ -1,0 +1,288 @@
+#include "server/replicator.h"
+
+#include <utility>
+
+#include <fmt/core.h>
+#include <algorithm>
+
+#include "cluster/node.h"
+#include "protocol/cluster_messages.h"
+#include "server/cluster_view.h"
+#include "server/dispatcher.h"
+#include "server/shard.h"
+
+namespace sluice::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Slots of the "queued already" filter: a key changed many times within a batch is queued
+// once (a slot keeps the last key queued to it, so a collision only costs a duplicate record).
+constexpr std::size_t kRecentSlots = 4096;
+
+std::size_t recent_slot(const KeyHash& hash) { return (hash.lo >> 20) & (kRecentSlots - 1); }
+
+protocol::WireRecord to_wire(const RecordImage& image) {
+  protocol::WireRecord record;
+  record.fp_lo = image.key.lo;
+  record.fp_hi = image.key.hi;
+  record.algorithm = image.algorithm;
+  record.capacity_class = image.capacity_class;
+  record.state_a = image.state.a;
+  record.state_b = image.state.b;
+  record.idle_at_ns = image.idle_at_ns;
+  return record;
+}
+
+}  // namespace
+
+Replicator::Replicator(Shard& shard) : shard_(shard), timer_(shard.io()), recent_(kRecentSlots) {}
+
+Replicator::~Replicator() { stop(); }
+
+void Replicator::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  timer_.cancel();
+  for (auto& node : nodes_) {
+    if (node->control) node->control->close();
+    for (Link& link : node->shards) {
+      if (link.link) link.link->close();
+    }
+  }
+}
+
+Replicator::Node* Replicator::node_by_id(const std::string& id) {
+  for (auto& node : nodes_) {
+    if (node->id == id) return node.get();
+  }
+  return nullptr;
+}
+
+void Replicator::set_view(const ClusterView* view) {
+  view_ = view;
+  by_ring_index_.clear();
+  for (auto& node : nodes_) node->seen = false;
+  if (view == nullptr || stopped_) return;
+  const cluster::Ring& ring = view->map.ring();
+  by_ring_index_.assign(ring.nodes().size(), nullptr);
+  for (std::size_t i = 0; i < ring.nodes().size(); ++i) {
+    if (static_cast<cluster::NodeIndex>(i) == view->self) continue;
+    const std::string& id = ring.nodes()[i];
+    Node* node = node_by_id(id);
+    const cluster::ClusterNode* member = view->map.find(id);
+    const auto address = cluster::parse_node_address(member->address);
+    if (node != nullptr && address &&
+        (node->host != address->host || node->port != address->port)) {
+      // The node moved: start over with links to its new address.
+      if (node->control) node->control->close();
+      for (Link& link : node->shards) {
+        if (link.link) link.link->close();
+      }
+      node->control.reset();
+      node->shards.clear();
+    }
+    if (node == nullptr) {
+      nodes_.push_back(std::make_unique<Node>());
+      node = nodes_.back().get();
+      node->id = id;
+    }
+    if (address) {
+      node->host = address->host;
+      node->port = address->port;
+    }
+    node->seen = true;
+    by_ring_index_[i] = node;
+    if (node->control) node->control->set_epoch(view->epoch());
+    for (Link& link : node->shards) {
+      if (link.link) link.link->set_epoch(view->epoch());
+    }
+  }
+  // Nodes that left the map: their queued records have no replica to go to any more.
+  for (auto& node : nodes_) {
+    if (node->seen) continue;
+    if (node->control) node->control->close();
+    for (Link& link : node->shards) {
+      if (link.link) link.link->close();
+    }
+    shard_.counters()[Stat::kReplicationDropped].add(node->pending.size());
+  }
+  std::erase_if(nodes_, [](const std::unique_ptr<Node>& node) { return !node->seen; });
+  ++generation_;
+}
+
+void Replicator::note(const KeyHash& hash) {
+  if (view_ == nullptr || stopped_) return;
+  const cluster::NodeIndex replica = view_->map.ring().owners_of(hash).replica;
+  if (replica == cluster::kNoNode || replica >= by_ring_index_.size()) return;
+  Node* node = by_ring_index_[replica];
+  if (node == nullptr) return;
+  Recent& recent = recent_[recent_slot(hash)];
+  if (recent.generation == generation_ && recent.hash == hash) return;  // queued already
+  recent = Recent{hash, generation_};
+  if (node->pending.empty()) node->pending_since = Clock::now();
+  if (node->pending.size() >= kMaxPendingRecords) {
+    node->pending.erase(node->pending.begin());  // the oldest goes: its replica stays behind
+    shard_.counters()[Stat::kReplicationDropped].add();
+  }
+  node->pending.push_back(hash);
+  if (node->pending.size() >= shard_.context().config.replication_batch) {
+    flush(*node);
+  } else {
+    arm_timer();
+  }
+}
+
+void Replicator::arm_timer() {
+  if (timer_armed_ || stopped_) return;
+  timer_armed_ = true;
+  timer_.expires_after(shard_.context().config.replication_interval);
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    timer_armed_ = false;
+    if (ec || stopped_) return;
+    flush_all();
+  });
+}
+
+void Replicator::flush_all() {
+  bool left = false;
+  for (auto& node : nodes_) {
+    if (!node->pending.empty()) flush(*node);
+    left = left || !node->pending.empty();
+  }
+  if (left) arm_timer();  // links still coming up: try again at the next interval
+}
+
+Replicator::Link& Replicator::link_for(Node& node, std::uint16_t shard) {
+  if (node.shards.size() <= shard) node.shards.resize(shard + 1u);
+  Link& link = node.shards[shard];
+  if (link.link == nullptr) {
+    PeerLink::Config config;
+    config.host = node.host;
+    config.port = node.control->hello().shard_ports.at(shard);
+    config.token = shard_.context().config.auth_token;
+    config.name = std::string(kNodeClientPrefix) + shard_.context().node_id;
+    config.epoch = view_ != nullptr ? view_->epoch() : 0;
+    Node* target = &node;
+    link.link = std::make_shared<PeerLink>(
+        shard_.io(), std::move(config),
+        [this, target, shard](const protocol::Frame& frame) { on_reply(*target, shard, frame); },
+        [this, target, shard](bool up, const std::string&) {
+          if (up) {
+            arm_timer();
+          } else {
+            on_down(*target, shard);
+          }
+        });
+    link.link->start();
+  }
+  return link;
+}
+
+void Replicator::flush(Node& node) {
+  if (stopped_) return;
+  ++generation_;  // a key changed from now on is queued again: the batch below reads it now
+  if (node.control == nullptr) {
+    PeerLink::Config config;
+    config.host = node.host;
+    config.port = node.port;
+    config.token = shard_.context().config.auth_token;
+    config.name = std::string(kNodeClientPrefix) + shard_.context().node_id;
+    config.epoch = view_ != nullptr ? view_->epoch() : 0;
+    node.control = std::make_shared<PeerLink>(
+        shard_.io(), std::move(config), [](const protocol::Frame&) {},
+        [this](bool up, const std::string&) {
+          if (up) arm_timer();
+        });
+    node.control->start();
+  }
+  if (!node.control->up()) return;  // the records wait until it is
+  const std::size_t shards = node.control->hello().shard_ports.size();
+  // Records go to the shard of the other node that owns them, by its shard count.
+  const std::uint64_t now_ns = shard_.context().clock->now_ns();
+  std::vector<KeyHash> waiting;
+  std::size_t i = 0;
+  while (i < node.pending.size()) {
+    const auto target =
+        static_cast<std::uint16_t>(shard_for(node.pending[i], static_cast<std::uint32_t>(shards)));
+    Link& link = link_for(node, target);
+    if (!link.link->up()) {
+      waiting.push_back(node.pending[i++]);
+      continue;
+    }
+    Batch batch;
+    batch.request_id = link.link->next_id();
+    batch.sent = Clock::now();
+    protocol::Bytes& out = link.link->output();
+    const protocol::RecordFrame frame =
+        protocol::begin_replicate_request(out, batch.request_id, link.link->framing());
+    const std::size_t limit = shard_.context().config.replication_batch;
+    for (; i < node.pending.size() && batch.keys.size() < limit; ++i) {
+      const KeyHash& hash = node.pending[i];
+      if (shard_for(hash, static_cast<std::uint32_t>(shards)) != target) {
+        waiting.push_back(hash);
+        continue;
+      }
+      RecordImage image;
+      log_.clear();
+      if (!shard_.export_record(hash, now_ns, image, log_)) {
+        image = RecordImage{};  // reset or expired here: the replica forgets it too
+        image.key = hash;
+        log_.clear();
+      }
+      protocol::add_record(out, frame, to_wire(image), log_);
+      batch.keys.push_back(hash);
+    }
+    protocol::finish_records(out, frame);
+    shard_.counters()[Stat::kReplicationSent].add(batch.keys.size());
+    link.in_flight.push_back(std::move(batch));
+    link.link->flush();
+  }
+  node.pending.swap(waiting);
+  if (!node.pending.empty()) node.pending_since = Clock::now();
+}
+
+void Replicator::on_reply(Node& node, std::uint16_t shard, const protocol::Frame& frame) {
+  if (shard >= node.shards.size()) return;
+  Link& link = node.shards[shard];
+  if (frame.header.opcode != protocol::Opcode::kReplicate || link.in_flight.empty()) return;
+  // Replies come in order on one connection: the first batch in flight is the one answered.
+  if (link.in_flight.front().request_id != frame.header.request_id) return;
+  shard_.counters()[Stat::kReplicationAcked].add(link.in_flight.front().keys.size());
+  link.in_flight.pop_front();
+}
+
+void Replicator::on_down(Node& node, std::uint16_t shard) {
+  if (shard >= node.shards.size()) return;
+  Link& link = node.shards[shard];
+  // Whatever was in flight may not have arrived: send it again once the link is back.
+  for (Batch& batch : link.in_flight) {
+    node.pending.insert(node.pending.end(), batch.keys.begin(), batch.keys.end());
+  }
+  link.in_flight.clear();
+  if (!node.pending.empty()) arm_timer();
+}
+
+std::vector<Replicator::PeerLag> Replicator::lag() const {
+  std::vector<PeerLag> out;
+  const auto now = Clock::now();
+  for (const auto& node : nodes_) {
+    PeerLag lag;
+    lag.node = node->id;
+    lag.queued = node->pending.size();
+    lag.up = node->control != nullptr && node->control->up();
+    Clock::time_point oldest = node->pending.empty() ? now : node->pending_since;
+    for (const Link& link : node->shards) {
+      for (const Batch& batch : link.in_flight) lag.unacked += batch.keys.size();
+      if (!link.in_flight.empty()) oldest = std::min(oldest, link.in_flight.front().sent);
+      lag.up = lag.up && (link.link == nullptr || link.link->up());
+    }
+    lag.oldest_ms = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest).count());
+    out.push_back(std::move(lag));
+  }
+  return out;
+}
+
+}  // namespace sluice::server

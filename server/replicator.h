@@ -1,0 +1,104 @@
+// A shard's replication stream (docs/ARCHITECTURE.md, "Replication"): every record this shard
+// changes as a primary is queued for its partition's replica and sent in batches, every
+// ServerConfig::replication_interval or at replication_batch records, as REPLICATE frames with
+// the record's full state as it is when the batch is built. One PeerLink per replica node and
+// per shard of it that owns records (usually the one with this shard's index). A batch in
+// flight when its link fails is queued again, so a link that comes back loses nothing; beyond
+// kMaxPendingRecords queued records per node, the oldest are dropped (and counted).
+// Shard thread only.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/key_hash.h"
+#include "protocol/messages.h"
+#include "server/peer_link.h"
+
+namespace sluice::server {
+
+class Shard;
+struct ClusterView;
+
+class Replicator {
+ public:
+  static constexpr std::size_t kMaxPendingRecords = 1u << 16;
+
+  explicit Replicator(Shard& shard);
+  ~Replicator();
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // The shard decides by `view` from now on: replica nodes are looked up in it; nodes that left
+  // the map have their links closed.
+  void set_view(const ClusterView* view);
+  // The record of `hash` changed on this shard, its primary: queue it for the replica.
+  void note(const KeyHash& hash);
+  // Closes every link (the shard is stopping); nothing is sent afterwards.
+  void stop();
+
+  // Per replica node, summed over its links: for STATS ("replication.<node>.*").
+  struct PeerLag {
+    std::string node;
+    std::uint64_t queued = 0;     // records waiting to be sent
+    std::uint64_t unacked = 0;    // records sent, not yet acknowledged
+    std::uint64_t oldest_ms = 0;  // age of the oldest of those (queued or unacked)
+    bool up = false;              // every link it needs is up
+  };
+  std::vector<PeerLag> lag() const;
+
+ private:
+  struct Batch {
+    std::uint32_t request_id = 0;
+    std::vector<KeyHash> keys;
+    std::chrono::steady_clock::time_point sent;
+  };
+  struct Link {
+    std::shared_ptr<PeerLink> link;
+    std::deque<Batch> in_flight;
+  };
+  struct Node {
+    std::string id;
+    std::string host;
+    std::uint16_t port = 0;
+    std::shared_ptr<PeerLink> control;  // to the public port: learns the shard ports
+    std::vector<Link> shards;           // by the node's shard index, created when needed
+    std::vector<KeyHash> pending;
+    std::chrono::steady_clock::time_point pending_since{};
+    bool seen = false;  // in the current view
+  };
+
+  void flush_all();
+  void flush(Node& node);
+  void arm_timer();
+  Link& link_for(Node& node, std::uint16_t shard);
+  void on_reply(Node& node, std::uint16_t shard, const protocol::Frame& frame);
+  void on_down(Node& node, std::uint16_t shard);
+  Node* node_by_id(const std::string& id);
+
+  Shard& shard_;
+  const ClusterView* view_ = nullptr;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<Node*> by_ring_index_;  // the current view's ring NodeIndex -> node
+  boost::asio::steady_timer timer_;
+  bool timer_armed_ = false;
+  bool stopped_ = false;
+  // The last key queued per slot, so that a hot key is queued once per batch, not per change;
+  // a slot counts only for the batch generation it was written in.
+  struct Recent {
+    KeyHash hash;
+    std::uint64_t generation = 0;
+  };
+  std::vector<Recent> recent_;
+  std::uint64_t generation_ = 1;
+  std::vector<std::uint64_t> log_;  // scratch for a sliding log's timestamps
+};
+
+}  // namespace sluice::server
