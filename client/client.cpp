@@ -830,18 +830,22 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
     impl->learn_hello(*impl->links.front());  // its shard connections start connecting
   }
 
-  // The seed's map: a node outside any cluster is the only node; a member names the others.
-  ClusterCall call;
-  Completion completion;
-  completion.sink = &call;
-  Status queued = public_port->submit(
-      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
-        protocol::encode_cluster_request(out, id, framing);
-      },
-      completion);
-  if (!queued.ok()) return queued;
-  Result<protocol::ClusterMapMessage> message = call.wait(impl->owned_io ? nullptr : &impl->io);
-  if (!message.ok()) return message.status();
+  // The seed's map: a node outside any cluster is the only node; a member names the others. A
+  // node of an older protocol knows no CLUSTER and is outside any cluster.
+  Result<protocol::ClusterMapMessage> message{protocol::ClusterMapMessage{}};
+  if (hello.version >= detail::kFirstClusterVersion) {
+    ClusterCall call;
+    Completion completion;
+    completion.sink = &call;
+    Status queued = public_port->submit(
+        [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+          protocol::encode_cluster_request(out, id, framing);
+        },
+        completion);
+    if (!queued.ok()) return queued;
+    message = call.wait(impl->owned_io ? nullptr : &impl->io);
+    if (!message.ok()) return message.status();
+  }
   if (message->epoch != 0 || !message->nodes.empty()) {
     cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
     if (!map) {

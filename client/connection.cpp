@@ -305,8 +305,7 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
   sending_.clear();
   protocol::encode_hello_request(
       sending_, kHandshakeId,
-      protocol::HelloRequest{protocol::kVersion, config_.client_name, config_.auth_token},
-      framing());
+      protocol::HelloRequest{protocol::kVersion, config_.client_name, config_.auth_token});
   write_in_flight_ = true;
   lock.unlock();
   asio::async_write(socket_, asio::buffer(sending_),
@@ -441,6 +440,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
                              ", expected " + std::to_string(config_.expected_shard));
           break;
         }
+        epoch_framing_ = hello.version >= kFirstClusterVersion;
         hello_ = std::move(hello);
         state_ = State::kReady;
         ++attempts_finished_;

@@ -158,6 +158,10 @@ class InFlightLimit {
   std::atomic<std::size_t> count_{0};
 };
 
+// The first protocol version with the cluster: framing version 2 (the epoch), CLUSTER, the
+// REDIRECT and UNAVAILABLE statuses (docs/PROTOCOL.md, section 10).
+inline constexpr std::uint8_t kFirstClusterVersion = 3;
+
 class Connection;
 
 // What a connection tells the client about itself, on the I/O thread and outside its mutex.
@@ -199,7 +203,7 @@ class Connection {
   const ConnectionConfig& config() const { return config_; }
 
   // Queues one request: `encode(out, request_id, framing)` appends exactly one frame to `out`,
-  // its header in `framing` (version 2, the client's epoch). Connects
+  // its header in `framing` (framing_locked()). Connects
   // first when disconnected (at most once per backoff interval). A failed Status means nothing
   // was queued and nobody will be called; the caller reports it. kOverloaded when the client
   // already has max_in_flight calls in flight.
@@ -213,14 +217,17 @@ class Connection {
     }
     const std::uint32_t id = next_request_id_locked();
     const std::size_t before = out_.size();
-    encode(out_, id, framing());
+    encode(out_, id, framing_locked());
     insert_locked(id, completion, static_cast<std::uint32_t>(out_.size() - before));
     wake_locked();
     return Status();
   }
 
-  // The framing of every frame this connection sends: version 2 with the client's epoch.
-  protocol::Framing framing() const {
+  // The framing of the frames this connection sends: version 2 with the client's epoch once a
+  // HELLO negotiated protocol 3 or later, else version 1 (an older node knows no other, and
+  // before the first HELLO the node's version is unknown). REQUIRES: mu_ held.
+  protocol::Framing framing_locked() const {
+    if (!epoch_framing_) return protocol::Framing{};
     return protocol::Framing::with_epoch(config_.map_epoch->load(std::memory_order_relaxed));
   }
 
@@ -351,6 +358,7 @@ class Connection {
   std::atomic<std::uint64_t> withdrawn_{0};
   std::atomic<std::uint64_t> late_replies_{0};
   protocol::HelloReply hello_;
+  bool epoch_framing_ = false;  // the last HELLO negotiated protocol 3 or later
 
   // I/O thread only.
   boost::asio::ip::tcp::socket socket_;

@@ -18,6 +18,7 @@
 
 #include "client/client.h"
 #include "core/clock.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/server.h"
@@ -115,12 +116,13 @@ class CallbackLatch {
 };
 
 // A node on 127.0.0.1 that speaks just enough protocol: in kSilent it never writes a byte;
-// otherwise it answers HELLO (one shard: its own port; connect with shard_aware = false) and, in
+// otherwise it answers HELLO (one shard: its own port; connect with shard_aware = false) and
+// CLUSTER (a node outside any cluster) and, in
 // kAnswer, ACQUIRE with `remaining` set to the item's cost (so a test can tell replies apart) and
 // PING. In kHold it keeps ACQUIRE replies until release_held(). In kNotSluice it answers any
-// bytes as Redis answers an unknown command. In kStall it answers HELLO and then reads nothing
-// more, with a small receive window, so the client's writes stall. `bind` may be "::1" for an
-// IPv6 node.
+// bytes as Redis answers an unknown command. In kStall it answers HELLO and CLUSTER and then
+// reads nothing more, with a small receive window, so the client's writes stall. `bind` may be
+// "::1" for an IPv6 node.
 class FakeServer {
  public:
   enum class Mode { kSilent, kHold, kAnswer, kRefuse, kNotSluice, kStall };
@@ -229,7 +231,10 @@ class FakeServer {
             if (r.status != protocol::DecodeStatus::kOk) break;
             begin += r.frame_size;
             handle(*s, r.frame);
-            if (mode_ == Mode::kStall) return;  // HELLO answered; never read again
+            // HELLO and CLUSTER answered: never read again.
+            if (mode_ == Mode::kStall && r.frame.header.opcode == protocol::Opcode::kCluster) {
+              return;
+            }
           }
           std::copy(s->in.begin() + static_cast<std::ptrdiff_t>(begin),
                     s->in.begin() + static_cast<std::ptrdiff_t>(s->used), s->in.begin());
@@ -250,6 +255,9 @@ class FakeServer {
         protocol::encode_hello_reply(out, id, hello);
         break;
       }
+      case protocol::Opcode::kCluster:  // a node outside any cluster, whatever the mode
+        protocol::encode_cluster_reply(out, id, protocol::ClusterMapMessage{});
+        break;
       case protocol::Opcode::kPing:
         if (mode_ != Mode::kAnswer) return;
         protocol::encode_ping(out, id, frame.body, true);
