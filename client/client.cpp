@@ -8,8 +8,10 @@
 #include <boost/asio/post.hpp>
 #include <charconv>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "client/client_impl.h"
@@ -201,6 +203,67 @@ class ClusterCall final : public SyncCall<protocol::ClusterMapMessage> {
     finish(std::move(map));
   }
 };
+
+class ReloadCall final : public SyncCall<ReloadOutcome> {
+ public:
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    protocol::ReloadReply answer;
+    if (reply.header.opcode != Opcode::kReload ||
+        !protocol::parse_reload_reply(reply.body, answer)) {
+      return finish(unexpected_reply("RELOAD"));
+    }
+    ReloadOutcome outcome;
+    outcome.epoch = answer.epoch;
+    outcome.refusal.assign(answer.message);
+    finish(std::move(outcome));
+  }
+};
+
+// Queues a node-level request whose reply goes to `call`; on failure nothing was queued.
+template <typename Encode>
+Status start_call(Connection& connection, ReplySink& call, Encode encode) {
+  Completion completion;
+  completion.sink = &call;
+  return connection.submit(encode, completion);
+}
+
+void encode_stats(protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+  protocol::encode_stats_request(out, id, framing);
+}
+
+void encode_reload(protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+  protocol::encode_reload_request(out, id, framing);
+}
+
+// "replication.<peer>.<field>" counters, by peer in the order first seen. Ids may hold dots:
+// the field is what follows the last one.
+std::vector<ReplicationLag> replication_lag(const std::vector<Stat>& stats) {
+  constexpr std::string_view kPrefix = "replication.";
+  std::vector<ReplicationLag> out;
+  for (const Stat& stat : stats) {
+    const std::string_view name = stat.name;
+    if (!name.starts_with(kPrefix)) continue;
+    const std::string_view rest = name.substr(kPrefix.size());
+    const std::size_t dot = rest.rfind('.');
+    if (dot == std::string_view::npos || dot == 0) continue;
+    const std::string_view peer = rest.substr(0, dot);
+    const std::string_view field = rest.substr(dot + 1);
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const ReplicationLag& lag) { return lag.peer == peer; });
+    if (it == out.end()) {
+      out.push_back(ReplicationLag{std::string(peer)});
+      it = out.end() - 1;
+    }
+    if (field == "records") {
+      it->records = stat.value;
+    } else if (field == "lag_ms") {
+      it->lag_ms = stat.value;
+    } else if (field == "up") {
+      it->up = stat.value != 0;
+    }
+  }
+  return out;
+}
 
 // Blocks a sync acquire until its callback runs. Same notify-under-mutex rule as SyncCall.
 class DecisionWaiter {
@@ -973,6 +1036,8 @@ Result<std::vector<Stat>> Client::stats() {
 }
 
 Result<ClusterInfo> Client::cluster() {
+  // A node of an older protocol is outside any cluster and knows no CLUSTER.
+  if (impl_->control->hello().version < detail::kFirstClusterVersion) return ClusterInfo{};
   ClusterCall call;
   Completion completion;
   completion.sink = &call;
@@ -1013,6 +1078,94 @@ Result<ClusterInfo> Client::cluster() {
     out.nodes.push_back(std::move(info));
   }
   if (message->self != protocol::kNotAMember) out.self = message->self;
+
+  // Every node's STATS at once, over the client's connection to it.
+  const std::shared_ptr<const detail::Router> router = impl_->current_router();
+  std::vector<std::unique_ptr<StatsCall>> calls(out.nodes.size());
+  for (std::size_t i = 0; i < out.nodes.size(); ++i) {
+    ClusterNodeInfo& node = out.nodes[i];
+    Status why;
+    Connection* connection = router->clustered() ? router->node_control(node.id, why) : nullptr;
+    if (connection == nullptr) {
+      node.stats_status =
+          why.ok() ? Status(ErrorCode::kConnectionFailed, "the client routes to no node " + node.id)
+                   : why;
+      continue;
+    }
+    calls[i] = std::make_unique<StatsCall>();
+    if (Status queued = start_call(*connection, *calls[i], encode_stats); !queued.ok()) {
+      node.stats_status = queued;
+      calls[i].reset();
+    }
+  }
+  for (std::size_t i = 0; i < out.nodes.size(); ++i) {
+    if (!calls[i]) continue;
+    Result<std::vector<Stat>> stats = calls[i]->wait();
+    if (!stats.ok()) {
+      out.nodes[i].stats_status = stats.status();
+      continue;
+    }
+    out.nodes[i].replication = replication_lag(*stats);
+  }
+  return out;
+}
+
+Result<ReloadOutcome> Client::reload() {
+  ReloadCall call;
+  if (Status queued = start_call(*impl_->control, call, encode_reload); !queued.ok()) {
+    return queued;
+  }
+  Result<ReloadOutcome> outcome = call.wait();
+  if (!outcome.ok()) return outcome.status();
+  outcome->node_id = impl_->info.node_id;
+  outcome->address = impl_->info.endpoint;
+  return outcome;
+}
+
+Result<std::vector<ReloadOutcome>> Client::reload_all() {
+  const std::shared_ptr<const detail::Router> router = impl_->current_router();
+  if (!router->clustered()) {
+    Result<ReloadOutcome> one = reload();
+    if (!one.ok() && one.code() == ErrorCode::kClosed) return one.status();
+    if (one.ok()) return std::vector<ReloadOutcome>{std::move(*one)};
+    ReloadOutcome failed;
+    failed.node_id = impl_->info.node_id;
+    failed.address = impl_->info.endpoint;
+    failed.status = one.status();
+    return std::vector<ReloadOutcome>{std::move(failed)};
+  }
+  const cluster::ClusterMap& map = *router->map();
+  const std::vector<std::string>& ids = map.ring().nodes();
+  std::vector<ReloadOutcome> out(ids.size());
+  std::vector<std::unique_ptr<ReloadCall>> calls(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    out[i].node_id = ids[i];
+    out[i].address = map.nodes()[map.node_index(static_cast<cluster::NodeIndex>(i))].address;
+    Status why;
+    Connection* connection = router->node_control(ids[i], why);
+    if (connection == nullptr) {
+      out[i].status = why;
+      continue;
+    }
+    calls[i] = std::make_unique<ReloadCall>();
+    if (Status queued = start_call(*connection, *calls[i], encode_reload); !queued.ok()) {
+      out[i].status = queued;
+      calls[i].reset();
+    }
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (!calls[i]) continue;
+    Result<ReloadOutcome> answer = calls[i]->wait();
+    if (!answer.ok()) {
+      out[i].status = answer.status();
+      continue;
+    }
+    out[i].epoch = answer->epoch;
+    out[i].refusal = std::move(answer->refusal);
+  }
+  for (const ReloadOutcome& outcome : out) {
+    if (outcome.status.code() == ErrorCode::kClosed) return outcome.status;
+  }
   return out;
 }
 

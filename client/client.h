@@ -97,6 +97,15 @@ struct ClientCounters {
   std::uint64_t unavailable_retries = 0;  // items answered UNAVAILABLE and sent again
 };
 
+// What one node still has to stream to one peer, from the node's STATS
+// ("replication.<peer>.records", ".lag_ms", ".up").
+struct ReplicationLag {
+  std::string peer;           // the receiving node's id
+  std::uint64_t records = 0;  // changed records the peer has not acknowledged yet
+  std::uint64_t lag_ms = 0;   // the age of the oldest of them
+  bool up = false;            // the node's links to the peer are connected
+};
+
 // A node of a cluster map, as Client::cluster() reports it.
 struct ClusterNodeInfo {
   std::string id;
@@ -105,6 +114,10 @@ struct ClusterNodeInfo {
   // Partitions of the ring it is the primary (replica) of, out of ClusterInfo::partitions.
   std::uint32_t primary_partitions = 0;
   std::uint32_t replica_partitions = 0;
+  // Its replication to each peer, by peer id, from its own STATS: empty when it streams to
+  // nobody, or when its STATS could not be had (`stats_status` says why).
+  std::vector<ReplicationLag> replication;
+  Status stats_status;
 };
 
 // A node's cluster map (CLUSTER). Epoch 0 and no nodes: a node outside any cluster.
@@ -114,6 +127,15 @@ struct ClusterInfo {
   std::uint32_t vnodes_per_node = 0;
   std::vector<ClusterNodeInfo> nodes;  // sorted by id
   std::optional<std::size_t> self;     // the answering node's index in `nodes`, if a member
+};
+
+// One node's answer to RELOAD (static cluster mode: reread the cluster file).
+struct ReloadOutcome {
+  std::string node_id;      // empty for the seed outside any cluster
+  std::string address;      // "HOST:PORT" of its public port
+  Status status;            // not ok: the node could not be asked, or refused the request itself
+  std::uint64_t epoch = 0;  // the epoch of the node's map afterwards
+  std::string refusal;      // empty: the file was taken; else why the node refused it
 };
 
 // Invoked exactly once, on the client's I/O thread. A callback that captures at most two
@@ -178,8 +200,15 @@ class Client {
   Result<std::chrono::nanoseconds> ping();
   // The seed node's counters (public port), in the server's order.
   Result<std::vector<Stat>> stats();
-  // The seed node's cluster map, asked for now (CLUSTER), with each node's share of the ring.
+  // The seed node's cluster map, asked for now (CLUSTER), with each node's share of the ring
+  // and, from each node's STATS (asked at once, in parallel), its replication lag per peer.
   Result<ClusterInfo> cluster();
+  // RELOAD on the seed's node: it rereads its cluster file.
+  Result<ReloadOutcome> reload();
+  // RELOAD on every active node of the client's map, in parallel, in the map's order by id (the
+  // seed alone outside a cluster). A node that cannot be asked has its outcome's status set;
+  // the call itself fails only when the client is closed.
+  Result<std::vector<ReloadOutcome>> reload_all();
   // The epoch of the map the client routes by (0: a node outside any cluster), and how many
   // nodes it routes to. Any thread.
   std::uint64_t cluster_epoch() const;

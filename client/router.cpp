@@ -42,10 +42,24 @@ std::shared_ptr<const Router> Router::for_cluster(Connection& control, cluster::
     NodeRoute route;
     route.first_owner = static_cast<std::uint32_t>(router->owners_.size());
     route.shards = router->add_owners(*link, shard_aware);
+    if (link->unreachable.ok() && !link->publics.empty()) route.control = link->publics.front();
     router->nodes_.push_back(route);
   }
   router->map_.emplace(std::move(map));
   return router;
+}
+
+Connection* Router::node_control(std::string_view id, Status& why) const {
+  if (!map_) return &control_;
+  const std::optional<cluster::NodeIndex> index = map_->ring().find(id);
+  if (!index) {
+    why = Status(ErrorCode::kConnectionFailed,
+                 "node " + std::string(id) + " is not active in the client's map");
+    return nullptr;
+  }
+  const NodeRoute& node = nodes_[*index];
+  if (node.control == nullptr) why = owners_[node.first_owner].unreachable;
+  return node.control;
 }
 
 Connection* Router::connection(std::size_t index) const {

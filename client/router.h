@@ -17,6 +17,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/connection.h"
@@ -97,11 +98,15 @@ class Router {
   Connection& control() const { return control_; }
   // The number of nodes routed to.
   std::size_t node_count() const { return map_ ? nodes_.size() : 1; }
+  // The public connection of the ring's node `id` (the seed's outside a cluster), for
+  // node-level calls (STATS, RELOAD); nullptr when the client has none to it (why: `why`).
+  Connection* node_control(std::string_view id, Status& why) const;
 
  private:
   struct NodeRoute {
     std::uint32_t first_owner = 0;
     std::uint32_t shards = 1;
+    Connection* control = nullptr;  // its first public connection
   };
 
   explicit Router(Connection& control) : control_(control) {}
