@@ -359,28 +359,32 @@ void AsyncBatch::complete() {
 
 BatchPool::~BatchPool() = default;
 
-AsyncBatch& BatchPool::take() {
+AsyncBatch& BatchPool::take(bool one_item) {
   std::lock_guard lock(mu_);
-  if (free_.empty()) {
+  std::vector<AsyncBatch*>& free = one_item ? free_one_ : free_;
+  if (free.empty()) {
     all_.push_back(std::make_unique<AsyncBatch>(impl_));
+    all_.back()->one_item_ = one_item;
+    // Both lists can hold every batch: give() never allocates.
     free_.reserve(all_.size());
+    free_one_.reserve(all_.size());
     return *all_.back();
   }
-  AsyncBatch* batch = free_.back();
-  free_.pop_back();
+  AsyncBatch* batch = free.back();
+  free.pop_back();
   return *batch;
 }
 
 void BatchPool::give(AsyncBatch& batch) {
   std::lock_guard lock(mu_);
-  free_.push_back(&batch);
+  (batch.one_item_ ? free_one_ : free_).push_back(&batch);
 }
 
 }  // namespace detail
 
 void Client::Impl::batch_async(std::span<const AcquireRequest> items, bool probe,
                                BatchCallback& done) {
-  if (items.size() != 1) return batches.take().run(items, probe, done);
+  if (items.size() != 1) return batches.take(/*one_item=*/false).run(items, probe, done);
   // One item: a plain acquire whose callback takes a span of one; no batch state to touch.
   Status queued = submit_acquire(items[0], nullptr, &done, probe);
   if (queued.ok()) return;

@@ -91,7 +91,10 @@ class AsyncBatch final : public ReplySink {
   void release();
   void complete();
 
+  friend class BatchPool;
+
   Client::Impl& impl_;
+  bool one_item_ = false;  // BatchPool: which free list it goes back to
   bool probe_ = false;
   bool clustered_ = false;  // routed by a cluster map: items are copied and may be re-sent
   BatchCallback done_;
@@ -127,12 +130,14 @@ class AsyncBatch final : public ReplySink {
 };
 
 // Batches are pooled: a warm client reuses them and their vectors, so a batch call allocates
-// nothing. Any thread takes one; the I/O thread gives it back after running its callback.
+// nothing. Any thread takes one; the I/O thread gives it back after running its callback. A
+// cluster's one-item calls draw from a pool of their own: a batch that served only single items
+// would otherwise grow its vectors the first time it serves a whole batch, however warm.
 class BatchPool {
  public:
   explicit BatchPool(Client::Impl& impl) : impl_(impl) {}
   ~BatchPool();
-  AsyncBatch& take();
+  AsyncBatch& take(bool one_item);
   void give(AsyncBatch& batch);
   // Calls `f` on every batch of the pool, in use or not.
   template <typename F>
@@ -145,7 +150,8 @@ class BatchPool {
   Client::Impl& impl_;
   std::mutex mu_;
   std::vector<std::unique_ptr<AsyncBatch>> all_;
-  std::vector<AsyncBatch*> free_;
+  std::vector<AsyncBatch*> free_;      // for batches of several items
+  std::vector<AsyncBatch*> free_one_;  // for one-item calls
 };
 
 }  // namespace sluice::client::detail

@@ -472,7 +472,7 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
   const std::shared_ptr<const detail::Router> current = current_router();
   if (current->clustered()) {
     // Its key is copied so that a REDIRECT or an UNAVAILABLE can send it again.
-    batches.take().run_one(request, probe, done, batch_done);
+    batches.take(/*one_item=*/true).run_one(request, probe, done, batch_done);
     return Status();
   }
   const std::size_t owner = current->route(hash_key(request.key));
