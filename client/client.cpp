@@ -1058,6 +1058,8 @@ Result<ClusterInfo> Client::cluster() {
                   "the cluster map from " + impl_->info.endpoint + " is not valid: " + map.error());
   }
   const cluster::Ring& ring = map->ring();
+  out.ring_version = ring.params().hash_version;
+  out.partition_bits = ring.params().partition_bits;
   out.partitions = ring.partition_count();
   out.vnodes_per_node = ring.params().vnodes_per_node;
   std::vector<std::uint32_t> primaries(ring.nodes().size(), 0);

@@ -123,7 +123,11 @@ struct ClusterNodeInfo {
 // A node's cluster map (CLUSTER). Epoch 0 and no nodes: a node outside any cluster.
 struct ClusterInfo {
   std::uint64_t epoch = 0;
-  std::uint32_t partitions = 0;
+  // The ring's parameters (cluster::RingParams): with the ids of the active nodes they give
+  // every key's owners, as cluster::Ring::build() computes them.
+  std::uint32_t ring_version = 0;
+  std::uint32_t partition_bits = 0;
+  std::uint32_t partitions = 0;  // 2^partition_bits
   std::uint32_t vnodes_per_node = 0;
   std::vector<ClusterNodeInfo> nodes;  // sorted by id
   std::optional<std::size_t> self;     // the answering node's index in `nodes`, if a member
