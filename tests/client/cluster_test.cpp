@@ -375,5 +375,55 @@ TEST_CASE("a node outside any cluster answers cluster() with epoch 0 and no node
   CHECK_FALSE(info->self.has_value());
 }
 
+TEST_CASE("an item answered UNAVAILABLE is sent again after a pause and then decided") {
+  testing::FakeServer node(testing::FakeServer::Mode::kAnswer);
+  node.join_cluster();
+  auto client = connect_or_fail(options_for(node.address(), /*shard_aware=*/false));
+  REQUIRE(client->cluster_epoch() == 1);
+  node.answer_unavailable(3);
+  const Result<Decision> d = client->acquire("pulling:key", per_minute(5));
+  REQUIRE(d.ok());
+  CHECK(d->allowed);
+  CHECK(client->counters().unavailable_retries == 3);
+  CHECK(node.acquires() == 4);
+
+  // In a batch, only the items answered UNAVAILABLE go again; all come back in order.
+  node.answer_unavailable(2);
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20; ++i) keys.push_back("pulling:" + std::to_string(i));
+  std::vector<AcquireRequest> batch;
+  for (int i = 0; i < 20; ++i) {
+    batch.push_back(AcquireRequest{keys[static_cast<std::size_t>(i)],
+                                   per_minute(100 + static_cast<std::uint32_t>(i))});
+  }
+  const std::vector<Result<Decision>> results = client->acquire_batch(batch);
+  REQUIRE(results.size() == 20);
+  int wrong = 0;
+  for (int i = 0; i < 20; ++i) {
+    const Result<Decision>& r = results[static_cast<std::size_t>(i)];
+    wrong += !r.ok() || r->limit != 100 + static_cast<std::uint32_t>(i);
+  }
+  CHECK(wrong == 0);
+  CHECK(client->counters().unavailable_retries == 3 + 2 * 20);
+}
+
+TEST_CASE("an item still UNAVAILABLE at its deadline fails with kUnavailable, in time") {
+  testing::FakeServer node(testing::FakeServer::Mode::kAnswer);
+  node.join_cluster();
+  ClientOptions options = options_for(node.address(), /*shard_aware=*/false);
+  options.timeout = 100ms;
+  auto client = connect_or_fail(options);
+  node.answer_unavailable(1'000'000);
+  const auto start = std::chrono::steady_clock::now();
+  const Result<Decision> d = client->acquire("pulling:forever", per_minute(5));
+  const auto took = std::chrono::steady_clock::now() - start;
+  CHECK(d.code() == ErrorCode::kUnavailable);
+  CHECK(took < 100ms + 50ms * test::kTimingSlack);
+  // Retried, but a bounded number of times: one pause of at least 2 ms between tries.
+  const std::uint64_t retries = client->counters().unavailable_retries;
+  CHECK(retries >= 1);
+  CHECK(retries <= 50);
+}
+
 }  // namespace
 }  // namespace sluice::client

@@ -162,6 +162,15 @@ class FakeServer {
   void set_mode(Mode mode) {
     run([this, mode] { mode_ = mode; });
   }
+  // From now on CLUSTER answers a map of epoch 1 whose only node is this one ("fake"), so a
+  // client that connects afterwards routes by it (and retries UNAVAILABLE).
+  void join_cluster() {
+    run([this] { member_ = true; });
+  }
+  // In kAnswer, the next `frames` ACQUIRE frames have every item answered UNAVAILABLE.
+  void answer_unavailable(int frames) {
+    run([this, frames] { unavailable_frames_ = frames; });
+  }
   // Sends every held reply, oldest first.
   void release_held() {
     run([this] {
@@ -255,9 +264,21 @@ class FakeServer {
         protocol::encode_hello_reply(out, id, hello);
         break;
       }
-      case protocol::Opcode::kCluster:  // a node outside any cluster, whatever the mode
-        protocol::encode_cluster_reply(out, id, protocol::ClusterMapMessage{});
+      case protocol::Opcode::kCluster: {  // whatever the mode
+        protocol::ClusterMapMessage map;  // a node outside any cluster, unless it joined one
+        if (member_) {
+          map.epoch = 1;
+          map.ring_version = 1;
+          map.partition_bits = 8;
+          map.vnodes = 16;
+          map.self = 0;
+          const auto endpoint = acceptor_.local_endpoint();
+          map.nodes.push_back({protocol::WireNodeState::kActive, "fake",
+                               endpoint.address().to_string(), endpoint.port()});
+        }
+        protocol::encode_cluster_reply(out, id, map);
         break;
+      }
       case protocol::Opcode::kPing:
         if (mode_ != Mode::kAnswer) return;
         protocol::encode_ping(out, id, frame.body, true);
@@ -278,8 +299,14 @@ class FakeServer {
         std::vector<protocol::AcquireItem> items;
         if (!protocol::parse_acquire_request(frame.body, protocol::kDefaultMaxBatch, items)) return;
         std::vector<protocol::AcquireResult> results;
+        const bool unavailable = mode_ == Mode::kAnswer && unavailable_frames_ > 0;
+        if (unavailable) --unavailable_frames_;
         for (const auto& item : items) {
-          results.push_back({protocol::ItemStatus::kAllowed, item.rule.limit, item.cost, 0, 0});
+          if (unavailable) {
+            results.push_back({protocol::ItemStatus::kUnavailable, 0, 0, 0, 0});
+          } else {
+            results.push_back({protocol::ItemStatus::kAllowed, item.rule.limit, item.cost, 0, 0});
+          }
         }
         protocol::encode_acquire_reply(mode_ == Mode::kAnswer ? out : s.held, id, results);
         break;
@@ -291,7 +318,9 @@ class FakeServer {
     if (!out.empty()) boost::asio::write(s.socket, boost::asio::buffer(out), ec);
   }
 
-  Mode mode_;  // server thread
+  Mode mode_;                   // server thread
+  bool member_ = false;         // server thread
+  int unavailable_frames_ = 0;  // server thread
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::vector<std::shared_ptr<Session>> sessions_;
