@@ -3,20 +3,25 @@
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
 
 #include <algorithm>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <charconv>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 
+#include "client/client_impl.h"
 #include "client/connection.h"
 #include "client/router.h"
+#include "cluster/cluster_map.h"
+#include "cluster/ring.h"
 #include "core/key_hash.h"
+#include "core/units.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/messages.h"
 
 namespace sluice::client {
@@ -25,6 +30,7 @@ namespace asio = boost::asio;
 using detail::Completion;
 using detail::Connection;
 using detail::ReplySink;
+using detail::unexpected_reply;
 using protocol::Frame;
 using protocol::Opcode;
 
@@ -109,9 +115,20 @@ namespace {
 template <typename T>
 class SyncCall : public ReplySink {
  public:
-  Result<T> wait() {
+  // With `run_io` (connect() on an external io_context that nobody runs yet), runs it while
+  // waiting; the connection's own timeout ends the wait.
+  Result<T> wait(asio::io_context* run_io = nullptr) {
     std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return result_.has_value(); });
+    while (!result_.has_value()) {
+      if (run_io == nullptr) {
+        cv_.wait(lock, [&] { return result_.has_value(); });
+        break;
+      }
+      lock.unlock();
+      if (run_io->stopped()) run_io->restart();
+      run_io->run_one_for(std::chrono::milliseconds(10));
+      lock.lock();
+    }
     return std::move(*result_);
   }
   void finish(Result<T> result) {
@@ -130,10 +147,6 @@ class SyncCall : public ReplySink {
   std::optional<Result<T>> result_;
 };
 
-Status unexpected_reply(std::string_view what) {
-  return Status(ErrorCode::kProtocolError, "unexpected reply to " + std::string(what));
-}
-
 class PingCall final : public SyncCall<std::chrono::nanoseconds> {
  public:
   PingCall() : start_ns_(detail::steady_now_ns()) {}
@@ -146,7 +159,13 @@ class PingCall final : public SyncCall<std::chrono::nanoseconds> {
   std::uint64_t start_ns_;
 };
 
-class ResetCall final : public SyncCall<bool> {
+// A RESET reply's status, with the epoch its node decided by.
+struct ResetOutcome {
+  protocol::ResetStatus status = protocol::ResetStatus::kAbsent;
+  std::uint64_t epoch = 0;
+};
+
+class ResetCall final : public SyncCall<ResetOutcome> {
  public:
   void on_reply(std::uint32_t, const Frame& reply) override {
     std::vector<protocol::ResetStatus> statuses;
@@ -154,19 +173,7 @@ class ResetCall final : public SyncCall<bool> {
         !protocol::parse_reset_reply(reply.body, statuses) || statuses.size() != 1) {
       return finish(unexpected_reply("RESET"));
     }
-    switch (statuses[0]) {
-      case protocol::ResetStatus::kRemoved:
-        return finish(true);
-      case protocol::ResetStatus::kAbsent:
-        return finish(false);
-      case protocol::ResetStatus::kInvalidKey:
-        return finish(Result<bool>(ErrorCode::kInvalidKey, "key is empty or too long"));
-      case protocol::ResetStatus::kRedirect:
-        return finish(Result<bool>(ErrorCode::kNotOwner, "the node does not own the key"));
-      case protocol::ResetStatus::kUnavailable:
-        return finish(Result<bool>(ErrorCode::kUnavailable, "the key's owner cannot serve it now"));
-    }
-    finish(unexpected_reply("RESET"));
+    finish(ResetOutcome{statuses[0], reply.header.epoch});
   }
 };
 
@@ -184,6 +191,79 @@ class StatsCall final : public SyncCall<std::vector<Stat>> {
     finish(std::move(stats));
   }
 };
+
+class ClusterCall final : public SyncCall<protocol::ClusterMapMessage> {
+ public:
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    protocol::ClusterMapMessage map;
+    if (reply.header.opcode != Opcode::kCluster ||
+        !protocol::parse_cluster_reply(reply.body, map)) {
+      return finish(unexpected_reply("CLUSTER"));
+    }
+    finish(std::move(map));
+  }
+};
+
+class ReloadCall final : public SyncCall<ReloadOutcome> {
+ public:
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    protocol::ReloadReply answer;
+    if (reply.header.opcode != Opcode::kReload ||
+        !protocol::parse_reload_reply(reply.body, answer)) {
+      return finish(unexpected_reply("RELOAD"));
+    }
+    ReloadOutcome outcome;
+    outcome.epoch = answer.epoch;
+    outcome.refusal.assign(answer.message);
+    finish(std::move(outcome));
+  }
+};
+
+// Queues a node-level request whose reply goes to `call`; on failure nothing was queued.
+template <typename Encode>
+Status start_call(Connection& connection, ReplySink& call, Encode encode) {
+  Completion completion;
+  completion.sink = &call;
+  return connection.submit(encode, completion);
+}
+
+void encode_stats(protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+  protocol::encode_stats_request(out, id, framing);
+}
+
+void encode_reload(protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+  protocol::encode_reload_request(out, id, framing);
+}
+
+// "replication.<peer>.<field>" counters, by peer in the order first seen. Ids may hold dots:
+// the field is what follows the last one.
+std::vector<ReplicationLag> replication_lag(const std::vector<Stat>& stats) {
+  constexpr std::string_view kPrefix = "replication.";
+  std::vector<ReplicationLag> out;
+  for (const Stat& stat : stats) {
+    const std::string_view name = stat.name;
+    if (!name.starts_with(kPrefix)) continue;
+    const std::string_view rest = name.substr(kPrefix.size());
+    const std::size_t dot = rest.rfind('.');
+    if (dot == std::string_view::npos || dot == 0) continue;
+    const std::string_view peer = rest.substr(0, dot);
+    const std::string_view field = rest.substr(dot + 1);
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const ReplicationLag& lag) { return lag.peer == peer; });
+    if (it == out.end()) {
+      out.push_back(ReplicationLag{std::string(peer)});
+      it = out.end() - 1;
+    }
+    if (field == "records") {
+      it->records = stat.value;
+    } else if (field == "lag_ms") {
+      it->lag_ms = stat.value;
+    } else if (field == "up") {
+      it->up = stat.value != 0;
+    }
+  }
+  return out;
+}
 
 // Blocks a sync acquire until its callback runs. Same notify-under-mutex rule as SyncCall.
 class DecisionWaiter {
@@ -224,396 +304,511 @@ class Latch {
   bool open_ = false;
 };
 
-// Bytes an ACQUIRE item takes on the wire beyond its key, rounded up (docs/PROTOCOL.md).
-constexpr std::size_t kItemOverhead = 32;
-constexpr std::size_t kFrameOverhead = 64;
 constexpr unsigned kMaxConnectionsPerShard = 1024;
 // Request ids are 32-bit and index each connection's pending ring: keep far below that.
 constexpr std::size_t kMaxInFlight = std::size_t{1} << 24;
 
-class AsyncBatch;
+std::uint64_t to_ns(std::chrono::milliseconds ms) {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(ms).count());
+}
 
-// Batches are pooled: a warm client reuses them and their vectors, so a batch call allocates
-// nothing. Any thread takes one; the I/O thread gives it back after running its callback.
-class BatchPool {
- public:
-  explicit BatchPool(Client::Impl& impl) : impl_(impl) {}
-  ~BatchPool();
-  AsyncBatch& take();
-  void give(AsyncBatch& batch);
+// "HOST:PORT" to an endpoint: IP addresses as they are, names through the resolver (which
+// blocks the calling thread for the lookup).
+Result<asio::ip::tcp::endpoint> resolve(asio::io_context& io, std::string_view address) {
+  std::string host;
+  std::uint16_t port = 0;
+  if (!split_host_port(address, host, port)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "expected HOST:PORT, got \"" + std::string(address) + "\"");
+  }
+  boost::system::error_code ec;
+  const asio::ip::address ip = asio::ip::make_address(host, ec);
+  if (!ec) return asio::ip::tcp::endpoint(ip, port);
+  asio::ip::tcp::resolver resolver(io);
+  const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec || endpoints.empty()) {
+    return Status(ErrorCode::kConnectionFailed,
+                  "cannot resolve " + std::string(address) + ": " + ec.message());
+  }
+  return endpoints.begin()->endpoint();
+}
 
- private:
-  Client::Impl& impl_;
-  std::mutex mu_;
-  std::vector<std::unique_ptr<AsyncBatch>> all_;
-  std::vector<AsyncBatch*> free_;
-};
+// Whether a node other than the seed's that fails at connect() fails it: only when the
+// options are wrong for it (a refused token) or it is not Sluice. A node that is down is not
+// the client's fault: its keys fail until it answers.
+bool fails_connect(const Status& status) {
+  return status.code() == ErrorCode::kUnauthenticated || status.code() == ErrorCode::kProtocolError;
+}
 
 }  // namespace
 
-struct Client::Impl {
-  Impl(ClientOptions opts, asio::io_context* external)
-      : options(std::move(opts)),
-        owned_io(external == nullptr ? std::make_unique<asio::io_context>(1) : nullptr),
-        io(external == nullptr ? *owned_io : *external),
-        timer(io),
-        batches(*this),
-        in_flight(options.max_in_flight) {
-    const auto shortest = std::min(options.timeout, options.connect_timeout);
-    tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
-                                                 std::chrono::milliseconds(10));
-    io_connections.reserve(64);  // a node's shards and then some: ticks do not allocate
-    if (owned_io) {
-      work.emplace(io.get_executor());
-      thread = std::thread([this] { io.run(); });
-    }
-  }
+// ---- Impl: connections --------------------------------------------------------------------
 
-  ~Impl() {
-    if (owned_io) {
-      asio::post(io, [this] {
-        shut_down();
-        io.stop();
-      });
-      thread.join();
-      work.reset();
-      io.restart();
-    } else {
+Client::Impl::Impl(ClientOptions opts, asio::io_context* external)
+    : options(std::move(opts)),
+      timeout_ns(to_ns(options.timeout)),
+      owned_io(external == nullptr ? std::make_unique<asio::io_context>(1) : nullptr),
+      io(external == nullptr ? *owned_io : *external),
+      timer(io),
+      batches(*this),
+      in_flight(options.max_in_flight) {
+  const auto shortest = std::min(options.timeout, options.connect_timeout);
+  tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
+                                               std::chrono::milliseconds(10));
+  io_connections.reserve(64);  // a node's shards and then some: ticks do not allocate
+  if (owned_io) {
+    work.emplace(io.get_executor());
+    thread = std::thread([this] { io.run(); });
+  }
+}
+
+Client::Impl::~Impl() {
+  if (owned_io) {
+    asio::post(io, [this] {
       shut_down();
-      io.restart();
-    }
-    // Run what is still queued (aborted reads and writes, refusals posted to async callers)
-    // while the connections are alive: handlers and their memory may point into them. Bounded,
-    // in case an external io_context's owner keeps posting work of its own.
-    for (int round = 0; round < 64 && io.poll() > 0; ++round) {
-    }
+      io.stop();
+    });
+    thread.join();
+    work.reset();
+    io.restart();
+  } else {
+    shut_down();
+    io.restart();
   }
-
-  // The I/O side: fails everything in flight, closes every connection, stops the timer. May
-  // run inside a callback, hence its own copy of the list: the timer's walk over snapshot()
-  // may be under way further up the stack.
-  void shut_down() {
-    closed = true;
-    std::vector<Connection*> all;
-    {
-      std::lock_guard lock(connections_mu);
-      for (auto& c : connections) all.push_back(c.get());
-    }
-    for (Connection* c : all) c->shut_down();
-    timer.cancel();
+  // Run what is still queued (aborted reads, writes and pauses, refusals posted to async
+  // callers) while the connections are alive: handlers and their memory may point into them.
+  // Bounded, in case an external io_context's owner keeps posting work of its own.
+  for (int round = 0; round < 64 && io.poll() > 0; ++round) {
   }
+}
 
-  Connection& add_connection(std::string name, asio::ip::tcp::endpoint endpoint,
-                             std::uint16_t expected_shard) {
-    detail::ConnectionConfig config;
-    config.name = std::move(name);
-    config.endpoint = endpoint;
-    config.expected_shard = expected_shard;
-    config.client_name = options.client_name;
-    config.auth_token = options.auth_token;
-    config.timeout_ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
-    config.connect_timeout_ns = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(options.connect_timeout).count());
-    config.in_flight_limit = &in_flight;
-    auto connection = std::make_unique<Connection>(io, std::move(config), [this] { arm_timer(); });
+void Client::Impl::shut_down() {
+  closed = true;
+  // Its own copy of the list: the timer's walk over snapshot() may be under way further up the
+  // stack.
+  std::vector<Connection*> all;
+  {
     std::lock_guard lock(connections_mu);
-    connections.push_back(std::move(connection));
-    return *connections.back();
+    for (auto& c : connections) all.push_back(c.get());
   }
-
-  // Waits for the handshake; with an external io_context, by running it.
-  Status wait_ready(Connection& connection) {
-    return connection.wait_ready(options.connect_timeout, /*run_io=*/!owned_io);
+  for (Connection* c : all) c->shut_down();  // fails a refresh under way, which wakes waiters
+  timer.cancel();
+  batches.for_each([](detail::AsyncBatch& batch) { batch.cancel_pause(); });
+  {
+    std::lock_guard lock(map_mu);
+    ++map_events;
   }
+  map_cv.notify_all();
+}
 
-  // I/O thread: the current list, copied into a reused vector (no allocation per tick).
-  const std::vector<Connection*>& snapshot() {
-    std::lock_guard lock(connections_mu);
-    io_connections.clear();
-    for (auto& c : connections) io_connections.push_back(c.get());
-    return io_connections;
-  }
+Connection& Client::Impl::add_connection(std::string name, asio::ip::tcp::endpoint endpoint,
+                                         std::uint16_t expected_shard) {
+  detail::ConnectionConfig config;
+  config.name = std::move(name);
+  config.endpoint = endpoint;
+  config.expected_shard = expected_shard;
+  config.client_name = options.client_name;
+  config.auth_token = options.auth_token;
+  config.timeout_ns = timeout_ns;
+  config.connect_timeout_ns = to_ns(options.connect_timeout);
+  config.in_flight_limit = &in_flight;
+  config.map_epoch = &map_epoch;
+  config.epoch_floor = &epoch_floor;
+  config.observer = this;
+  auto connection = std::make_unique<Connection>(io, std::move(config), [this] { arm_timer(); });
+  std::lock_guard lock(connections_mu);
+  connections.push_back(std::move(connection));
+  return *connections.back();
+}
 
-  // I/O thread. One timer for the whole client: while anything is in flight it ticks every
-  // `tick` and each connection fails what is past its deadline. No timer per call.
-  void arm_timer() {
-    if (timer_armed || closed) return;
-    timer_armed = true;
-    timer.expires_after(tick);
-    timer.async_wait(detail::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
-      timer_armed = false;
-      if (ec == asio::error::operation_aborted) return;
-      const std::uint64_t now = detail::steady_now_ns();
-      bool busy = false;
-      for (Connection* c : snapshot()) busy = c->expire(now) || busy;
-      if (busy) arm_timer();  // not after a callback's close(): see arm_timer()
-    }));
-  }
+Status Client::Impl::wait_ready(Connection& connection) {
+  return connection.wait_ready(options.connect_timeout, /*run_io=*/!owned_io);
+}
 
-  Status check_key(std::string_view key) const {
-    if (key.empty()) return Status(ErrorCode::kInvalidKey, "key is empty");
-    if (key.size() > info.max_key) {
-      return Status(ErrorCode::kInvalidKey, "key is " + std::to_string(key.size()) +
-                                                " bytes, the server's max key is " +
-                                                std::to_string(info.max_key));
+const std::vector<Connection*>& Client::Impl::snapshot() {
+  std::lock_guard lock(connections_mu);
+  io_connections.clear();
+  for (auto& c : connections) io_connections.push_back(c.get());
+  return io_connections;
+}
+
+void Client::Impl::arm_timer() {
+  if (timer_armed || closed) return;
+  timer_armed = true;
+  timer.expires_after(tick);
+  timer.async_wait(detail::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
+    timer_armed = false;
+    if (ec == asio::error::operation_aborted) return;
+    const std::uint64_t now = detail::steady_now_ns();
+    bool busy = false;
+    for (Connection* c : snapshot()) busy = c->expire(now) || busy;
+    if (retired_pending && armed.load(std::memory_order_acquire) && !closed) {
+      busy = !close_retired() || busy;
     }
+    if (busy) arm_timer();  // not after a callback's close(): see arm_timer()
+  }));
+}
+
+// ---- Impl: routing and calls --------------------------------------------------------------
+
+void Client::Impl::publish(std::shared_ptr<const detail::Router> next) {
+  std::lock_guard lock(router_mu);
+  router = std::move(next);
+}
+
+Status Client::Impl::check_key(std::string_view key, const detail::NodeLimits& limits) {
+  if (key.empty()) return Status(ErrorCode::kInvalidKey, "key is empty");
+  if (key.size() > limits.max_key) {
+    return Status(ErrorCode::kInvalidKey, "key is " + std::to_string(key.size()) +
+                                              " bytes, the server's max key is " +
+                                              std::to_string(limits.max_key));
+  }
+  return Status();
+}
+
+Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallback* done,
+                                    BatchCallback* batch_done, bool probe) {
+  const std::shared_ptr<const detail::Router> current = current_router();
+  if (current->clustered()) {
+    // Its key is copied so that a REDIRECT or an UNAVAILABLE can send it again.
+    batches.take(/*one_item=*/true).run_one(request, probe, done, batch_done);
     return Status();
   }
+  const std::size_t owner = current->route(hash_key(request.key));
+  if (Status key_ok = check_key(request.key, current->owner(owner).limits); !key_ok.ok()) {
+    return key_ok;
+  }
+  Connection* connection = current->connection(owner);
+  if (connection == nullptr) return current->owner(owner).unreachable;
+  Completion completion;
+  completion.callback = done;
+  completion.batch_callback = batch_done;
+  completion.probe = probe;
+  completion.policy_quota = request.rule.limit;
+  completion.policy_window_ms = request.rule.period_ms;
+  return connection->submit(
+      [&request, probe](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        const std::size_t start = out.size();
+        detail::encode_acquire(out, id, request, framing);
+        // The same bytes, sent as a PING: the shard echoes them without deciding.
+        if (probe) protocol::set_opcode(out, start, protocol::Opcode::kPing);
+      },
+      completion);
+}
 
-  // On failure `done` was not moved from and nothing was queued. Exactly one of `done` and
-  // `batch_done` is given.
-  // `probe` sends the ACQUIRE frame's bytes as a PING (probe_batch_async of one item).
-  Status submit_acquire(const AcquireRequest& request, AcquireCallback* done,
-                        BatchCallback* batch_done = nullptr, bool probe = false) {
-    if (Status key_ok = check_key(request.key); !key_ok.ok()) return key_ok;
-    Connection& connection = router->connection(router->route(hash_key(request.key)));
+Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
+  DecisionWaiter waiter;
+  AcquireCallback done = [&waiter](Result<Decision> r) { waiter.set(std::move(r)); };
+  if (Status queued = submit_acquire(request, &done); !queued.ok()) return queued;
+  return waiter.wait();
+}
+
+Result<bool> Client::Impl::reset(std::string_view key) {
+  const KeyHash hash = hash_key(key);
+  const std::uint64_t deadline = detail::steady_now_ns() + timeout_ns;
+  std::uint64_t jitter = deadline | 1;
+  bool redirected = false;
+  for (;;) {
+    const std::shared_ptr<const detail::Router> current = current_router();
+    const std::size_t owner = current->route(hash);
+    if (owner == detail::Router::kNoOwner) {
+      return Status(ErrorCode::kUnavailable, "no active node in the cluster map of epoch " +
+                                                 std::to_string(current->epoch()));
+    }
+    if (Status key_ok = check_key(key, current->owner(owner).limits); !key_ok.ok()) return key_ok;
+    // After a REDIRECT, a new owner that cannot be reached is reported as such.
+    const auto unreachable = [&](const Status& why) {
+      if (!redirected || why.code() != ErrorCode::kConnectionFailed) return why;
+      return Status(ErrorCode::kNotOwner,
+                    "redirected to " + current->owner(owner).node + ", which " + why.message());
+    };
+    Connection* connection = current->connection(owner);
+    if (connection == nullptr) return unreachable(current->owner(owner).unreachable);
+    ResetCall call;
     Completion completion;
-    completion.callback = done;
-    completion.batch_callback = batch_done;
-    completion.probe = probe;
-    completion.policy_quota = request.rule.limit;
-    completion.policy_window_ms = request.rule.period_ms;
-    return connection.submit(
-        [&request, probe](protocol::Bytes& out, std::uint32_t id) {
-          const std::size_t start = out.size();
-          detail::encode_acquire(out, id, request);
-          // The same bytes, sent as a PING: the shard echoes them without deciding.
-          if (probe) protocol::set_opcode(out, start, protocol::Opcode::kPing);
+    completion.sink = &call;
+    completion.deadline_ns = deadline;
+    Status queued = connection->submit(
+        [key](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+          const std::string_view keys[1] = {key};
+          protocol::encode_reset_request(out, id, keys, framing);
         },
         completion);
-  }
-
-  Result<Decision> acquire_sync(const AcquireRequest& request) {
-    DecisionWaiter waiter;
-    AcquireCallback done = [&waiter](Result<Decision> r) { waiter.set(std::move(r)); };
-    if (Status queued = submit_acquire(request, &done); !queued.ok()) return queued;
-    return waiter.wait();
-  }
-
-  void batch_async(std::span<const AcquireRequest> items, bool probe, BatchCallback& done);
-
-  ClientOptions options;
-  std::unique_ptr<asio::io_context> owned_io;  // null with an external io_context
-  asio::io_context& io;
-  asio::steady_timer timer;
-  bool timer_armed = false;  // I/O thread
-  bool closed = false;       // I/O thread: shut_down() ran; the timer stays off
-  detail::HandlerSlot timer_slot;
-  std::chrono::milliseconds tick{10};
-  BatchPool batches;                // outlives the connections: failing them completes batches
-  detail::InFlightLimit in_flight;  // outlives the connections, which share it
-  std::vector<Result<Decision>> completed_results;  // I/O thread: the spare results vector
-  std::mutex connections_mu;                        // guards the list; connections live until ~Impl
-  std::vector<std::unique_ptr<Connection>> connections;
-  std::vector<Connection*> io_connections;  // I/O thread: snapshot()'s buffer
-  std::unique_ptr<detail::Router> router;
-  ServerInfo info;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
-  std::thread thread;
-};
-
-namespace {
-
-// One async batch: its items grouped by owner and cut into parts, one frame each, within the
-// server's max_batch and max_frame. Results go back by item index. Completion is counted with
-// one extra hold for the submitting thread, so the batch cannot finish (and be reused) while
-// that thread still reads it; whoever drops the last hold completes it on the I/O thread.
-class AsyncBatch final : public ReplySink {
- public:
-  explicit AsyncBatch(Client::Impl& impl) : impl_(impl) {}
-
-  // Plans, submits and arranges for `done` to run. The caller must not touch the batch after.
-  void run(std::span<const AcquireRequest> items, bool probe, BatchCallback& done) {
-    probe_ = probe;
-    done_ = std::move(done);
-    plan(items);
-    outstanding_.store(parts_.size() + 1, std::memory_order_relaxed);
-    for (std::uint32_t p = 0; p < parts_.size(); ++p) {
-      Completion completion;
-      completion.sink = this;
-      completion.part = p;
-      const Part part = parts_[p];
-      Status queued =
-          impl_.router->connection(part.owner)
-              .submit([&](protocol::Bytes& out, std::uint32_t id) { encode(items, part, out, id); },
-                      completion);
-      if (!queued.ok()) on_failure(p, queued);
-    }
-    if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      // Every part was refused (or there were none): still answer on the I/O thread.
-      asio::post(impl_.io, detail::in_slot(post_slot_, [this] { complete(); }));
-    }
-  }
-
-  void on_reply(std::uint32_t part, const Frame& reply) override {
-    const Part& p = parts_[part];
-    const std::size_t count = p.end - p.begin;
-    if (probe_) {
-      const Result<Decision> echoed = detail::probe_echo(reply);
-      if (!echoed.ok()) return on_failure(part, unexpected_reply("PING"));
-      for (std::uint32_t i = p.begin; i < p.end; ++i) results_[order_[i]] = echoed;
-    } else {
-      if (reply.header.opcode != Opcode::kAcquire ||
-          !protocol::parse_acquire_reply(reply.body, scratch_) || scratch_.size() != count) {
-        return on_failure(part, unexpected_reply("ACQUIRE"));
-      }
-      for (std::size_t i = 0; i < count; ++i) {
-        const std::uint32_t item = order_[p.begin + i];
-        results_[item] =
-            detail::to_decision(scratch_[i], policies_[item].quota, policies_[item].window_ms);
-      }
-    }
-    release();
-  }
-  void on_failure(std::uint32_t part, const Status& status) override {
-    const Part& p = parts_[part];
-    for (std::uint32_t i = p.begin; i < p.end; ++i) results_[order_[i]] = Result<Decision>(status);
-    release();
-  }
-
- private:
-  struct Part {
-    std::size_t owner = 0;    // the router's owner index
-    std::uint32_t begin = 0;  // into order_
-    std::uint32_t end = 0;
-  };
-  struct Policy {
-    std::uint32_t quota = 0;
-    std::uint64_t window_ms = 0;
-  };
-
-  void plan(std::span<const AcquireRequest> items) {
-    detail::Router& router = *impl_.router;
-    const ServerInfo& info = impl_.info;
-    const auto rejected = static_cast<std::uint32_t>(router.size());
-    results_.assign(items.size(), Result<Decision>(ErrorCode::kClosed, "not sent"));
-    policies_.resize(items.size());
-    owner_.resize(items.size());
-    // A counting sort of item indices by owner, keeping item order within an owner.
-    start_.assign(router.size() + 2, 0);
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      policies_[i] = Policy{items[i].rule.limit, items[i].rule.period_ms};
-      if (Status key_ok = impl_.check_key(items[i].key); !key_ok.ok()) {
-        results_[i] = Result<Decision>(std::move(key_ok));
-        owner_[i] = rejected;
-      } else {
-        owner_[i] = static_cast<std::uint32_t>(router.route(hash_key(items[i].key)));
-      }
-      ++start_[owner_[i] + 1];
-    }
-    for (std::size_t c = 1; c < start_.size(); ++c) start_[c] += start_[c - 1];
-    order_.resize(items.size());
-    next_.assign(start_.begin(), start_.end());
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      order_[next_[owner_[i]]++] = static_cast<std::uint32_t>(i);
-    }
-    // Cut each owner's run into frames within the server's limits.
-    const std::size_t max_items = std::max<std::size_t>(1, info.max_batch);
-    const std::size_t max_bytes =
-        info.max_frame > kFrameOverhead * 2 ? info.max_frame - kFrameOverhead : info.max_frame;
-    parts_.clear();
-    for (std::size_t c = 0; c < router.size(); ++c) {
-      std::uint32_t i = start_[c];
-      const std::uint32_t end = start_[c + 1];
-      while (i < end) {
-        Part part{c, i, i};
-        std::size_t bytes = 0;
-        while (part.end < end && part.end - part.begin < max_items) {
-          const std::size_t item_bytes = items[order_[part.end]].key.size() + kItemOverhead;
-          if (part.end > part.begin && bytes + item_bytes > max_bytes) break;
-          bytes += item_bytes;
-          ++part.end;
+    if (!queued.ok()) return unreachable(queued);
+    Result<ResetOutcome> outcome = call.wait();
+    if (!outcome.ok()) return unreachable(outcome.status());
+    switch (outcome->status) {
+      case protocol::ResetStatus::kRemoved:
+        return true;
+      case protocol::ResetStatus::kAbsent:
+        return false;
+      case protocol::ResetStatus::kInvalidKey:
+        return Status(ErrorCode::kInvalidKey, "key is empty or too long");
+      case protocol::ResetStatus::kRedirect:
+        if (!current->clustered() || redirected) {
+          return Status(ErrorCode::kNotOwner, "the node does not own the key (REDIRECT)");
         }
-        parts_.push_back(part);
-        i = part.end;
+        redirected = true;
+        redirects_followed.fetch_add(1, std::memory_order_relaxed);
+        if (outcome->epoch > current->epoch()) wait_for_epoch(outcome->epoch, deadline);
+        continue;
+      case protocol::ResetStatus::kUnavailable: {
+        const std::uint64_t pause = detail::retry_pause_ns(jitter);
+        if (!current->clustered() || detail::steady_now_ns() + pause >= deadline) {
+          return Status(ErrorCode::kUnavailable, "the key's owner cannot serve it now");
+        }
+        unavailable_retries.fetch_add(1, std::memory_order_relaxed);
+        std::this_thread::sleep_for(std::chrono::nanoseconds(pause));
+        continue;
+      }
+    }
+    return unexpected_reply("RESET");
+  }
+}
+
+// ---- Impl: the cluster --------------------------------------------------------------------
+
+detail::NodeLink& Client::Impl::add_link(std::string id, std::string address) {
+  auto link = std::make_unique<detail::NodeLink>();
+  link->id = std::move(id);
+  link->address = std::move(address);
+  link->limits = detail::NodeLimits{info.max_frame, info.max_key, info.max_batch};
+  Result<asio::ip::tcp::endpoint> endpoint = resolve(io, link->address);
+  if (!endpoint.ok()) {
+    link->unreachable = Status(ErrorCode::kConnectionFailed, endpoint.status().message());
+  } else {
+    // Shard-aware, the public port carries only the first HELLO; keys go to the shards.
+    const unsigned publics = options.shard_aware ? 1 : options.connections_per_shard;
+    for (unsigned k = 0; k < publics; ++k) {
+      link->publics.push_back(&add_connection(link->address, *endpoint, protocol::kPublicPort));
+      link->publics.back()->begin_connect();
+    }
+  }
+  links.push_back(std::move(link));
+  return *links.back();
+}
+
+bool Client::Impl::learn_hello(detail::NodeLink& link) {
+  if (link.hello_known || link.publics.empty() || !link.publics.front()->ready()) return false;
+  const protocol::HelloReply hello = link.publics.front()->hello();
+  link.limits = detail::NodeLimits{hello.max_frame, hello.max_key, hello.max_batch};
+  link.hello_known = true;
+  if (options.shard_aware && !hello.shard_ports.empty() && link.shards.empty()) {
+    const asio::ip::address address = link.publics.front()->config().endpoint.address();
+    const std::string host = address.to_string();
+    for (std::size_t i = 0; i < hello.shard_ports.size(); ++i) {
+      const asio::ip::tcp::endpoint endpoint(address, hello.shard_ports[i]);
+      auto& group = link.shards.emplace_back();
+      for (unsigned k = 0; k < options.connections_per_shard; ++k) {
+        group.push_back(&add_connection(format_host_port(host, hello.shard_ports[i]), endpoint,
+                                        static_cast<std::uint16_t>(i)));
+        group.back()->begin_connect();  // all handshakes overlap
       }
     }
   }
-
-  // Runs under the connection's mutex, on the submitting thread.
-  void encode(std::span<const AcquireRequest> items, const Part& part, protocol::Bytes& out,
-              std::uint32_t id) {
-    const std::size_t frame = protocol::begin_acquire_request(out, id);
-    for (std::uint32_t k = part.begin; k < part.end; ++k) {
-      const AcquireRequest& r = items[order_[k]];
-      protocol::add_acquire_item(out, frame, protocol::AcquireItem{r.key, r.rule, r.cost, r.peek});
-    }
-    protocol::finish_acquire_request(out, frame);
-    // A probe sends the same bytes as a PING, which the shard echoes without deciding.
-    if (probe_) protocol::set_opcode(out, frame, Opcode::kPing);
-  }
-
-  void release() {
-    if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) complete();
-  }
-
-  // I/O thread, once. The batch goes back to the pool before the callback runs, so a caller
-  // that submits again from the callback (or as soon as it sees it) reuses it: the pool never
-  // needs more batches than are in flight. The results move out of the batch (vectors
-  // swapped, no copy) into a local that the callback's span points into: a batch completed
-  // inside the callback (close() fails the others) cannot touch them. The batch takes the
-  // I/O thread's spare vector instead, and the results' vector becomes the next spare.
-  void complete() {
-    const BatchCallback done = std::move(done_);
-    done_ = nullptr;
-    std::vector<Result<Decision>> results;
-    results.swap(impl_.completed_results);  // empty if a completion up the stack holds it
-    results.swap(results_);
-    impl_.batches.give(*this);
-    done(std::span<const Result<Decision>>(results));
-    if (results.capacity() > impl_.completed_results.capacity()) {
-      impl_.completed_results.swap(results);
-    }
-  }
-
-  Client::Impl& impl_;
-  bool probe_ = false;
-  BatchCallback done_;
-  std::atomic<std::size_t> outstanding_{0};
-  std::vector<Result<Decision>> results_;
-  std::vector<Policy> policies_;
-  std::vector<std::uint32_t> owner_;  // planning scratch
-  std::vector<std::uint32_t> start_;  // per owner: where its items start in order_
-  std::vector<std::uint32_t> next_;
-  std::vector<std::uint32_t> order_;  // item indices grouped by owner, then by part
-  std::vector<Part> parts_;
-  std::vector<protocol::AcquireResult> scratch_;  // I/O thread
-  detail::HandlerSlot post_slot_;
-};
-
-BatchPool::~BatchPool() = default;
-
-AsyncBatch& BatchPool::take() {
-  std::lock_guard lock(mu_);
-  if (free_.empty()) {
-    all_.push_back(std::make_unique<AsyncBatch>(impl_));
-    free_.reserve(all_.size());
-    return *all_.back();
-  }
-  AsyncBatch* batch = free_.back();
-  free_.pop_back();
-  return *batch;
+  return true;
 }
 
-void BatchPool::give(AsyncBatch& batch) {
-  std::lock_guard lock(mu_);
-  free_.push_back(&batch);
+detail::NodeLink* Client::Impl::link_of(const Connection& connection) {
+  for (auto& link : links) {
+    for (const Connection* c : link->publics) {
+      if (c == &connection) return link.get();
+    }
+    for (const auto& shard : link->shards) {
+      for (const Connection* c : shard) {
+        if (c == &connection) return link.get();
+      }
+    }
+  }
+  return nullptr;
 }
 
-}  // namespace
+bool Client::Impl::adopt(cluster::ClusterMap map, Connection* via,
+                         std::optional<std::size_t> self) {
+  if (current_map && map.epoch() <= current_map->epoch()) return false;
+  // A node outside any cluster that has joined one: its link becomes the answering node's.
+  if (via != nullptr && self && *self < map.nodes().size()) {
+    if (detail::NodeLink* from = link_of(*via); from != nullptr && from->id.empty()) {
+      from->id = map.nodes()[*self].id;
+      from->address = map.nodes()[*self].address;
+    }
+  }
+  const cluster::Ring& ring = map.ring();
+  std::vector<const detail::NodeLink*> next(ring.nodes().size(), nullptr);
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    const cluster::ClusterNode& node =
+        map.nodes()[map.node_index(static_cast<cluster::NodeIndex>(i))];
+    detail::NodeLink* link = nullptr;
+    for (auto& l : links) {
+      if (l->id == node.id && l->address == node.address) link = l.get();
+    }
+    if (link == nullptr) {
+      link = &add_link(node.id, node.address);
+    } else if (link->retired) {
+      // Back in the ring: reconnect at once, as for a new node.
+      link->retired = false;
+      for (Connection* c : link->publics) c->begin_connect();
+      for (const auto& shard : link->shards) {
+        for (Connection* c : shard) c->begin_connect();
+      }
+    }
+    next[i] = link;
+  }
+  // Nodes out of the ring get no new calls; their connections close once the calls in flight
+  // on them are answered (a REDIRECT then sends an item on) or time out. The seed's public
+  // connection stays: ping(), stats() and cluster() use it.
+  for (auto& l : links) {
+    if (l->retired || std::find(next.begin(), next.end(), l.get()) != next.end()) continue;
+    if (!l->publics.empty() && l->publics.front() == control) continue;
+    l->retired = true;
+    retired_pending = true;
+  }
+  ring_links = std::move(next);
+  const std::uint64_t epoch = map.epoch();
+  current_map = std::move(map);
+  rebuild_router();
+  map_epoch.store(epoch, std::memory_order_relaxed);
+  if (epoch_floor.load(std::memory_order_relaxed) < epoch) {
+    epoch_floor.store(epoch, std::memory_order_relaxed);
+  }
+  if (retired_pending && armed.load(std::memory_order_acquire)) arm_timer();
+  return true;
+}
 
-void Client::Impl::batch_async(std::span<const AcquireRequest> items, bool probe,
-                               BatchCallback& done) {
-  if (items.size() != 1) return batches.take().run(items, probe, done);
-  // One item: a plain acquire whose callback takes a span of one; no batch state to touch.
-  Status queued = submit_acquire(items[0], nullptr, &done, probe);
-  if (queued.ok()) return;
-  asio::post(io, [done = std::move(done), queued = std::move(queued)]() mutable {
-    const Result<Decision> refused(std::move(queued));
-    done(std::span<const Result<Decision>>(&refused, 1));
+void Client::Impl::rebuild_router() {
+  if (current_map) {
+    publish(detail::Router::for_cluster(*control, *current_map, ring_links, options.shard_aware));
+  } else {
+    publish(detail::Router::for_node(*control, *links.front(), options.shard_aware));
+  }
+}
+
+bool Client::Impl::close_retired() {
+  bool all_closed = true;
+  for (auto& link : links) {
+    if (!link->retired) continue;
+    for (Connection* c : link->publics) all_closed = c->close_if_idle() && all_closed;
+    for (const auto& shard : link->shards) {
+      for (Connection* c : shard) all_closed = c->close_if_idle() && all_closed;
+    }
+  }
+  retired_pending = !all_closed;
+  return all_closed;
+}
+
+void Client::Impl::request_refresh(Connection& via) {
+  if (closed) return;
+  if (refresh_via != nullptr) {  // one at a time: the next one goes when this one ends
+    refresh_again = &via;
+    return;
+  }
+  {
+    std::lock_guard lock(map_mu);
+    refreshing = true;
+  }
+  refresh_via = &via;
+  Completion completion;
+  completion.sink = &refresh_sink;
+  Status queued = via.submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_cluster_request(out, id, framing);
+      },
+      completion);
+  if (!queued.ok()) on_refresh_failure();
+}
+
+void Client::Impl::on_refresh_reply(const Frame& reply) {
+  protocol::ClusterMapMessage message;
+  if (reply.header.opcode != Opcode::kCluster ||
+      !protocol::parse_cluster_reply(reply.body, message)) {
+    return on_refresh_failure();
+  }
+  if (message.epoch != 0 || !message.nodes.empty()) {
+    cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(message);
+    if (!map) return on_refresh_failure();
+    std::optional<std::size_t> self;
+    if (message.self != protocol::kNotAMember) self = message.self;
+    if (adopt(std::move(map).value(), refresh_via, self)) {
+      map_refreshes.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  end_refresh();
+}
+
+void Client::Impl::on_refresh_failure() { end_refresh(); }
+
+void Client::Impl::end_refresh() {
+  refresh_via = nullptr;
+  Connection* again = std::exchange(refresh_again, nullptr);
+  {
+    std::lock_guard lock(map_mu);
+    refreshing = false;
+    ++map_events;
+  }
+  map_cv.notify_all();
+  const std::uint64_t have = map_epoch.load(std::memory_order_relaxed);
+  if (again != nullptr && !closed && epoch_floor.load(std::memory_order_relaxed) > have) {
+    // A newer epoch was seen while this refresh was under way and it did not bring it.
+    request_refresh(*again);
+  } else {
+    // The next reply above the map in force starts a refresh again (this one may have failed).
+    epoch_floor.store(have, std::memory_order_relaxed);
+  }
+  waking.swap(map_waiters);
+  for (detail::AsyncBatch* batch : waking) batch->on_map();  // may wait again: map_waiters
+  waking.clear();
+}
+
+bool Client::Impl::wait_for_map(detail::AsyncBatch& batch) {
+  if (closed || refresh_via == nullptr) return false;
+  map_waiters.push_back(&batch);
+  return true;
+}
+
+void Client::Impl::wait_for_epoch(std::uint64_t epoch, std::uint64_t deadline_ns) {
+  std::unique_lock lock(map_mu);
+  const std::uint64_t events = map_events;
+  const std::chrono::steady_clock::time_point until{std::chrono::nanoseconds(deadline_ns)};
+  map_cv.wait_until(lock, until, [&] {
+    return map_epoch.load(std::memory_order_relaxed) >= epoch || !refreshing ||
+           map_events != events;
   });
 }
+
+void Client::Impl::catch_up() {
+  if (closed) return;
+  bool learned = false;
+  for (auto& link : links) learned = learn_hello(*link) || learned;
+  if (learned) rebuild_router();
+  const std::uint64_t missed = missed_epoch.load(std::memory_order_relaxed);
+  if (missed > epoch_floor.load(std::memory_order_relaxed)) {
+    epoch_floor.store(missed, std::memory_order_relaxed);
+    request_refresh(*control);
+  }
+}
+
+void Client::Impl::on_newer_epoch(Connection& connection, std::uint64_t epoch) {
+  if (!armed.load(std::memory_order_acquire)) {
+    std::uint64_t seen = missed_epoch.load(std::memory_order_relaxed);
+    while (epoch > seen && !missed_epoch.compare_exchange_weak(seen, epoch)) {
+    }
+    return;
+  }
+  if (closed || epoch <= epoch_floor.load(std::memory_order_relaxed)) return;
+  epoch_floor.store(epoch, std::memory_order_relaxed);  // once per epoch, not per reply
+  request_refresh(connection);
+}
+
+void Client::Impl::on_ready(Connection& connection) {
+  if (!armed.load(std::memory_order_acquire) || closed) return;
+  detail::NodeLink* link = link_of(connection);
+  if (link != nullptr && link->publics.front() == &connection && learn_hello(*link)) {
+    rebuild_router();
+  }
+}
+
+// ---- Client -------------------------------------------------------------------------------
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
@@ -644,33 +839,33 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
         ErrorCode::kInvalidArgument,
         "auth_token is longer than " + std::to_string(protocol::kMaxTokenLength) + " bytes");
   }
-  auto impl = std::make_unique<Impl>(std::move(options), external);
-  const ClientOptions& opts = impl->options;
-
-  Status last(ErrorCode::kConnectionFailed, "no server answered");
-  Connection* public_port = nullptr;
-  asio::ip::tcp::endpoint public_endpoint;
-  for (const std::string& server : opts.servers) {
+  for (const std::string& server : options.servers) {
     std::string host;
     std::uint16_t port = 0;
     if (!split_host_port(server, host, port)) {
       return Status(ErrorCode::kInvalidArgument, "expected HOST:PORT, got \"" + server + "\"");
     }
-    boost::system::error_code ec;
-    asio::ip::tcp::resolver resolver(impl->io);
-    const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-    if (ec || endpoints.empty()) {
-      last = Status(ErrorCode::kConnectionFailed, "cannot resolve " + server + ": " + ec.message());
+  }
+  auto impl = std::make_unique<Impl>(std::move(options), external);
+  const ClientOptions& opts = impl->options;
+
+  // The seed: the first server that answers HELLO.
+  Status last(ErrorCode::kConnectionFailed, "no server answered");
+  Connection* public_port = nullptr;
+  asio::ip::tcp::endpoint public_endpoint;
+  for (const std::string& server : opts.servers) {
+    Result<asio::ip::tcp::endpoint> endpoint = resolve(impl->io, server);
+    if (!endpoint.ok()) {
+      last = endpoint.status();
       continue;
     }
-    const asio::ip::tcp::endpoint endpoint = endpoints.begin()->endpoint();
-    Connection& candidate = impl->add_connection(server, endpoint, protocol::kPublicPort);
+    Connection& candidate = impl->add_connection(server, *endpoint, protocol::kPublicPort);
     if (Status ready = impl->wait_ready(candidate); !ready.ok()) {
       last = ready;
       continue;  // the failed connection stays owned by impl, idle
     }
     public_port = &candidate;
-    public_endpoint = endpoint;
+    public_endpoint = *endpoint;
     impl->info.endpoint = server;
     break;
   }
@@ -682,36 +877,79 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
   impl->info.max_frame = hello.max_frame;
   impl->info.max_key = hello.max_key;
   impl->info.max_batch = hello.max_batch;
-
-  // owners[i]: the connections that carry owner i's keys.
-  std::vector<std::vector<Connection*>> owners;
-  const asio::ip::address address = public_endpoint.address();
-  const std::string host = address.is_v6() ? "[" + address.to_string() + "]" : address.to_string();
-  if (opts.shard_aware && !hello.shard_ports.empty()) {
-    for (std::size_t i = 0; i < hello.shard_ports.size(); ++i) {
-      const asio::ip::tcp::endpoint endpoint(address, hello.shard_ports[i]);
-      auto& group = owners.emplace_back();
-      for (unsigned k = 0; k < opts.connections_per_shard; ++k) {
-        group.push_back(&impl->add_connection(host + ":" + std::to_string(hello.shard_ports[i]),
-                                              endpoint, static_cast<std::uint16_t>(i)));
-        group.back()->begin_connect();  // all handshakes overlap
+  impl->control = public_port;
+  {
+    auto seed = std::make_unique<detail::NodeLink>();
+    seed->address = impl->info.endpoint;
+    seed->publics.push_back(public_port);
+    if (!opts.shard_aware) {
+      for (unsigned k = 1; k < opts.connections_per_shard; ++k) {
+        seed->publics.push_back(
+            &impl->add_connection(impl->info.endpoint, public_endpoint, protocol::kPublicPort));
+        seed->publics.back()->begin_connect();
       }
     }
-  } else {
-    auto& group = owners.emplace_back(1, public_port);
-    for (unsigned k = 1; k < opts.connections_per_shard; ++k) {
-      group.push_back(
-          &impl->add_connection(impl->info.endpoint, public_endpoint, protocol::kPublicPort));
-      group.back()->begin_connect();
-    }
+    impl->links.push_back(std::move(seed));
+    impl->learn_hello(*impl->links.front());  // its shard connections start connecting
   }
-  for (const auto& group : owners) {
-    for (Connection* c : group) {
-      if (Status ready = impl->wait_ready(*c); !ready.ok()) return ready;
+
+  // The seed's map: a node outside any cluster is the only node; a member names the others. A
+  // node of an older protocol knows no CLUSTER and is outside any cluster.
+  Result<protocol::ClusterMapMessage> message{protocol::ClusterMapMessage{}};
+  if (hello.version >= detail::kFirstClusterVersion) {
+    ClusterCall call;
+    Completion completion;
+    completion.sink = &call;
+    Status queued = public_port->submit(
+        [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+          protocol::encode_cluster_request(out, id, framing);
+        },
+        completion);
+    if (!queued.ok()) return queued;
+    message = call.wait(impl->owned_io ? nullptr : &impl->io);
+    if (!message.ok()) return message.status();
+  }
+  if (message->epoch != 0 || !message->nodes.empty()) {
+    cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
+    if (!map) {
+      return Status(ErrorCode::kProtocolError, "the cluster map from " + impl->info.endpoint +
+                                                   " is not valid: " + map.error());
+    }
+    std::optional<std::size_t> self;
+    if (message->self != protocol::kNotAMember) self = message->self;
+    impl->adopt(std::move(map).value(), public_port, self);
+  }
+
+  // Every other node's public port, then every shard: all connect at once (eager), so that
+  // no call pays for a handshake and every key goes straight to its shard.
+  std::vector<bool> up(impl->links.size(), true);
+  for (std::size_t l = 1; l < impl->links.size(); ++l) {
+    detail::NodeLink& link = *impl->links[l];
+    if (link.retired || link.publics.empty()) {
+      up[l] = false;
+      continue;
+    }
+    Status ready = impl->wait_ready(*link.publics.front());
+    if (!ready.ok() && fails_connect(ready)) return ready;
+    up[l] = ready.ok();
+    if (ready.ok()) impl->learn_hello(link);
+  }
+  for (std::size_t l = 0; l < impl->links.size(); ++l) {
+    if (!up[l]) continue;
+    detail::NodeLink& link = *impl->links[l];
+    std::vector<Connection*> all(link.publics.begin(), link.publics.end());
+    for (const auto& shard : link.shards) all.insert(all.end(), shard.begin(), shard.end());
+    for (Connection* c : all) {
+      Status ready = impl->wait_ready(*c);
+      // The seed's node must be whole, as a single node always had to be.
+      if (!ready.ok() && (l == 0 || fails_connect(ready))) return ready;
+      if (!ready.ok()) break;
     }
   }
   if (external != nullptr && external->stopped()) external->restart();
-  impl->router = std::make_unique<detail::SingleNodeRouter>(*public_port, std::move(owners));
+  impl->rebuild_router();
+  impl->armed.store(true, std::memory_order_release);
+  asio::post(impl->io, [raw = impl.get()] { raw->catch_up(); });
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -769,29 +1007,15 @@ std::vector<Result<Decision>> Client::acquire_batch(std::span<const AcquireReque
   return results;
 }
 
-Result<bool> Client::reset(std::string_view key) {
-  if (Status key_ok = impl_->check_key(key); !key_ok.ok()) return key_ok;
-  ResetCall call;
-  Completion completion;
-  completion.sink = &call;
-  Connection& connection = impl_->router->connection(impl_->router->route(hash_key(key)));
-  Status queued = connection.submit(
-      [key](protocol::Bytes& out, std::uint32_t id) {
-        const std::string_view keys[1] = {key};
-        protocol::encode_reset_request(out, id, keys);
-      },
-      completion);
-  if (!queued.ok()) return queued;
-  return call.wait();
-}
+Result<bool> Client::reset(std::string_view key) { return impl_->reset(key); }
 
 Result<std::chrono::nanoseconds> Client::ping() {
   PingCall call;
   Completion completion;
   completion.sink = &call;
-  Status queued = impl_->router->control().submit(
-      [](protocol::Bytes& out, std::uint32_t id) {
-        protocol::encode_ping(out, id, std::span<const std::uint8_t>(), false);
+  Status queued = impl_->control->submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_ping(out, id, std::span<const std::uint8_t>(), false, framing);
       },
       completion);
   if (!queued.ok()) return queued;
@@ -802,12 +1026,156 @@ Result<std::vector<Stat>> Client::stats() {
   StatsCall call;
   Completion completion;
   completion.sink = &call;
-  Status queued = impl_->router->control().submit(
-      [](protocol::Bytes& out, std::uint32_t id) { protocol::encode_stats_request(out, id); },
+  Status queued = impl_->control->submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_stats_request(out, id, framing);
+      },
       completion);
   if (!queued.ok()) return queued;
   return call.wait();
 }
+
+Result<ClusterInfo> Client::cluster() {
+  // A node of an older protocol is outside any cluster and knows no CLUSTER.
+  if (impl_->control->hello().version < detail::kFirstClusterVersion) return ClusterInfo{};
+  ClusterCall call;
+  Completion completion;
+  completion.sink = &call;
+  Status queued = impl_->control->submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_cluster_request(out, id, framing);
+      },
+      completion);
+  if (!queued.ok()) return queued;
+  Result<protocol::ClusterMapMessage> message = call.wait();
+  if (!message.ok()) return message.status();
+  ClusterInfo out;
+  out.epoch = message->epoch;
+  if (message->epoch == 0 && message->nodes.empty()) return out;
+  cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
+  if (!map) {
+    return Status(ErrorCode::kProtocolError,
+                  "the cluster map from " + impl_->info.endpoint + " is not valid: " + map.error());
+  }
+  const cluster::Ring& ring = map->ring();
+  out.ring_version = ring.params().hash_version;
+  out.partition_bits = ring.params().partition_bits;
+  out.partitions = ring.partition_count();
+  out.vnodes_per_node = ring.params().vnodes_per_node;
+  std::vector<std::uint32_t> primaries(ring.nodes().size(), 0);
+  std::vector<std::uint32_t> replicas(ring.nodes().size(), 0);
+  for (const cluster::PartitionOwners& owners : ring.partitions()) {
+    if (owners.primary != cluster::kNoNode) ++primaries[owners.primary];
+    if (owners.replica != cluster::kNoNode) ++replicas[owners.replica];
+  }
+  for (const cluster::ClusterNode& node : map->nodes()) {
+    ClusterNodeInfo info;
+    info.id = node.id;
+    info.address = node.address;
+    info.state = std::string(cluster::node_state_name(node.state));
+    if (const std::optional<cluster::NodeIndex> index = ring.find(node.id)) {
+      info.primary_partitions = primaries[*index];
+      info.replica_partitions = replicas[*index];
+    }
+    out.nodes.push_back(std::move(info));
+  }
+  if (message->self != protocol::kNotAMember) out.self = message->self;
+
+  // Every node's STATS at once, over the client's connection to it.
+  const std::shared_ptr<const detail::Router> router = impl_->current_router();
+  std::vector<std::unique_ptr<StatsCall>> calls(out.nodes.size());
+  for (std::size_t i = 0; i < out.nodes.size(); ++i) {
+    ClusterNodeInfo& node = out.nodes[i];
+    Status why;
+    Connection* connection = router->clustered() ? router->node_control(node.id, why) : nullptr;
+    if (connection == nullptr) {
+      node.stats_status =
+          why.ok() ? Status(ErrorCode::kConnectionFailed, "the client routes to no node " + node.id)
+                   : why;
+      continue;
+    }
+    calls[i] = std::make_unique<StatsCall>();
+    if (Status queued = start_call(*connection, *calls[i], encode_stats); !queued.ok()) {
+      node.stats_status = queued;
+      calls[i].reset();
+    }
+  }
+  for (std::size_t i = 0; i < out.nodes.size(); ++i) {
+    if (!calls[i]) continue;
+    Result<std::vector<Stat>> stats = calls[i]->wait();
+    if (!stats.ok()) {
+      out.nodes[i].stats_status = stats.status();
+      continue;
+    }
+    out.nodes[i].replication = replication_lag(*stats);
+  }
+  return out;
+}
+
+Result<ReloadOutcome> Client::reload() {
+  ReloadCall call;
+  if (Status queued = start_call(*impl_->control, call, encode_reload); !queued.ok()) {
+    return queued;
+  }
+  Result<ReloadOutcome> outcome = call.wait();
+  if (!outcome.ok()) return outcome.status();
+  outcome->node_id = impl_->info.node_id;
+  outcome->address = impl_->info.endpoint;
+  return outcome;
+}
+
+Result<std::vector<ReloadOutcome>> Client::reload_all() {
+  const std::shared_ptr<const detail::Router> router = impl_->current_router();
+  if (!router->clustered()) {
+    Result<ReloadOutcome> one = reload();
+    if (!one.ok() && one.code() == ErrorCode::kClosed) return one.status();
+    if (one.ok()) return std::vector<ReloadOutcome>{std::move(*one)};
+    ReloadOutcome failed;
+    failed.node_id = impl_->info.node_id;
+    failed.address = impl_->info.endpoint;
+    failed.status = one.status();
+    return std::vector<ReloadOutcome>{std::move(failed)};
+  }
+  const cluster::ClusterMap& map = *router->map();
+  const std::vector<std::string>& ids = map.ring().nodes();
+  std::vector<ReloadOutcome> out(ids.size());
+  std::vector<std::unique_ptr<ReloadCall>> calls(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    out[i].node_id = ids[i];
+    out[i].address = map.nodes()[map.node_index(static_cast<cluster::NodeIndex>(i))].address;
+    Status why;
+    Connection* connection = router->node_control(ids[i], why);
+    if (connection == nullptr) {
+      out[i].status = why;
+      continue;
+    }
+    calls[i] = std::make_unique<ReloadCall>();
+    if (Status queued = start_call(*connection, *calls[i], encode_reload); !queued.ok()) {
+      out[i].status = queued;
+      calls[i].reset();
+    }
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (!calls[i]) continue;
+    Result<ReloadOutcome> answer = calls[i]->wait();
+    if (!answer.ok()) {
+      out[i].status = answer.status();
+      continue;
+    }
+    out[i].epoch = answer->epoch;
+    out[i].refusal = std::move(answer->refusal);
+  }
+  for (const ReloadOutcome& outcome : out) {
+    if (outcome.status.code() == ErrorCode::kClosed) return outcome.status;
+  }
+  return out;
+}
+
+std::uint64_t Client::cluster_epoch() const {
+  return impl_->map_epoch.load(std::memory_order_relaxed);
+}
+
+std::size_t Client::node_count() const { return impl_->current_router()->node_count(); }
 
 void Client::close() {
   if (impl_->owned_io) {
@@ -825,13 +1193,18 @@ void Client::close() {
 
 ClientCounters Client::counters() const {
   ClientCounters sum;
-  std::lock_guard lock(impl_->connections_mu);
-  for (const auto& c : impl_->connections) {
-    const ClientCounters one = c->counters();
-    sum.timed_out += one.timed_out;
-    sum.withdrawn += one.withdrawn;
-    sum.late_replies += one.late_replies;
+  {
+    std::lock_guard lock(impl_->connections_mu);
+    for (const auto& c : impl_->connections) {
+      const ClientCounters one = c->counters();
+      sum.timed_out += one.timed_out;
+      sum.withdrawn += one.withdrawn;
+      sum.late_replies += one.late_replies;
+    }
   }
+  sum.map_refreshes = impl_->map_refreshes.load(std::memory_order_relaxed);
+  sum.redirects_followed = impl_->redirects_followed.load(std::memory_order_relaxed);
+  sum.unavailable_retries = impl_->unavailable_retries.load(std::memory_order_relaxed);
   return sum;
 }
 

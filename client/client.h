@@ -6,7 +6,9 @@
 //
 // Errors are values (Status, Result<T>); nothing throws. Every call has a timeout. All methods
 // are thread-safe; callbacks run on the client's single I/O thread and must not block it.
-// docs/CLIENT.md describes the threading model, the errors and the header fields.
+// Against a cluster, the servers are seeds: the client fetches the cluster map from one and
+// sends each key to its primary node (and there to its shard), following the map as it changes.
+// docs/CLIENT.md describes the threading model, the routing, the errors and the header fields.
 #pragma once
 
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,7 +37,9 @@ namespace sluice::client {
 inline constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24);
 
 struct ClientOptions {
-  // "host:port" of the daemon's public port. One node is used for now: the first that answers.
+  // "host:port" of daemons' public ports: seeds, tried in order until one answers HELLO. A node
+  // outside any cluster is then the only node used; a cluster member gives the client the
+  // cluster map, and the client connects to every active node of it.
   std::vector<std::string> servers = {"127.0.0.1:7420"};
   // Both timeouts must be positive; above kMaxTimeout they are clamped to it.
   std::chrono::milliseconds timeout{100};           // per call, from submission to reply
@@ -45,7 +50,8 @@ struct ClientOptions {
   // wrong one (or none) refuses the connection: connect() fails with kUnauthenticated.
   std::string auth_token;
   // Connect to each shard's own port and send each key straight to its owner. When false,
-  // everything goes through the public port and the server hands keys over between shards.
+  // everything goes through each node's public port and the node hands keys over between its
+  // shards.
   bool shard_aware = true;
   // TCP connections to each shard's port (or to the public port when not shard-aware). A call
   // goes to the owning shard's connection with the fewest calls in flight.
@@ -70,7 +76,7 @@ struct Stat {
   std::uint64_t value = 0;
 };
 
-// What the HELLO handshake on the public port told us.
+// What the HELLO handshake on the seed's public port told us (the first server that answered).
 struct ServerInfo {
   std::string endpoint;  // the "host:port" connected to
   std::string node_id;
@@ -85,6 +91,55 @@ struct ClientCounters {
   std::uint64_t timed_out = 0;     // calls that ended with kTimeout
   std::uint64_t withdrawn = 0;     // of those, taken back before their bytes were sent
   std::uint64_t late_replies = 0;  // replies that came after their call had timed out: dropped
+  // A cluster: newer maps adopted after connect (one CLUSTER request per newer epoch seen).
+  std::uint64_t map_refreshes = 0;
+  std::uint64_t redirects_followed = 0;   // items answered REDIRECT and sent to their new owner
+  std::uint64_t unavailable_retries = 0;  // items answered UNAVAILABLE and sent again
+};
+
+// What one node still has to stream to one peer, from the node's STATS
+// ("replication.<peer>.records", ".lag_ms", ".up").
+struct ReplicationLag {
+  std::string peer;           // the receiving node's id
+  std::uint64_t records = 0;  // changed records the peer has not acknowledged yet
+  std::uint64_t lag_ms = 0;   // the age of the oldest of them
+  bool up = false;            // the node's links to the peer are connected
+};
+
+// A node of a cluster map, as Client::cluster() reports it.
+struct ClusterNodeInfo {
+  std::string id;
+  std::string address;  // "HOST:PORT" of its public port, IPv6 in brackets
+  std::string state;    // "joining", "active", "draining" or "down"
+  // Partitions of the ring it is the primary (replica) of, out of ClusterInfo::partitions.
+  std::uint32_t primary_partitions = 0;
+  std::uint32_t replica_partitions = 0;
+  // Its replication to each peer, by peer id, from its own STATS: empty when it streams to
+  // nobody, or when its STATS could not be had (`stats_status` says why).
+  std::vector<ReplicationLag> replication;
+  Status stats_status;
+};
+
+// A node's cluster map (CLUSTER). Epoch 0 and no nodes: a node outside any cluster.
+struct ClusterInfo {
+  std::uint64_t epoch = 0;
+  // The ring's parameters (cluster::RingParams): with the ids of the active nodes they give
+  // every key's owners, as cluster::Ring::build() computes them.
+  std::uint32_t ring_version = 0;
+  std::uint32_t partition_bits = 0;
+  std::uint32_t partitions = 0;  // 2^partition_bits
+  std::uint32_t vnodes_per_node = 0;
+  std::vector<ClusterNodeInfo> nodes;  // sorted by id
+  std::optional<std::size_t> self;     // the answering node's index in `nodes`, if a member
+};
+
+// One node's answer to RELOAD (static cluster mode: reread the cluster file).
+struct ReloadOutcome {
+  std::string node_id;      // empty for the seed outside any cluster
+  std::string address;      // "HOST:PORT" of its public port
+  Status status;            // not ok: the node could not be asked, or refused the request itself
+  std::uint64_t epoch = 0;  // the epoch of the node's map afterwards
+  std::string refusal;      // empty: the file was taken; else why the node refused it
 };
 
 // Invoked exactly once, on the client's I/O thread. A callback that captures at most two
@@ -96,9 +151,13 @@ using BatchCallback = std::function<void(std::span<const Result<Decision>>)>;
 
 class Client {
  public:
-  // Connects to the first server that answers HELLO and, when shard-aware, to every shard port
-  // (HELLO on each). Fails with kInvalidArgument, kConnectionFailed, kTimeout, kUnauthenticated
-  // or kServerError.
+  // Connects to the first server that answers HELLO and asks it for its cluster map (CLUSTER).
+  // A node outside any cluster: connects, when shard-aware, to every shard port (HELLO on each).
+  // A cluster member: does the same for every active node of its map. Fails with
+  // kInvalidArgument, kConnectionFailed, kTimeout, kUnauthenticated, kProtocolError or
+  // kServerError: when no seed answers, a shard of the seed's node fails, or any node refuses
+  // the token or is not Sluice. Other nodes that cannot be reached do not fail it: their keys
+  // fail (kConnectionFailed) until they answer.
   static Result<std::unique_ptr<Client>> connect(ClientOptions options);
   // The same, but the client runs on `io` instead of a thread of its own: every socket
   // operation and callback runs on the thread that runs `io`, so an event-loop application
@@ -141,10 +200,23 @@ class Client {
 
   // Forgets the key's counters; true when the key existed.
   Result<bool> reset(std::string_view key);
-  // Round-trip time of a PING on the public port.
+  // Round-trip time of a PING on the seed's public port.
   Result<std::chrono::nanoseconds> ping();
-  // The server's counters (public port), in the server's order.
+  // The seed node's counters (public port), in the server's order.
   Result<std::vector<Stat>> stats();
+  // The seed node's cluster map, asked for now (CLUSTER), with each node's share of the ring
+  // and, from each node's STATS (asked at once, in parallel), its replication lag per peer.
+  Result<ClusterInfo> cluster();
+  // RELOAD on the seed's node: it rereads its cluster file.
+  Result<ReloadOutcome> reload();
+  // RELOAD on every active node of the client's map, in parallel, in the map's order by id (the
+  // seed alone outside a cluster). A node that cannot be asked has its outcome's status set;
+  // the call itself fails only when the client is closed.
+  Result<std::vector<ReloadOutcome>> reload_all();
+  // The epoch of the map the client routes by (0: a node outside any cluster), and how many
+  // nodes it routes to. Any thread.
+  std::uint64_t cluster_epoch() const;
+  std::size_t node_count() const;
 
   // Fails every call in flight with kClosed and refuses later calls. Safe from a callback.
   // With an external io_context: call it on the thread running `io` or while nobody runs it;

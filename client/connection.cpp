@@ -63,8 +63,9 @@ Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_
   return Result<Decision>(ErrorCode::kProtocolError, "unknown item status in ACQUIRE reply");
 }
 
-void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request) {
-  const std::size_t start = protocol::begin_acquire_request(out, request_id);
+void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request,
+                    const protocol::Framing& framing) {
+  const std::size_t start = protocol::begin_acquire_request(out, request_id, framing);
   protocol::add_acquire_item(
       out, start, protocol::AcquireItem{request.key, request.rule, request.cost, request.peek});
   protocol::finish_acquire_request(out, start);
@@ -105,6 +106,10 @@ Status server_error_status(std::span<const std::uint8_t> body) {
     message += error.message;
   }
   return Status(ErrorCode::kServerError, std::move(message));
+}
+
+Status unexpected_reply(std::string_view what) {
+  return Status(ErrorCode::kProtocolError, "unexpected reply to " + std::string(what));
 }
 
 Connection::Connection(asio::io_context& io, ConnectionConfig config,
@@ -169,6 +174,16 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion,
   p.active = true;
   p.part = completion.part;
   p.deadline_ns = steady_now_ns() + config_.timeout_ns;
+  p.early = false;
+  if (completion.deadline_ns != 0 && completion.deadline_ns < p.deadline_ns) {
+    p.deadline_ns = completion.deadline_ns;
+  }
+  if (p.deadline_ns < last_deadline_ns_) {
+    p.early = true;
+    ++early_;
+  } else {
+    last_deadline_ns_ = p.deadline_ns;
+  }
   p.bytes = bytes;
   p.sink = completion.sink;
   if (completion.callback != nullptr) p.callback = std::move(*completion.callback);
@@ -235,6 +250,11 @@ Status Connection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
   }
   if (state_ == State::kClosed) return Status(ErrorCode::kClosed, "client is shutting down");
   return last_error_;
+}
+
+bool Connection::ready() const {
+  std::lock_guard lock(mu_);
+  return state_ == State::kReady;
 }
 
 bool Connection::handshaking() const {
@@ -362,6 +382,16 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
 
   Status fatal;
   bool handshake_done = false;
+  // The highest epoch in the headers read, reported before the replies are completed, so that
+  // a REDIRECT's refresh is under way by the time its batch looks for it.
+  std::uint64_t newest = 0;
+  const auto report_epoch = [&] {
+    if (config_.observer != nullptr &&
+        newest > config_.epoch_floor->load(std::memory_order_relaxed)) {
+      config_.observer->on_newer_epoch(*this, newest);
+    }
+    newest = 0;
+  };
   ready_.clear();
   {
     std::unique_lock lock(mu_);
@@ -381,6 +411,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
       }
       read_begin_ += r.frame_size;
       const Frame& frame = r.frame;
+      newest = std::max(newest, frame.header.epoch);
       if (!frame.header.is_reply() && frame.header.opcode != Opcode::kError) {
         fatal = Status(ErrorCode::kProtocolError, "request frame from " + config_.name);
         break;
@@ -409,6 +440,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
                              ", expected " + std::to_string(config_.expected_shard));
           break;
         }
+        epoch_framing_ = hello.version >= kFirstClusterVersion;
         hello_ = std::move(hello);
         state_ = State::kReady;
         ++attempts_finished_;
@@ -430,14 +462,12 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
         break;
       }
       ready_.emplace_back(std::move(p), frame);
-      p.active = false;
-      p.sink = nullptr;
-      --in_flight_;
-      config_.in_flight_limit->give_back(1);
+      remove_locked(p);
       if (ready_.size() == kMaxReadyBatch) {
         // Bounded batches keep ready_ at its reserved size; frames stay valid (read_buf_ is
         // only touched by this handler).
         lock.unlock();
+        report_epoch();
         for (auto& [pending, reply] : ready_) complete(pending, &reply, Status());
         ready_.clear();
         lock.lock();
@@ -445,6 +475,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
       }
     }
   }
+  if (epoch == epoch_) report_epoch();
   for (auto& [pending, frame] : ready_) complete(pending, &frame, Status());
   ready_.clear();
   if (epoch != epoch_) return;  // a callback closed the client: nothing more to read
@@ -458,6 +489,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
     if (state_ == State::kReady && !write_in_flight_ && !out_.empty()) start_write_locked(lock);
   }
   start_read();
+  if (handshake_done && config_.observer != nullptr) config_.observer->on_ready(*this);
 }
 
 void Connection::complete(Pending& p, const Frame* reply, const Status& failure) {
@@ -501,7 +533,29 @@ void Connection::take_all_pending_locked(std::vector<Pending>& failed) {
     p.active = false;
     p.sink = nullptr;
   }
+  early_ = 0;
   config_.in_flight_limit->give_back(in_flight_.exchange(0));
+}
+
+void Connection::remove_locked(Pending& p) {
+  p.active = false;
+  p.sink = nullptr;
+  if (p.early) --early_;
+  --in_flight_;
+  config_.in_flight_limit->give_back(1);
+}
+
+void Connection::expire_early_locked(std::uint64_t now_ns, std::vector<Pending>& failed) {
+  const std::uint32_t end = next_issued_id_locked();
+  for (std::uint32_t id = oldest_id_; early_ > 0 && id != end; id = id_after(id)) {
+    Pending& p = table_[id & mask_];
+    if (!p.active || p.id != id || !p.early || p.deadline_ns > now_ns) continue;
+    // A frame still queued waits for the walk from the front (which withdraws it), or until
+    // it is sent: out_ is only ever cut at its front.
+    if (unsent_locked(id)) continue;
+    failed.push_back(std::move(p));
+    remove_locked(p);
+  }
 }
 
 std::vector<Connection::Pending> Connection::detach_failed() {
@@ -587,13 +641,11 @@ bool Connection::expire(std::uint64_t now_ns) {
         withdrawn_.fetch_add(1, std::memory_order_relaxed);
       }
       failed.push_back(std::move(p));
-      p.active = false;
-      p.sink = nullptr;
-      --in_flight_;
-      config_.in_flight_limit->give_back(1);
+      remove_locked(p);
       ++oldest_id_;
     }
     out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(withdrawn));
+    if (early_ > 0) expire_early_locked(now_ns, failed);
     timed_out_.fetch_add(failed.size(), std::memory_order_relaxed);
     // A write still in flight keeps the timer on even with nothing pending: a call queued
     // behind a stalled write arms nothing itself (wake_locked() waits for the write), and must
@@ -634,6 +686,18 @@ ClientCounters Connection::counters() const {
 void Connection::refuse_new() {
   std::lock_guard lock(mu_);
   state_ = State::kClosed;
+}
+
+bool Connection::close_if_idle() {
+  {
+    std::lock_guard lock(mu_);
+    if (state_ == State::kClosed) return true;
+    if (in_flight_ > 0) return false;
+    if (state_ == State::kDisconnected) return true;
+  }
+  fail_connection(Status(ErrorCode::kConnectionFailed,
+                         config_.name + " was closed: its node left the cluster map"));
+  return true;
 }
 
 void Connection::shut_down() {

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -52,6 +53,10 @@ class ReplySink {
 struct Completion {
   ReplySink* sink = nullptr;
   std::uint32_t part = 0;
+  // When the request times out (steady_now_ns() clock); 0, or anything later than the
+  // connection's own timeout from now, means that timeout. A re-sent item keeps its call's
+  // deadline this way.
+  std::uint64_t deadline_ns = 0;
   AcquireCallback* callback = nullptr;      // moved from only when submit() succeeds
   BatchCallback* batch_callback = nullptr;  // likewise
   bool probe = false;  // the request is a probe's PING: an echo counts as allowed
@@ -153,6 +158,25 @@ class InFlightLimit {
   std::atomic<std::size_t> count_{0};
 };
 
+// The first protocol version with the cluster: framing version 2 (the epoch), CLUSTER, the
+// REDIRECT and UNAVAILABLE statuses (docs/PROTOCOL.md, section 10).
+inline constexpr std::uint8_t kFirstClusterVersion = 3;
+
+class Connection;
+
+// What a connection tells the client about itself, on the I/O thread and outside its mutex.
+class ConnectionObserver {
+ public:
+  // A reply's header carried `epoch`, above ConnectionConfig::epoch_floor. Called before the
+  // replies read with it are completed.
+  virtual void on_newer_epoch(Connection& connection, std::uint64_t epoch) = 0;
+  // The connection's HELLO was answered (at every connect).
+  virtual void on_ready(Connection& connection) = 0;
+
+ protected:
+  ~ConnectionObserver() = default;
+};
+
 struct ConnectionConfig {
   std::string name;  // "host:port", for messages
   boost::asio::ip::tcp::endpoint endpoint;
@@ -162,6 +186,11 @@ struct ConnectionConfig {
   std::uint64_t timeout_ns = 0;
   std::uint64_t connect_timeout_ns = 0;
   InFlightLimit* in_flight_limit = nullptr;  // the client's; outlives the connection
+  // The epoch every frame's header carries (framing version 2): the client's map's. Any thread.
+  const std::atomic<std::uint64_t>* map_epoch = nullptr;  // the client's; never null
+  // Replies with a higher epoch than this are reported to `observer` (null: to nobody).
+  const std::atomic<std::uint64_t>* epoch_floor = nullptr;
+  ConnectionObserver* observer = nullptr;
 };
 
 class Connection {
@@ -173,7 +202,8 @@ class Connection {
 
   const ConnectionConfig& config() const { return config_; }
 
-  // Queues one request: `encode(out, request_id)` appends exactly one frame to `out`. Connects
+  // Queues one request: `encode(out, request_id, framing)` appends exactly one frame to `out`,
+  // its header in `framing` (framing_locked()). Connects
   // first when disconnected (at most once per backoff interval). A failed Status means nothing
   // was queued and nobody will be called; the caller reports it. kOverloaded when the client
   // already has max_in_flight calls in flight.
@@ -187,14 +217,24 @@ class Connection {
     }
     const std::uint32_t id = next_request_id_locked();
     const std::size_t before = out_.size();
-    encode(out_, id);
+    encode(out_, id, framing_locked());
     insert_locked(id, completion, static_cast<std::uint32_t>(out_.size() - before));
     wake_locked();
     return Status();
   }
 
+  // The framing of the frames this connection sends: version 2 with the client's epoch once a
+  // HELLO negotiated protocol 3 or later, else version 1 (an older node knows no other, and
+  // before the first HELLO the node's version is unknown). REQUIRES: mu_ held.
+  protocol::Framing framing_locked() const {
+    if (!epoch_framing_) return protocol::Framing{};
+    return protocol::Framing::with_epoch(config_.map_epoch->load(std::memory_order_relaxed));
+  }
+
   // Starts connecting now if disconnected, ignoring the backoff (used at start-up).
   void begin_connect();
+  // Whether HELLO has been answered and the connection is up.
+  bool ready() const;
   // Starts connecting if disconnected and waits until HELLO is answered or the attempt fails.
   // With `run_io` the caller runs the io_context itself while waiting (a client on an external
   // io_context that nobody runs yet); otherwise the I/O thread does the work.
@@ -215,6 +255,9 @@ class Connection {
   void refuse_new();
   // I/O thread: fails everything with kClosed, closes the socket and refuses new requests.
   void shut_down();
+  // I/O thread: closes the socket when nothing is in flight (a node that left the cluster map);
+  // the next request reconnects. True when the connection is (now) idle and closed.
+  bool close_if_idle();
 
  private:
   enum class State : std::uint8_t { kDisconnected, kConnecting, kHandshaking, kReady, kClosed };
@@ -229,6 +272,7 @@ class Connection {
     AcquireCallback callback;
     BatchCallback batch_callback;
     bool probe = false;
+    bool early = false;  // its deadline is before an older request's (see early_)
     std::uint32_t policy_quota = 0;
     std::uint64_t policy_window_ms = 0;
   };
@@ -262,6 +306,10 @@ class Connection {
   void fail_connection(const Status& why);
   // Moves every call in flight to `failed`. REQUIRES: mu_ held.
   void take_all_pending_locked(std::vector<Pending>& failed);
+  // Takes `p` out of the table (it is answered, failed or timed out). REQUIRES: mu_ held.
+  void remove_locked(Pending& p);
+  // Expires the requests with an early deadline that have been sent. REQUIRES: mu_ held.
+  void expire_early_locked(std::uint64_t now_ns, std::vector<Pending>& failed);
   // A connect timed out: counts its calls as timed out, and those still queued as withdrawn.
   void count_timeouts_locked();
   void complete(Pending& pending, const protocol::Frame* reply, const Status& failure);
@@ -298,12 +346,19 @@ class Connection {
   std::uint32_t mask_ = 0;
   std::uint32_t next_id_ = 1;
   std::uint32_t oldest_id_ = 1;
+  // Deadlines grow with the id, except for requests given an earlier one (Completion::
+  // deadline_ns, a re-sent item): expire() walks from the oldest id and stops at the first
+  // that is not due, so while early_ > 0 it also scans the table for those. Their frames are
+  // withdrawn only from the front of out_, like the others.
+  std::uint64_t last_deadline_ns_ = 0;     // the latest deadline given so far
+  std::size_t early_ = 0;                  // requests pending with an early deadline
   std::atomic<std::size_t> in_flight_{0};  // changed under mu_; load() reads it without
   // Written on the I/O thread, read by counters() from any thread.
   std::atomic<std::uint64_t> timed_out_{0};
   std::atomic<std::uint64_t> withdrawn_{0};
   std::atomic<std::uint64_t> late_replies_{0};
   protocol::HelloReply hello_;
+  bool epoch_framing_ = false;  // the last HELLO negotiated protocol 3 or later
 
   // I/O thread only.
   boost::asio::ip::tcp::socket socket_;
@@ -324,7 +379,8 @@ class Connection {
 
 // The client's per-call wire work, shared by the calls and bench/client_bench.cpp: appends one
 // ACQUIRE frame of one item to `out`.
-void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request);
+void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request,
+                    const protocol::Framing& framing = {});
 
 // The decision in a one-item ACQUIRE reply (an ERROR frame's status for an ERROR frame).
 // `scratch` is reused between calls.
@@ -341,5 +397,8 @@ Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_
 
 // A Status for an ERROR frame's body.
 Status server_error_status(std::span<const std::uint8_t> body);
+
+// kProtocolError: "unexpected reply to WHAT".
+Status unexpected_reply(std::string_view what);
 
 }  // namespace sluice::client::detail

@@ -1,66 +1,127 @@
-// Internal: which connection a key goes to. One node for now; the cluster (a hash ring over
-// nodes, then shards within the node) will be another Router, so client.cpp does not change.
+// Internal: which connection a key goes to. A Router is an immutable snapshot of the client's
+// routing: one node (its shards), or a cluster map with the connections of each active node. The
+// I/O thread builds a new one when the map changes or a node's shards become known, and
+// publishes it (client_impl.h); a call routes by the one it took, and a router stays alive while
+// anyone holds it. Connections outlive every router (they live until the client dies), so a
+// stale router still points at valid connections.
 #pragma once
 
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
 #include <atomic>
+#include <boost/asio/ip/tcp.hpp>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/connection.h"
+#include "client/status.h"
+#include "cluster/cluster_map.h"
+#include "cluster/expected.h"
 #include "core/key_hash.h"
+#include "protocol/cluster_messages.h"
 
 namespace sluice::client::detail {
 
+// What a node announced in its HELLO.
+struct NodeLimits {
+  std::uint32_t max_frame = protocol::kDefaultMaxFrame;
+  std::uint16_t max_key = protocol::kDefaultMaxKey;
+  std::uint16_t max_batch = protocol::kDefaultMaxBatch;
+};
+
+// One node's connections. Links live as long as the client; only the I/O thread changes them
+// once the client is connected (before that, connect() alone does).
+struct NodeLink {
+  std::string id;       // the node's id in the cluster map; empty for a node outside any cluster
+  std::string address;  // "HOST:PORT", IPv6 in brackets
+  Status unreachable;   // failed: the address does not resolve, and the node has no connections
+  std::vector<Connection*> publics;              // [0]: the public port's first connection
+  std::vector<std::vector<Connection*>> shards;  // by shard; empty until its HELLO is known
+  NodeLimits limits;                             // the seed's until its own HELLO is known
+  bool hello_known = false;  // limits (and shards, when shard-aware) come from its HELLO
+  bool retired = false;      // not in the map's ring: its connections close once idle
+};
+
+// Connections that own the same keys: one shard of a node, or a node's public port.
+struct OwnerGroup {
+  std::vector<Connection*> connections;  // empty only when the node is unreachable
+  NodeLimits limits;
+  std::string node;    // the node's address, for messages
+  Status unreachable;  // why `connections` is empty
+};
+
 class Router {
  public:
-  virtual ~Router() = default;
-  // Connections that own keys, numbered [0, size()).
-  virtual std::size_t size() const = 0;
-  // The index of the connection that owns the key with this hash.
-  virtual std::size_t route(const KeyHash& hash) const = 0;
-  virtual Connection& connection(std::size_t index) = 0;
-  // The connection for node-level calls (PING, STATS): the public port.
-  virtual Connection& control() = 0;
-};
+  static constexpr std::size_t kNoOwner = std::numeric_limits<std::size_t>::max();
 
-// One node. Shard-aware: key -> shard_for(hash, shards) -> one of that shard's connections.
-// Otherwise every key goes to the public port's connections. Among an owner's connections
-// the one with the fewest calls in flight is chosen (ties rotate).
-class SingleNodeRouter final : public Router {
- public:
-  // owners[i]: the connections to owner i (shard i, or the public port when not shard-aware),
-  // none empty. `control` is the public port's first connection.
-  SingleNodeRouter(Connection& control, std::vector<std::vector<Connection*>> owners)
-      : control_(control), owners_(std::move(owners)) {}
+  // One node: shard i's connections are owner i when shard-aware and its shards are known, else
+  // its public connections are the one owner.
+  static std::shared_ptr<const Router> for_node(Connection& control, const NodeLink& link,
+                                                bool shard_aware);
+  // A cluster: `ring_links[i]` holds the connections of map.ring().nodes()[i]; each is routed
+  // to as for_node() would.
+  static std::shared_ptr<const Router> for_cluster(Connection& control, cluster::ClusterMap map,
+                                                   std::span<const NodeLink* const> ring_links,
+                                                   bool shard_aware);
 
-  std::size_t size() const override { return owners_.size(); }
-  std::size_t route(const KeyHash& hash) const override {
-    if (owners_.size() == 1) return 0;
-    return shard_for(hash, static_cast<std::uint32_t>(owners_.size()));
-  }
-  Connection& connection(std::size_t index) override {
-    const std::vector<Connection*>& group = owners_[index];
-    if (group.size() == 1) return *group[0];
-    const std::size_t n = group.size();
-    const std::size_t start = rotation_.fetch_add(1, std::memory_order_relaxed) % n;
-    std::size_t best = start;
-    std::size_t best_load = group[start]->load();
-    for (std::size_t i = 1; i < n && best_load > 0; ++i) {
-      const std::size_t c = (start + i) % n;
-      const std::size_t load = group[c]->load();
-      if (load < best_load) {
-        best = c;
-        best_load = load;
-      }
+  bool clustered() const { return map_.has_value(); }
+  // The epoch of the map routed by; 0 for a node outside any cluster.
+  std::uint64_t epoch() const { return map_ ? map_->epoch() : 0; }
+  const cluster::ClusterMap* map() const { return map_ ? &*map_ : nullptr; }
+
+  // Owners are numbered [0, size()).
+  std::size_t size() const { return owners_.size(); }
+  // The owner of the key with this hash: its primary's shard. kNoOwner when the map has no
+  // active node.
+  std::size_t route(const KeyHash& hash) const {
+    if (!map_) {
+      if (owners_.size() == 1) return 0;
+      return shard_for(hash, static_cast<std::uint32_t>(owners_.size()));
     }
-    return *group[best];
+    const cluster::NodeIndex primary = map_->ring().primary_of(hash);
+    if (primary == cluster::kNoNode) return kNoOwner;
+    const NodeRoute& node = nodes_[primary];
+    return node.shards > 1 ? node.first_owner + shard_for(hash, node.shards) : node.first_owner;
   }
-  Connection& control() override { return control_; }
+  const OwnerGroup& owner(std::size_t index) const { return owners_[index]; }
+  // Among the owner's connections, the one with the fewest calls in flight (ties rotate);
+  // nullptr when the owner's node is unreachable (owner(index).unreachable says why).
+  Connection* connection(std::size_t index) const;
+  // The connection for node-level calls (PING, STATS, CLUSTER): the seed's public port.
+  Connection& control() const { return control_; }
+  // The number of nodes routed to.
+  std::size_t node_count() const { return map_ ? nodes_.size() : 1; }
+  // The public connection of the ring's node `id` (the seed's outside a cluster), for
+  // node-level calls (STATS, RELOAD); nullptr when the client has none to it (why: `why`).
+  Connection* node_control(std::string_view id, Status& why) const;
 
  private:
+  struct NodeRoute {
+    std::uint32_t first_owner = 0;
+    std::uint32_t shards = 1;
+    Connection* control = nullptr;  // its first public connection
+  };
+
+  explicit Router(Connection& control) : control_(control) {}
+  // Appends the link's owner groups; returns how many.
+  std::uint32_t add_owners(const NodeLink& link, bool shard_aware);
+
   Connection& control_;
-  std::vector<std::vector<Connection*>> owners_;
-  std::atomic<std::size_t> rotation_{0};
+  std::optional<cluster::ClusterMap> map_;
+  std::vector<NodeRoute> nodes_;  // by ring NodeIndex
+  std::vector<OwnerGroup> owners_;
+  mutable std::atomic<std::size_t> rotation_{0};
 };
+
+// The map a CLUSTER reply describes (node addresses as "HOST:PORT", IPv6 hosts in brackets);
+// or why it is not a valid map.
+cluster::Expected<cluster::ClusterMap> map_from_message(const protocol::ClusterMapMessage& message);
 
 }  // namespace sluice::client::detail

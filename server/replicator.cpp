@@ -201,17 +201,24 @@ void Replicator::flush(Node& node) {
   const std::size_t shards = node.control->hello().shard_ports.size();
   // Records go to the shard of the other node that owns them, by its shard count.
   const std::uint64_t now_ns = shard_.context().clock->now_ns();
-  std::vector<KeyHash> waiting;
+  // Records that stay queued are moved to the front of `pending` (kept <= i always), so a flush
+  // allocates nothing once the buffers have grown.
+  std::size_t kept = 0;
   std::size_t i = 0;
   while (i < node.pending.size()) {
     const auto target =
         static_cast<std::uint16_t>(shard_for(node.pending[i], static_cast<std::uint32_t>(shards)));
     Link& link = link_for(node, target);
     if (!link.link->up()) {
-      waiting.push_back(node.pending[i++]);
+      node.pending[kept++] = node.pending[i++];
       continue;
     }
     Batch batch;
+    if (!spare_keys_.empty()) {
+      batch.keys = std::move(spare_keys_.back());
+      spare_keys_.pop_back();
+      batch.keys.clear();
+    }
     batch.request_id = link.link->next_id();
     batch.sent = Clock::now();
     protocol::Bytes& out = link.link->output();
@@ -221,7 +228,7 @@ void Replicator::flush(Node& node) {
     for (; i < node.pending.size() && batch.keys.size() < limit; ++i) {
       const KeyHash& hash = node.pending[i];
       if (shard_for(hash, static_cast<std::uint32_t>(shards)) != target) {
-        waiting.push_back(hash);
+        node.pending[kept++] = hash;
         continue;
       }
       RecordImage image;
@@ -239,7 +246,7 @@ void Replicator::flush(Node& node) {
     link.in_flight.push_back(std::move(batch));
     link.link->flush();
   }
-  node.pending.swap(waiting);
+  node.pending.resize(kept);
   if (!node.pending.empty()) node.pending_since = Clock::now();
 }
 
@@ -250,7 +257,8 @@ void Replicator::on_reply(Node& node, std::uint16_t shard, const protocol::Frame
   // Replies come in order on one connection: the first batch in flight is the one answered.
   if (link.in_flight.front().request_id != frame.header.request_id) return;
   shard_.counters()[Stat::kReplicationAcked].add(link.in_flight.front().keys.size());
-  link.in_flight.pop_front();
+  spare_keys_.push_back(std::move(link.in_flight.front().keys));
+  link.in_flight.erase(link.in_flight.begin());
 }
 
 void Replicator::on_down(Node& node, std::uint16_t shard) {

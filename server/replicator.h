@@ -13,7 +13,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,7 +61,7 @@ class Replicator {
   };
   struct Link {
     std::shared_ptr<PeerLink> link;
-    std::deque<Batch> in_flight;
+    std::vector<Batch> in_flight;  // oldest first; a few at most
   };
   struct Node {
     std::string id;
@@ -99,6 +98,8 @@ class Replicator {
   std::vector<Recent> recent_;
   std::uint64_t generation_ = 1;
   std::vector<std::uint64_t> log_;  // scratch for a sliding log's timestamps
+  // The key lists of acknowledged batches, reused by the next ones: no allocation per batch.
+  std::vector<std::vector<KeyHash>> spare_keys_;
 };
 
 }  // namespace sluice::server

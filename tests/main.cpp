@@ -24,13 +24,16 @@ namespace {
 
 // Why `name` cannot be a CTest-discovered test name, or nullptr when it can. Commas are fine:
 // catch_discover_tests escapes them (and '[', ']'), but not ';' (a CMake list separator) nor
-// '\' and it cannot balance a lone '[' inside the CMake list it splits the names from.
+// '\' and it cannot balance a lone '[' inside the CMake list it splits the names from, and a
+// name is passed as a command-line argument.
 const char* unsafe_reason(std::string_view name) {
   if (name.empty()) return "is empty";
   if (name.front() == ' ' || name.back() == ' ') return "starts or ends with a space";
   if (name.front() == '~' || name.front() == '#' || name.starts_with("exclude:")) {
     return "starts with a test spec operator ('~', '#' or 'exclude:')";
   }
+  // Passed on the command line, such a name would be read as an option.
+  if (name.front() == '-') return "starts with '-' (an option on the command line)";
   for (const char c : name) {
     switch (c) {
       case '[':

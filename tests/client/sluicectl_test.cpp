@@ -29,6 +29,7 @@
 #include "protocol/messages.h"
 #include "tests/client/test_support.h"
 #include "tests/integration/raw_client.h"
+#include "tests/integration/test_cluster.h"
 #include "tests/support/child_process.h"
 
 namespace sluice::client {
@@ -659,6 +660,91 @@ TEST_CASE(
     INFO(c.binary.filename().string() << " " << c.args);
     CHECK_THAT(run_binary(c.binary, c.args).output, !Catch::Contains(secret_start));
   }
+}
+
+TEST_CASE("sluicectl cluster prints the nodes, their states and shares, the epoch and the lag") {
+  require_sluicectl();
+  test::TestCluster cluster(3);
+  const std::string s = "--servers 127.0.0.1:" + std::to_string(cluster.port(1)) + " ";
+  Run text = run(s + "cluster");
+  INFO(text.output);
+  CHECK(text.status == 0);
+  CHECK_THAT(text.output, Catch::StartsWith("cluster epoch 1: 3 nodes, 65536 partitions"));
+  for (int i = 0; i < 3; ++i) {
+    const std::string row = "node-" + std::to_string(i) +
+                            "  127.0.0.1:" + std::to_string(cluster.port(i)) + "  active  ";
+    CHECK_THAT(text.output, Catch::Contains(row));
+  }
+  CHECK(std::count(text.output.begin(), text.output.end(), '%') == 6);
+  CHECK_THAT(text.output, Catch::Contains("replication (from each node's STATS"));
+  CHECK_THAT(text.output, Catch::Contains("node-0 -> node-1"));
+
+  Run json = run(s + "cluster --json");
+  INFO(json.output);
+  CHECK(json.status == 0);
+  CHECK_THAT(json.output, Catch::StartsWith("{\"epoch\":1,\"clustered\":true,\"partitions\":65536,"
+                                            "\"vnodes_per_node\":4096,\"self\":\"node-1\","));
+  CHECK_THAT(json.output, Catch::Contains("{\"id\":\"node-2\",\"address\":\"127.0.0.1:" +
+                                          std::to_string(cluster.port(2)) +
+                                          "\",\"state\":\"active\",\"primary_partitions\":"));
+  CHECK_THAT(json.output, Catch::Contains("\"replication\":[{\"peer\":"));
+  CHECK_THAT(json.output, Catch::Contains("\"stats_error\":null"));
+  CHECK(std::count(json.output.begin(), json.output.end(), '\n') == 1);
+}
+
+TEST_CASE("sluicectl cluster on a node outside any cluster says so") {
+  require_sluicectl();
+  TestServer server;
+  Run text = run("--servers " + server.address() + " cluster");
+  CHECK(text.status == 0);
+  CHECK_THAT(text.output, Catch::Contains("is not in a cluster (epoch 0)"));
+  Run json = run("--servers " + server.address() + " cluster --json");
+  CHECK(json.status == 0);
+  CHECK_THAT(json.output, Catch::StartsWith("{\"epoch\":0,\"clustered\":false,"));
+}
+
+TEST_CASE("sluicectl cluster reload reports every node's epoch and exits 1 when a node refuses") {
+  require_sluicectl();
+  test::TestCluster cluster(3);
+  const std::string s = "--servers 127.0.0.1:" + std::to_string(cluster.port(0)) + " ";
+  cluster.write(2, 3);
+  Run taken = run(s + "cluster reload");
+  INFO(taken.output);
+  CHECK(taken.status == 0);
+  for (int i = 0; i < 3; ++i) {
+    CHECK_THAT(taken.output, Catch::Contains("node-" + std::to_string(i) +
+                                             " 127.0.0.1:" + std::to_string(cluster.port(i)) +
+                                             ": reloaded, epoch 2\n"));
+  }
+  for (int i = 0; i < 3; ++i) CHECK(cluster.node(i).server().cluster_epoch() == 2);
+
+  cluster.write(1, 3);  // a lower epoch: refused, and epoch 2 stays
+  Run refused = run(s + "cluster reload --json");
+  INFO(refused.output);
+  CHECK(refused.status == 1);
+  CHECK_THAT(refused.output,
+             Catch::StartsWith("{\"nodes\":[{\"id\":\"node-0\",\"address\":\"127.0.0.1:"));
+  CHECK_THAT(refused.output, Catch::Contains("\"epoch\":2,\"refused\":\""));
+  CHECK_THAT(refused.output, Catch::EndsWith("\"refused\":3,\"failed\":0}\n"));
+
+  Run one = run(s + "cluster reload --seed-only");
+  CHECK(one.status == 1);
+  CHECK(std::count(one.output.begin(), one.output.end(), '\n') == 1);
+  CHECK_THAT(one.output, Catch::StartsWith("node-0 127.0.0.1:"));
+
+  cluster.write(3, 3);
+  cluster.stop(2);
+  Run partial = run(s + "--timeout 500ms cluster reload");
+  INFO(partial.output);
+  CHECK(partial.status == 2);  // node-2 could not be asked
+  CHECK_THAT(partial.output, Catch::Contains("node-0 127.0.0.1:" + std::to_string(cluster.port(0)) +
+                                             ": reloaded, epoch 3"));
+  CHECK_THAT(partial.output, Catch::Contains("node-2 127.0.0.1:" + std::to_string(cluster.port(2)) +
+                                             ": error: connection_failed"));
+
+  CHECK(run(s + "cluster reload extra").status == 2);
+  CHECK(run(s + "cluster nonsense").status == 2);
+  CHECK(run(s + "stats --seed-only").status == 2);
 }
 
 }  // namespace

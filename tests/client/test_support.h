@@ -18,6 +18,7 @@
 
 #include "client/client.h"
 #include "core/clock.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/server.h"
@@ -115,12 +116,13 @@ class CallbackLatch {
 };
 
 // A node on 127.0.0.1 that speaks just enough protocol: in kSilent it never writes a byte;
-// otherwise it answers HELLO (one shard: its own port; connect with shard_aware = false) and, in
+// otherwise it answers HELLO (one shard: its own port; connect with shard_aware = false) and
+// CLUSTER (a node outside any cluster) and, in
 // kAnswer, ACQUIRE with `remaining` set to the item's cost (so a test can tell replies apart) and
 // PING. In kHold it keeps ACQUIRE replies until release_held(). In kNotSluice it answers any
-// bytes as Redis answers an unknown command. In kStall it answers HELLO and then reads nothing
-// more, with a small receive window, so the client's writes stall. `bind` may be "::1" for an
-// IPv6 node.
+// bytes as Redis answers an unknown command. In kStall it answers HELLO and CLUSTER and then
+// reads nothing more, with a small receive window, so the client's writes stall. `bind` may be
+// "::1" for an IPv6 node.
 class FakeServer {
  public:
   enum class Mode { kSilent, kHold, kAnswer, kRefuse, kNotSluice, kStall };
@@ -159,6 +161,15 @@ class FakeServer {
 
   void set_mode(Mode mode) {
     run([this, mode] { mode_ = mode; });
+  }
+  // From now on CLUSTER answers a map of epoch 1 whose only node is this one ("fake"), so a
+  // client that connects afterwards routes by it (and retries UNAVAILABLE).
+  void join_cluster() {
+    run([this] { member_ = true; });
+  }
+  // In kAnswer, the next `frames` ACQUIRE frames have every item answered UNAVAILABLE.
+  void answer_unavailable(int frames) {
+    run([this, frames] { unavailable_frames_ = frames; });
   }
   // Sends every held reply, oldest first.
   void release_held() {
@@ -229,7 +240,10 @@ class FakeServer {
             if (r.status != protocol::DecodeStatus::kOk) break;
             begin += r.frame_size;
             handle(*s, r.frame);
-            if (mode_ == Mode::kStall) return;  // HELLO answered; never read again
+            // HELLO and CLUSTER answered: never read again.
+            if (mode_ == Mode::kStall && r.frame.header.opcode == protocol::Opcode::kCluster) {
+              return;
+            }
           }
           std::copy(s->in.begin() + static_cast<std::ptrdiff_t>(begin),
                     s->in.begin() + static_cast<std::ptrdiff_t>(s->used), s->in.begin());
@@ -248,6 +262,21 @@ class FakeServer {
         hello.node_id = "fake";
         hello.shard_ports = {acceptor_.local_endpoint().port()};  // tests connect shard-unaware
         protocol::encode_hello_reply(out, id, hello);
+        break;
+      }
+      case protocol::Opcode::kCluster: {  // whatever the mode
+        protocol::ClusterMapMessage map;  // a node outside any cluster, unless it joined one
+        if (member_) {
+          map.epoch = 1;
+          map.ring_version = 1;
+          map.partition_bits = 8;
+          map.vnodes = 16;
+          map.self = 0;
+          const auto endpoint = acceptor_.local_endpoint();
+          map.nodes.push_back({protocol::WireNodeState::kActive, "fake",
+                               endpoint.address().to_string(), endpoint.port()});
+        }
+        protocol::encode_cluster_reply(out, id, map);
         break;
       }
       case protocol::Opcode::kPing:
@@ -270,8 +299,14 @@ class FakeServer {
         std::vector<protocol::AcquireItem> items;
         if (!protocol::parse_acquire_request(frame.body, protocol::kDefaultMaxBatch, items)) return;
         std::vector<protocol::AcquireResult> results;
+        const bool unavailable = mode_ == Mode::kAnswer && unavailable_frames_ > 0;
+        if (unavailable) --unavailable_frames_;
         for (const auto& item : items) {
-          results.push_back({protocol::ItemStatus::kAllowed, item.rule.limit, item.cost, 0, 0});
+          if (unavailable) {
+            results.push_back({protocol::ItemStatus::kUnavailable, 0, 0, 0, 0});
+          } else {
+            results.push_back({protocol::ItemStatus::kAllowed, item.rule.limit, item.cost, 0, 0});
+          }
         }
         protocol::encode_acquire_reply(mode_ == Mode::kAnswer ? out : s.held, id, results);
         break;
@@ -283,7 +318,9 @@ class FakeServer {
     if (!out.empty()) boost::asio::write(s.socket, boost::asio::buffer(out), ec);
   }
 
-  Mode mode_;  // server thread
+  Mode mode_;                   // server thread
+  bool member_ = false;         // server thread
+  int unavailable_frames_ = 0;  // server thread
   boost::asio::io_context io_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::vector<std::shared_ptr<Session>> sessions_;

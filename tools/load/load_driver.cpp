@@ -20,6 +20,7 @@
 
 #include "client/client.h"
 #include "client/connection.h"  // HandlerSlot / in_slot: Asio handler memory without the heap
+#include "cluster/ring.h"
 #include "core/key_hash.h"
 #include "core/units.h"
 #include "protocol/frame.h"
@@ -97,6 +98,9 @@ std::string validate(const LoadOptions& o) {
   if (!o.auth_token.empty() && o.backend != BackendKind::kSluice) {
     return std::string(kAuthTokenNeedsSluice);
   }
+  if (!o.only_node.empty() && o.backend != BackendKind::kSluice) {
+    return "--only-node is for --backend sluice (a node of a Sluice cluster)";
+  }
   if (o.op == Operation::kAcquire) {
     if (const RuleError e = sluice::validate(o.rule, o.cost); e != RuleError::kOk) {
       return "bad rule: " + std::string(describe(e));
@@ -155,6 +159,9 @@ struct RunContext {
   std::uint64_t deadline_ns = 0;  // 0 = none
   std::mutex audit_mu;
   std::optional<AccuracyAudit> audit;
+  // --only-node: the cluster's ring and that node's index in it.
+  std::optional<cluster::Ring> ring;
+  cluster::NodeIndex only_node = cluster::kNoNode;
 };
 
 struct Item {
@@ -257,7 +264,7 @@ class Worker {
   Status connect_all() {
     if (sluice_) {
       client::ClientOptions copts;
-      copts.servers = {o_.servers.front()};
+      copts.servers = o_.servers;
       copts.connect_timeout = o_.connect_timeout;
       copts.timeout = o_.drain_timeout;  // a reply later than this counts as an error
       copts.client_name = "sluice-load";
@@ -266,6 +273,7 @@ class Worker {
       auto connected = client::Client::connect(copts, io_);
       if (!connected.ok()) return connected.status();
       client_ = std::move(connected).value();
+      connections_ *= static_cast<unsigned>(client_->node_count());
       return Status();
     }
     for (auto& owned : conns_) {
@@ -313,6 +321,20 @@ class Worker {
   }
 
   unsigned connections() const { return connections_; }
+  unsigned nodes() const { return client_ ? static_cast<unsigned>(client_->node_count()) : 0; }
+
+  // The next key index; with --only-node, the next one whose primary is that node (others are
+  // drawn past, so the sequence stays a function of the seed). run_load() made sure that such
+  // keys exist.
+  std::uint64_t next_key() {
+    std::uint64_t key = keys_.next();
+    if (!ctx_.ring) return key;
+    while (ctx_.ring->primary_of(hash_key(ctx_.formatter.format(key, key_buf_))) !=
+           ctx_.only_node) {
+      key = keys_.next();
+    }
+    return key;
+  }
   const std::string& sha() const { return sha_; }
 
   // The thread body: runs until the bound is reached and replies are in (or the drain ends).
@@ -501,7 +523,7 @@ class Worker {
   void issue_sluice(std::uint32_t r, std::uint32_t base, std::uint32_t n) {
     const std::size_t width = ctx_.formatter.max_length();
     for (std::uint32_t j = 0; j < n; ++j) {
-      const std::uint64_t key = keys_.next();
+      const std::uint64_t key = next_key();
       items_[base + j].key = key;
       acquire_items_[j] = client::AcquireRequest{
           ctx_.formatter.format(key, std::span<char>(key_arena_.data() + j * width, width)),
@@ -588,7 +610,7 @@ class Worker {
     const std::uint64_t now_ms = incr_window ? unix_ns() / 1'000'000 : 0;
     for (std::uint32_t i = 0; i < count; ++i) {
       Item& item = items_[first + i];
-      item.key = keys_.next();
+      item.key = next_key();
       const std::string_view key = ctx_.formatter.format(item.key, key_buf_);
       switch (o_.op) {
         case Operation::kAcquire:
@@ -929,6 +951,49 @@ Result<tcp::endpoint> resolve(const std::string& server) {
   return found.begin()->endpoint();
 }
 
+// --only-node: the ring of the seed's map, checked to give the node some of the run's keys.
+Status only_node_ring(client::Client& client, const LoadOptions& options, RunContext& ctx) {
+  Result<client::ClusterInfo> info = client.cluster();
+  if (!info.ok()) return info.status();
+  if (info->nodes.empty()) {
+    return Status(ErrorCode::kInvalidArgument, "--only-node " + options.only_node + ": " +
+                                                   options.servers.front() +
+                                                   " is not in a cluster");
+  }
+  std::vector<std::string> active;
+  for (const client::ClusterNodeInfo& node : info->nodes) {
+    if (node.state == "active") active.push_back(node.id);
+  }
+  cluster::RingParams params;
+  params.hash_version = info->ring_version;
+  params.partition_bits = info->partition_bits;
+  params.vnodes_per_node = info->vnodes_per_node;
+  auto ring = cluster::Ring::build(std::move(active), params);
+  if (!ring) return Status(ErrorCode::kProtocolError, "the cluster's ring: " + ring.error());
+  const std::optional<cluster::NodeIndex> index = ring->find(options.only_node);
+  if (!index) {
+    return Status(ErrorCode::kInvalidArgument, "--only-node " + options.only_node +
+                                                   ": no active node of that id in the map of "
+                                                   "epoch " +
+                                                   std::to_string(info->epoch));
+  }
+  // The generator draws past other nodes' keys: some key among the first ones must be its.
+  std::vector<char> buffer(ctx.formatter.max_length());
+  bool owns_one = false;
+  const std::uint64_t probe = std::min<std::uint64_t>(options.keys, 1'000'000);
+  for (std::uint64_t k = 0; k < probe && !owns_one; ++k) {
+    owns_one = ring->primary_of(hash_key(ctx.formatter.format(k, buffer))) == *index;
+  }
+  if (!owns_one) {
+    return Status(ErrorCode::kInvalidArgument,
+                  fmt::format("--only-node {}: none of the first {} keys has it as primary",
+                              options.only_node, probe));
+  }
+  ctx.ring = std::move(ring).value();
+  ctx.only_node = *index;
+  return Status();
+}
+
 }  // namespace
 
 Result<LoadReport> run_load(const LoadOptions& options) {
@@ -945,7 +1010,7 @@ Result<LoadReport> run_load(const LoadOptions& options) {
   if (options.backend == BackendKind::kSluice) {
     // Discovery through the client library: HELLO on the public port gives the shard ports.
     client::ClientOptions copts;
-    copts.servers = {options.servers.front()};
+    copts.servers = options.servers;
     copts.shard_aware = false;
     copts.connect_timeout = options.connect_timeout;
     copts.client_name = "sluice-load";
@@ -965,6 +1030,9 @@ Result<LoadReport> run_load(const LoadOptions& options) {
       return Status(ErrorCode::kInvalidArgument, "keys are longer than the server's max key");
     }
     shards = static_cast<unsigned>(info.shard_ports.size());
+    if (!options.only_node.empty()) {
+      if (Status s = only_node_ring(**discovered, options, ctx); !s.ok()) return s;
+    }
   }
   report.shards = options.backend == BackendKind::kSluice ? shards : 0;
   if (options.audit && options.op == Operation::kAcquire) {
@@ -988,6 +1056,7 @@ Result<LoadReport> run_load(const LoadOptions& options) {
   for (auto& w : workers) {
     if (Status s = w->connect_all(); !s.ok()) return s;
     report.connections += w->connections();
+    report.nodes = std::max(report.nodes, w->nodes());
   }
 
   ctx.start_ns = steady_ns();
@@ -1055,7 +1124,11 @@ std::string report_json(const LoadOptions& o, const LoadReport& r) {
   if (o.rate > 0) j.field("rate", o.rate);
   j.field("server", o.servers.front());
   j.field("connections", r.connections);
-  if (o.backend == BackendKind::kSluice) j.field("shards", r.shards);
+  if (o.backend == BackendKind::kSluice) {
+    j.field("shards", r.shards);
+    j.field("nodes", r.nodes);
+    if (!o.only_node.empty()) j.field("only_node", o.only_node);
+  }
   j.field("depth", o.depth);
   j.field("batch", o.batch);
   j.field("threads", o.threads);
@@ -1128,10 +1201,11 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
   }
   // The server as given: an IPv6 address is already in brackets (split_host_port needs them).
   std::string out = fmt::format(
-      "{} at {}, {} loop{}, {} connections, depth {}, batch {}, {} threads, {} keys {}\n", what,
-      o.servers.front(), o.rate > 0 ? "open" : "closed",
-      o.rate > 0 ? fmt::format(" at {:.0f}/s", o.rate) : "", r.connections, o.depth, o.batch,
-      o.threads, o.keys, describe(o.dist));
+      "{} at {}{}, {} loop{}, {} connections, depth {}, batch {}, {} threads, {} keys {}{}\n", what,
+      o.servers.front(), r.nodes > 1 ? fmt::format(" ({} nodes)", r.nodes) : "",
+      o.rate > 0 ? "open" : "closed", o.rate > 0 ? fmt::format(" at {:.0f}/s", o.rate) : "",
+      r.connections, o.depth, o.batch, o.threads, o.keys, describe(o.dist),
+      o.only_node.empty() ? "" : " (primary " + o.only_node + " only)");
   out += fmt::format("sent {}  allowed {}  denied {}  errors {}\n", r.sent, r.allowed, r.denied,
                      r.errors);
   if (o.rate > 0) {

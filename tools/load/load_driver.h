@@ -50,7 +50,9 @@ struct LoadOptions {
   BackendKind backend = BackendKind::kSluice;
   RedisDesign redis_design = RedisDesign::kLuaTokenBucket;
   Operation op = Operation::kAcquire;
-  std::vector<std::string> servers = {"127.0.0.1:7420"};  // the first is used (one node)
+  // Seeds: the first that answers is used; a cluster member's map names the other nodes, and
+  // each key goes to its primary.
+  std::vector<std::string> servers = {"127.0.0.1:7420"};
   unsigned connections = 50;  // 1..kMaxConnections in total (Sluice: to shard ports, LOAD.md)
   unsigned depth = 1;         // requests in flight per connection (at most, in open loop)
   unsigned batch = 1;         // decisions per request
@@ -66,6 +68,10 @@ struct LoadOptions {
   bool audit = false;
   std::uint64_t audit_keys = 100'000;  // keys [0, audit_keys) are audited
   std::string key_prefix = "k:";
+  // Sluice against a cluster only: keep only the keys whose primary is the node with this id.
+  // The generator draws as usual and draws again (deterministically) past other nodes' keys.
+  // Empty: every key.
+  std::string only_node;
   // Sluice only: the node's token, sent in every HELLO (--auth-token-file). Empty = none. A
   // Redis run refuses it (validate()).
   std::string auth_token;
@@ -96,7 +102,8 @@ struct TimelineEntry {
 
 struct LoadReport {
   unsigned connections = 0;  // TCP connections actually opened
-  unsigned shards = 0;       // Sluice: the node's shard count
+  unsigned shards = 0;       // Sluice: the seed node's shard count
+  unsigned nodes = 0;        // Sluice: the nodes the client routes to (1 outside a cluster)
   std::uint64_t sent = 0;    // decisions; sent == allowed + denied + errors
   std::uint64_t allowed = 0;
   std::uint64_t denied = 0;

@@ -41,9 +41,9 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "op", po::value<std::string>()->default_value("acquire"),
       "acquire | ping (transport floor) | incr (redis: bare INCR)")(
       "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
-      "HOST:PORT[,HOST:PORT...] (the first is used)")(
-      "connections", po::value<std::string>()->default_value("50"),
-      "TCP connections in total, 1..1024, for either backend")(
+      "HOST:PORT[,HOST:PORT...]: seeds; the first that answers is used, and a cluster member's "
+      "map names the other nodes")("connections", po::value<std::string>()->default_value("50"),
+                                   "TCP connections in total, 1..1024, for either backend")(
       "depth", po::value<std::string>()->default_value("1"),
       "requests in flight per connection, 1..100000 (open loop: at most)")(
       "batch", po::value<std::string>()->default_value("1"),
@@ -56,6 +56,8 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "dist", po::value<std::string>()->default_value("uniform"), "uniform | zipf:S | hot:P | seq")(
       "seed", po::value<std::string>()->default_value("1"), "random seed")(
       "key-prefix", po::value<std::string>()->default_value("k:"), "key text prefix")(
+      "only-node", po::value<std::string>(),
+      "cluster: only keys whose primary is node ID (others are drawn past)")(
       "algorithm", po::value<std::string>()->default_value("token_bucket"),
       "fixed_window | sliding_window | sliding_log | token_bucket | gcra")(
       "limit", po::value<std::string>()->default_value("100"), "units per period")(
@@ -145,6 +147,10 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   o.dist = *dist;
   o.seed = count_flag("seed", text("seed"), 0, UINT64_MAX);
   o.key_prefix = text("key-prefix");
+  if (vm.count("only-node") != 0) {
+    o.only_node = text("only-node");
+    if (o.only_node.empty()) throw FlagError{"--only-node: expected a node id"};
+  }
   const auto algorithm = sluice::parse_algorithm(text("algorithm"));
   if (!algorithm) {
     throw FlagError{"--algorithm " + text("algorithm") +

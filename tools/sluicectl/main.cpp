@@ -1,6 +1,7 @@
-// sluicectl: ping, acquire, peek, reset and stats from a shell, over the client library.
-// Exit status: 0 success (acquire/peek: allowed), 1 denied (acquire/peek), 2 any error (bad
-// flags included), with the reason on stderr. docs/CLIENT.md shows the output formats.
+// sluicectl: ping, acquire, peek, reset, stats, cluster and cluster reload from a shell, over the
+// client library. Exit status: 0 success (acquire/peek: allowed), 1 denied (acquire/peek) or a
+// cluster file refused by some node (cluster reload), 2 any error (bad flags included), with the
+// reason on stderr. docs/CLIENT.md shows the output formats.
 #include <fmt/core.h>
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -26,7 +27,9 @@ namespace {
 namespace po = boost::program_options;
 using sluice::client::Client;
 using sluice::client::ClientOptions;
+using sluice::client::ClusterInfo;
 using sluice::client::Decision;
+using sluice::client::ReloadOutcome;
 using sluice::client::ServerInfo;
 using sluice::client::Stat;
 
@@ -44,6 +47,7 @@ struct CtlOptions {
   std::uint32_t cost = 1;
   bool json = false;
   bool shard_aware = true;
+  bool seed_only = false;  // cluster reload: the node of the first server that answers only
   std::uint64_t timeout_ms = 1000;
   std::string auth_token;  // from --auth-token-file; empty = none
 };
@@ -94,10 +98,14 @@ std::vector<std::string> split_servers(const std::string& text) {
 
 std::string usage(const po::options_description& flags) {
   std::string text =
-      "usage: sluicectl [flags] ping|acquire|peek|reset|stats [KEY]\n"
+      "usage: sluicectl [flags] ping|acquire|peek|reset|stats|cluster [KEY|reload]\n"
       "  acquire KEY, peek KEY   need --limit and --period\n"
       "  reset KEY               forgets the key's counters\n"
-      "exit status: 0 ok/allowed, 1 denied, 2 error\n\n";
+      "  cluster                 the cluster map: nodes, states, epoch, each node's share of\n"
+      "                          the ring, replication lag per peer\n"
+      "  cluster reload          every node of the map rereads its cluster file\n"
+      "                          (--seed-only: the first server that answers)\n"
+      "exit status: 0 ok/allowed, 1 denied (or a cluster file refused), 2 error\n\n";
   std::ostringstream out;
   out << flags;
   return text + out.str();
@@ -108,7 +116,8 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
   po::options_description flags("flags");
   flags.add_options()("help,h", "show this help")("version", "print the version and exit")(
       "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
-      "HOST:PORT[,HOST:PORT...] of the daemon's public port")(
+      "HOST:PORT[,HOST:PORT...]: public ports of nodes; the first that answers is the seed (in a "
+      "cluster, its map names the others)")(
       "algorithm", po::value<std::string>()->default_value("token_bucket"),
       "fixed_window|sliding_window|sliding_log|token_bucket|gcra")(
       "limit", po::value<std::string>(), "units admitted per period")(
@@ -120,6 +129,7 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
       "timeout", po::value<std::string>()->default_value("1s"),
       "per call and per connect, with a unit (up to 1h)")(
       "no-shard-aware", po::bool_switch(), "send everything through the public port")(
+      "seed-only", po::bool_switch(), "cluster reload: only the first server that answers")(
       "auth-token-file", po::value<std::string>(),
       "FILE holding the node's token (the file sluiced --auth-token-file reads)");
   po::options_description hidden;
@@ -146,18 +156,35 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
   }
 
   CtlOptions o;
-  if (!vm.count("command")) throw UsageError{"missing command: ping|acquire|peek|reset|stats"};
+  if (!vm.count("command")) {
+    throw UsageError{"missing command: ping|acquire|peek|reset|stats|cluster"};
+  }
   o.command = vm["command"].as<std::string>();
   const bool keyed = o.command == "acquire" || o.command == "peek" || o.command == "reset";
   const bool ruled = o.command == "acquire" || o.command == "peek";
-  if (!keyed && o.command != "ping" && o.command != "stats") {
+  if (!keyed && o.command != "ping" && o.command != "stats" && o.command != "cluster") {
     throw UsageError{fmt::format("unknown command \"{}\"", o.command)};
+  }
+  o.seed_only = vm["seed-only"].as<bool>();
+  if (o.command == "cluster") {
+    // "cluster reload" is a command of its own; "cluster" alone prints the map.
+    if (vm.count("key")) {
+      if (vm["key"].as<std::string>() != "reload") {
+        throw UsageError{
+            fmt::format("unknown cluster command \"{}\" (expected: cluster or cluster reload)",
+                        vm["key"].as<std::string>())};
+      }
+      o.command = "cluster reload";
+    }
+  }
+  if (o.seed_only && o.command != "cluster reload") {
+    throw UsageError{"--seed-only is for cluster reload"};
   }
   if (keyed) {
     if (!vm.count("key")) throw UsageError{fmt::format("{} needs a KEY", o.command)};
     o.key = vm["key"].as<std::string>();
     if (o.key.empty()) throw UsageError{"KEY is empty"};
-  } else if (vm.count("key")) {
+  } else if (vm.count("key") && o.command != "cluster reload") {
     throw UsageError{fmt::format("{} takes no KEY", o.command)};
   }
 
@@ -313,6 +340,115 @@ void print_stats(const CtlOptions& o, const std::vector<Stat>& stats) {
   for (const Stat* s : other) fmt::print("{} {}\n", s->name, s->value);
 }
 
+std::string percent(std::uint32_t part, std::uint32_t whole) {
+  return whole == 0 ? std::string("-")
+                    : fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / whole);
+}
+
+double share(std::uint32_t part, std::uint32_t whole) {
+  return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / whole;
+}
+
+void print_cluster(const CtlOptions& o, const ClusterInfo& info, const std::string& endpoint) {
+  if (o.json) {
+    std::string out = fmt::format(
+        "{{\"epoch\":{},\"clustered\":{},\"partitions\":{},\"vnodes_per_node\":{},\"self\":{},"
+        "\"nodes\":[",
+        info.epoch, !info.nodes.empty(), info.partitions, info.vnodes_per_node,
+        info.self ? json_string(info.nodes.at(*info.self).id) : std::string("null"));
+    for (std::size_t i = 0; i < info.nodes.size(); ++i) {
+      const auto& n = info.nodes[i];
+      out += fmt::format(
+          "{}{{\"id\":{},\"address\":{},\"state\":{},\"primary_partitions\":{},"
+          "\"replica_partitions\":{},\"primary_share\":{:.2f},\"replica_share\":{:.2f},"
+          "\"replication\":[",
+          i == 0 ? "" : ",", json_string(n.id), json_string(n.address), json_string(n.state),
+          n.primary_partitions, n.replica_partitions, share(n.primary_partitions, info.partitions),
+          share(n.replica_partitions, info.partitions));
+      for (std::size_t p = 0; p < n.replication.size(); ++p) {
+        const auto& lag = n.replication[p];
+        out +=
+            fmt::format("{}{{\"peer\":{},\"records\":{},\"lag_ms\":{},\"up\":{}}}",
+                        p == 0 ? "" : ",", json_string(lag.peer), lag.records, lag.lag_ms, lag.up);
+      }
+      out += fmt::format("],\"stats_error\":{}}}", n.stats_status.ok()
+                                                       ? std::string("null")
+                                                       : json_string(n.stats_status.to_string()));
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return;
+  }
+  if (info.nodes.empty()) {
+    fmt::print("{} is not in a cluster (epoch {}): a single node\n", endpoint, info.epoch);
+    return;
+  }
+  fmt::print("cluster epoch {}: {} nodes, {} partitions, {} points per node (asked {})\n",
+             info.epoch, info.nodes.size(), info.partitions, info.vnodes_per_node, endpoint);
+  std::size_t id_width = 4;
+  std::size_t address_width = 7;
+  for (const auto& n : info.nodes) {
+    id_width = std::max(id_width, n.id.size());
+    address_width = std::max(address_width, n.address.size());
+  }
+  fmt::print("{:<{}}  {:<{}}  {:<8}  {:>8}  {:>8}\n", "node", id_width, "address", address_width,
+             "state", "primary", "replica");
+  for (const auto& n : info.nodes) {
+    fmt::print("{:<{}}  {:<{}}  {:<8}  {:>8}  {:>8}\n", n.id, id_width, n.address, address_width,
+               n.state, percent(n.primary_partitions, info.partitions),
+               percent(n.replica_partitions, info.partitions));
+  }
+  fmt::print("replication (from each node's STATS: records not yet acknowledged, oldest age)\n");
+  for (const auto& n : info.nodes) {
+    if (!n.stats_status.ok()) {
+      fmt::print("  {:<{}}  unknown: {}\n", n.id, id_width, n.stats_status.to_string());
+      continue;
+    }
+    if (n.replication.empty()) fmt::print("  {:<{}}  streams to no peer\n", n.id, id_width);
+    for (const auto& lag : n.replication) {
+      fmt::print("  {:<{}} -> {:<{}}  {} records  {} ms  {}\n", n.id, id_width, lag.peer, id_width,
+                 lag.records, lag.lag_ms, lag.up ? "up" : "not connected");
+    }
+  }
+}
+
+// Exit status: 2 when a node could not be asked, else 1 when one refused the file, else 0.
+int print_reload(const CtlOptions& o, const std::vector<ReloadOutcome>& outcomes) {
+  int refused = 0;
+  int failed = 0;
+  for (const auto& r : outcomes) {
+    failed += !r.status.ok();
+    refused += r.status.ok() && !r.refusal.empty();
+  }
+  if (o.json) {
+    std::string out = "{\"nodes\":[";
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      const auto& r = outcomes[i];
+      out += fmt::format(
+          "{}{{\"id\":{},\"address\":{},\"epoch\":{},\"refused\":{},\"error\":{}}}",
+          i == 0 ? "" : ",", json_string(r.node_id), json_string(r.address),
+          r.status.ok() ? std::to_string(r.epoch) : std::string("null"),
+          r.status.ok() && !r.refusal.empty() ? json_string(r.refusal) : std::string("null"),
+          r.status.ok() ? std::string("null") : json_string(r.status.to_string()));
+    }
+    out += fmt::format("],\"refused\":{},\"failed\":{}}}\n", refused, failed);
+    std::fputs(out.c_str(), stdout);
+  } else {
+    for (const auto& r : outcomes) {
+      const std::string node = r.node_id.empty() ? r.address : r.node_id + " " + r.address;
+      if (!r.status.ok()) {
+        fmt::print("{}: error: {}\n", node, r.status.to_string());
+      } else if (!r.refusal.empty()) {
+        fmt::print("{}: refused (epoch {} stays): {}\n", node, r.epoch, r.refusal);
+      } else {
+        fmt::print("{}: reloaded, epoch {}\n", node, r.epoch);
+      }
+    }
+  }
+  if (failed > 0) return kExitError;
+  return refused > 0 ? kExitDenied : kExitOk;
+}
+
 int fail(const std::string& message) {
   fmt::print(stderr, "sluicectl: {}\n", message);
   return kExitError;
@@ -326,7 +462,8 @@ int run(const CtlOptions& o) {
   options.client_name = "sluicectl";
   options.auth_token = o.auth_token;
   // Node-level commands only need the public port.
-  options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats";
+  options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats" &&
+                        !o.command.starts_with("cluster");
   auto connected = Client::connect(options);
   if (!connected.ok()) return fail(connected.status().to_string());
   Client& client = **connected;
@@ -351,6 +488,25 @@ int run(const CtlOptions& o) {
     if (!stats.ok()) return fail(stats.status().to_string());
     print_stats(o, *stats);
     return kExitOk;
+  }
+  if (o.command == "cluster") {
+    auto info = client.cluster();
+    if (!info.ok()) return fail(info.status().to_string());
+    print_cluster(o, *info, client.server_info().endpoint);
+    return kExitOk;
+  }
+  if (o.command == "cluster reload") {
+    std::vector<ReloadOutcome> outcomes;
+    if (o.seed_only) {
+      auto one = client.reload();
+      if (!one.ok()) return fail(one.status().to_string());
+      outcomes.push_back(std::move(*one));
+    } else {
+      auto all = client.reload_all();
+      if (!all.ok()) return fail(all.status().to_string());
+      outcomes = std::move(*all);
+    }
+    return print_reload(o, outcomes);
   }
   if (o.command == "reset") {
     auto existed = client.reset(o.key);

@@ -1,0 +1,397 @@
+#include "client/async_batch.h"
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <cstring>
+
+#include "client/client_impl.h"
+#include "client/router.h"
+#include "core/key_hash.h"
+
+namespace sluice::client {
+
+namespace asio = boost::asio;
+using protocol::Frame;
+using protocol::ItemStatus;
+using protocol::Opcode;
+
+namespace detail {
+namespace {
+
+// Bytes an ACQUIRE item takes on the wire beyond its key, rounded up (docs/PROTOCOL.md).
+constexpr std::size_t kItemOverhead = 32;
+constexpr std::size_t kFrameOverhead = 64;
+
+Result<Decision> no_owner(std::uint64_t epoch) {
+  return Result<Decision>(ErrorCode::kUnavailable,
+                          "no active node in the cluster map of epoch " + std::to_string(epoch));
+}
+
+Result<Decision> closing() {
+  return Result<Decision>(ErrorCode::kClosed, "client is shutting down");
+}
+
+}  // namespace
+
+std::uint64_t retry_pause_ns(std::uint64_t& state) {
+  // xorshift64: the pauses need to differ between clients and calls, not to be unpredictable.
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return kMinRetryPauseNs + state % (kMaxRetryPauseNs - kMinRetryPauseNs + 1);
+}
+
+AsyncBatch::AsyncBatch(Client::Impl& impl)
+    : impl_(impl),
+      jitter_((reinterpret_cast<std::uintptr_t>(this) ^ steady_now_ns()) | 1),
+      pause_timer_(impl.io) {}
+
+void AsyncBatch::run(std::span<const AcquireRequest> items, bool probe, BatchCallback& done) {
+  done_ = std::move(done);
+  start(items, probe);
+}
+
+void AsyncBatch::run_one(const AcquireRequest& item, bool probe, AcquireCallback* done,
+                         BatchCallback* batch_done) {
+  if (done != nullptr) {
+    one_done_ = std::move(*done);
+  } else {
+    done_ = std::move(*batch_done);
+  }
+  start(std::span<const AcquireRequest>(&item, 1), probe);
+}
+
+void AsyncBatch::start(std::span<const AcquireRequest> items, bool probe) {
+  probe_ = probe;
+  const std::shared_ptr<const Router> router = impl_.current_router();
+  clustered_ = router->clustered();
+  if (clustered_) {
+    // A copy that outlives the call, for the items sent again. The keys are packed in one
+    // reused buffer, which is filled before any view into it is taken.
+    deadline_ns_ = steady_now_ns() + impl_.timeout_ns;
+    std::size_t bytes = 0;
+    for (const AcquireRequest& item : items) bytes += item.key.size();
+    key_bytes_.resize(bytes);
+    copies_.resize(items.size());
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const std::string_view key = items[i].key;
+      if (!key.empty()) std::memcpy(key_bytes_.data() + at, key.data(), key.size());
+      copies_[i] = items[i];
+      copies_[i].key = std::string_view(key_bytes_.data() + at, key.size());
+      at += key.size();
+    }
+    items_ = copies_;
+    redirected_.assign(items.size(), 0);
+    retry_order_.clear();
+    retry_parts_.clear();
+    wait_epoch_ = 0;
+  } else {
+    items_ = items;
+  }
+  plan(*router);
+  outstanding_.store(parts_.size() + 1, std::memory_order_relaxed);
+  for (std::uint32_t p = 0; p < parts_.size(); ++p) submit(*router, p);
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // Every part was refused (or there were none): still answer on the I/O thread.
+    asio::post(impl_.io, in_slot(post_slot_, [this] { complete(); }));
+  }
+}
+
+void AsyncBatch::submit(const Router& router, std::uint32_t id) {
+  const Part part = part_at(id);
+  Connection* connection = router.connection(part.owner);
+  if (connection == nullptr) return on_failure(id, router.owner(part.owner).unreachable);
+  Completion completion;
+  completion.sink = this;
+  completion.part = id;
+  // A retry has what is left of its call's time, not a timeout of its own.
+  if ((id & kRetryPart) != 0) completion.deadline_ns = deadline_ns_;
+  const std::vector<std::uint32_t>& order = order_of(id);
+  Status queued = connection->submit(
+      [&](protocol::Bytes& out, std::uint32_t request_id, const protocol::Framing& framing) {
+        encode(part, order, out, request_id, framing);
+      },
+      completion);
+  if (!queued.ok()) on_failure(id, queued);
+}
+
+void AsyncBatch::on_reply(std::uint32_t id, const Frame& reply) {
+  const Part p = part_at(id);
+  const std::vector<std::uint32_t>& order = order_of(id);
+  const std::size_t count = p.end - p.begin;
+  if (probe_) {
+    const Result<Decision> echoed = probe_echo(reply);
+    if (!echoed.ok()) return on_failure(id, unexpected_reply("PING"));
+    for (std::uint32_t i = p.begin; i < p.end; ++i) results_[order[i]] = echoed;
+    return release();
+  }
+  if (reply.header.opcode != Opcode::kAcquire ||
+      !protocol::parse_acquire_reply(reply.body, scratch_) || scratch_.size() != count) {
+    return on_failure(id, unexpected_reply("ACQUIRE"));
+  }
+  std::uint64_t now = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint32_t item = order[p.begin + i];
+    const protocol::AcquireResult& r = scratch_[i];
+    if (clustered_ && r.status == ItemStatus::kRedirect && redirected_[item] == 0) {
+      // Followed once; a second REDIRECT is the item's answer (kNotOwner).
+      redirected_[item] = 1;
+      redirect_wait_.push_back(item);
+      impl_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (clustered_ && r.status == ItemStatus::kUnavailable) {
+      if (now == 0) now = steady_now_ns();
+      if (now + kMaxRetryPauseNs < deadline_ns_) {
+        unavailable_wait_.push_back(item);
+        continue;
+      }
+    }
+    results_[item] = to_decision(r, policies_[item].quota, policies_[item].window_ms);
+  }
+  if (!redirect_wait_.empty()) {
+    wait_epoch_ = std::max(wait_epoch_, reply.header.epoch);
+    if (!waiting_for_map_) {
+      // A node with a newer map than ours: its items wait for the refresh its reply started.
+      if (reply.header.epoch > impl_.map_epoch.load(std::memory_order_relaxed) &&
+          impl_.wait_for_map(*this)) {
+        waiting_for_map_ = true;
+        hold();
+      } else {
+        resend(redirect_wait_);
+      }
+    }
+  }
+  if (!unavailable_wait_.empty() && !pausing_) start_pause();
+  release();
+}
+
+void AsyncBatch::on_failure(std::uint32_t id, const Status& status) {
+  const Part p = part_at(id);
+  const std::vector<std::uint32_t>& order = order_of(id);
+  const bool retry = (id & kRetryPart) != 0;
+  for (std::uint32_t i = p.begin; i < p.end; ++i) {
+    const std::uint32_t item = order[i];
+    if (retry && redirected_[item] != 0 && status.code() == ErrorCode::kConnectionFailed) {
+      results_[item] = Result<Decision>(
+          ErrorCode::kNotOwner,
+          "answered REDIRECT, and the key's owner in the client's map cannot be reached: " +
+              status.message());
+    } else {
+      results_[item] = Result<Decision>(status);
+    }
+  }
+  release();
+}
+
+void AsyncBatch::on_map() {
+  waiting_for_map_ = false;
+  if (impl_.map_epoch.load(std::memory_order_relaxed) < wait_epoch_ && impl_.wait_for_map(*this)) {
+    waiting_for_map_ = true;  // a second refresh is under way: keep the hold
+    return;
+  }
+  resend(redirect_wait_);
+  release();
+}
+
+void AsyncBatch::cancel_pause() { pause_timer_.cancel(); }
+
+void AsyncBatch::start_pause() {
+  pausing_ = true;
+  hold();
+  pause_timer_.expires_after(std::chrono::nanoseconds(retry_pause_ns(jitter_)));
+  pause_timer_.async_wait(
+      in_slot(pause_slot_, [this](const boost::system::error_code& ec) { on_pause_end(ec); }));
+}
+
+void AsyncBatch::on_pause_end(const boost::system::error_code& ec) {
+  pausing_ = false;
+  if (ec || impl_.closed) {
+    for (const std::uint32_t item : unavailable_wait_) results_[item] = closing();
+    unavailable_wait_.clear();
+  } else {
+    impl_.unavailable_retries.fetch_add(unavailable_wait_.size(), std::memory_order_relaxed);
+    resend(unavailable_wait_);
+  }
+  release();
+}
+
+void AsyncBatch::resend(std::vector<std::uint32_t>& items) {
+  if (items.empty()) return;
+  if (impl_.closed) {
+    for (const std::uint32_t item : items) results_[item] = closing();
+    items.clear();
+    return;
+  }
+  const std::shared_ptr<const Router> router = impl_.current_router();
+  retry_owners_.clear();
+  for (const std::uint32_t item : items) {
+    const std::size_t owner = router->route(hash_key(items_[item].key));
+    if (owner == Router::kNoOwner) {
+      results_[item] = no_owner(router->epoch());
+    } else {
+      retry_owners_.emplace_back(owner, item);
+    }
+  }
+  items.clear();
+  std::sort(retry_owners_.begin(), retry_owners_.end());
+  const auto first_part = static_cast<std::uint32_t>(retry_parts_.size());
+  for (std::size_t i = 0; i < retry_owners_.size();) {
+    const std::size_t owner = retry_owners_[i].first;
+    const auto begin = static_cast<std::uint32_t>(retry_order_.size());
+    for (; i < retry_owners_.size() && retry_owners_[i].first == owner; ++i) {
+      retry_order_.push_back(retry_owners_[i].second);
+    }
+    cut(*router, owner, retry_order_, begin, static_cast<std::uint32_t>(retry_order_.size()),
+        retry_parts_);
+  }
+  const auto end_part = static_cast<std::uint32_t>(retry_parts_.size());
+  outstanding_.fetch_add(end_part - first_part, std::memory_order_relaxed);
+  for (std::uint32_t p = first_part; p < end_part; ++p) submit(*router, kRetryPart | p);
+}
+
+void AsyncBatch::plan(const Router& router) {
+  const std::span<const AcquireRequest> items = items_;
+  const auto rejected = static_cast<std::uint32_t>(router.size());
+  results_.assign(items.size(), Result<Decision>(ErrorCode::kClosed, "not sent"));
+  policies_.resize(items.size());
+  owner_.resize(items.size());
+  // A counting sort of item indices by owner, keeping item order within an owner.
+  start_.assign(router.size() + 2, 0);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    policies_[i] = Policy{items[i].rule.limit, items[i].rule.period_ms};
+    owner_[i] = rejected;
+    const std::size_t owner =
+        items[i].key.empty() ? Router::kNoOwner : router.route(hash_key(items[i].key));
+    if (items[i].key.empty()) {
+      results_[i] = Result<Decision>(ErrorCode::kInvalidKey, "key is empty");
+    } else if (owner == Router::kNoOwner) {
+      results_[i] = no_owner(router.epoch());
+    } else if (Status key_ok = Client::Impl::check_key(items[i].key, router.owner(owner).limits);
+               !key_ok.ok()) {
+      results_[i] = Result<Decision>(std::move(key_ok));
+    } else {
+      owner_[i] = static_cast<std::uint32_t>(owner);
+    }
+    ++start_[owner_[i] + 1];
+  }
+  for (std::size_t c = 1; c < start_.size(); ++c) start_[c] += start_[c - 1];
+  order_.resize(items.size());
+  next_.assign(start_.begin(), start_.end());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    order_[next_[owner_[i]]++] = static_cast<std::uint32_t>(i);
+  }
+  parts_.clear();
+  for (std::size_t c = 0; c < router.size(); ++c)
+    cut(router, c, order_, start_[c], start_[c + 1], parts_);
+}
+
+void AsyncBatch::cut(const Router& router, std::size_t owner,
+                     const std::vector<std::uint32_t>& order, std::uint32_t first,
+                     std::uint32_t end, std::vector<Part>& parts) {
+  // Frames within the owner's limits.
+  const NodeLimits& limits = router.owner(owner).limits;
+  const std::size_t max_items = std::max<std::size_t>(1, limits.max_batch);
+  const std::size_t max_bytes =
+      limits.max_frame > kFrameOverhead * 2 ? limits.max_frame - kFrameOverhead : limits.max_frame;
+  std::uint32_t i = first;
+  while (i < end) {
+    Part part{owner, i, i};
+    std::size_t bytes = 0;
+    while (part.end < end && part.end - part.begin < max_items) {
+      const std::size_t item_bytes = items_[order[part.end]].key.size() + kItemOverhead;
+      if (part.end > part.begin && bytes + item_bytes > max_bytes) break;
+      bytes += item_bytes;
+      ++part.end;
+    }
+    parts.push_back(part);
+    i = part.end;
+  }
+}
+
+void AsyncBatch::encode(const Part& part, const std::vector<std::uint32_t>& order,
+                        protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+  const std::size_t frame = protocol::begin_acquire_request(out, id, framing);
+  for (std::uint32_t k = part.begin; k < part.end; ++k) {
+    const AcquireRequest& r = items_[order[k]];
+    protocol::add_acquire_item(out, frame, protocol::AcquireItem{r.key, r.rule, r.cost, r.peek});
+  }
+  protocol::finish_acquire_request(out, frame);
+  // A probe sends the same bytes as a PING, which the shard echoes without deciding.
+  if (probe_) protocol::set_opcode(out, frame, Opcode::kPing);
+}
+
+void AsyncBatch::release() {
+  if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) complete();
+}
+
+// I/O thread, once. The batch goes back to the pool before the callback runs, so a caller that
+// submits again from the callback (or as soon as it sees it) reuses it: the pool never needs
+// more batches than are in flight. The results move out of the batch (vectors swapped, no
+// copy) into a local that the callback's span points into: a batch completed inside the
+// callback (close() fails the others) cannot touch them. The batch takes the I/O thread's spare
+// vector instead, and the results' vector becomes the next spare. A one-item acquire's result
+// moves into a local the same way.
+void AsyncBatch::complete() {
+  if (one_done_) {
+    const AcquireCallback done = std::move(one_done_);
+    one_done_ = nullptr;
+    Result<Decision> result = std::move(results_[0]);
+    impl_.batches.give(*this);
+    done(std::move(result));
+    return;
+  }
+  const BatchCallback done = std::move(done_);
+  done_ = nullptr;
+  std::vector<Result<Decision>> results;
+  results.swap(impl_.completed_results);  // empty if a completion up the stack holds it
+  results.swap(results_);
+  impl_.batches.give(*this);
+  done(std::span<const Result<Decision>>(results));
+  if (results.capacity() > impl_.completed_results.capacity()) {
+    impl_.completed_results.swap(results);
+  }
+}
+
+BatchPool::~BatchPool() = default;
+
+AsyncBatch& BatchPool::take(bool one_item) {
+  std::lock_guard lock(mu_);
+  std::vector<AsyncBatch*>& free = one_item ? free_one_ : free_;
+  if (free.empty()) {
+    all_.push_back(std::make_unique<AsyncBatch>(impl_));
+    all_.back()->one_item_ = one_item;
+    // Both lists can hold every batch: give() never allocates.
+    free_.reserve(all_.size());
+    free_one_.reserve(all_.size());
+    return *all_.back();
+  }
+  AsyncBatch* batch = free.back();
+  free.pop_back();
+  return *batch;
+}
+
+void BatchPool::give(AsyncBatch& batch) {
+  std::lock_guard lock(mu_);
+  (batch.one_item_ ? free_one_ : free_).push_back(&batch);
+}
+
+}  // namespace detail
+
+void Client::Impl::batch_async(std::span<const AcquireRequest> items, bool probe,
+                               BatchCallback& done) {
+  if (items.size() != 1) return batches.take(/*one_item=*/false).run(items, probe, done);
+  // One item: a plain acquire whose callback takes a span of one; no batch state to touch.
+  Status queued = submit_acquire(items[0], nullptr, &done, probe);
+  if (queued.ok()) return;
+  asio::post(io, [done = std::move(done), queued = std::move(queued)]() mutable {
+    const Result<Decision> refused(std::move(queued));
+    done(std::span<const Result<Decision>>(&refused, 1));
+  });
+}
+
+}  // namespace sluice::client

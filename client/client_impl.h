@@ -1,0 +1,177 @@
+// Internal: the state behind a Client, shared by client.cpp (the calls, connecting, following the
+// cluster map) and async_batch.cpp (the batches). Which thread owns what is said member by
+// member; "I/O side" means: connect() alone until it returns (`armed` is false), then only the
+// I/O thread.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "client/async_batch.h"
+#include "client/client.h"
+#include "client/connection.h"
+#include "client/router.h"
+#include "cluster/cluster_map.h"
+
+namespace sluice::client {
+
+struct Client::Impl final : detail::ConnectionObserver {
+  Impl(ClientOptions opts, boost::asio::io_context* external);
+  ~Impl();
+
+  // ---- connections -------------------------------------------------------------------------
+
+  detail::Connection& add_connection(std::string name, boost::asio::ip::tcp::endpoint endpoint,
+                                     std::uint16_t expected_shard);
+  // Waits for the handshake; with an external io_context, by running it.
+  Status wait_ready(detail::Connection& connection);
+  // The I/O side: fails everything in flight, closes every connection, stops the timer and
+  // ends what waits for a map or a pause. May run inside a callback.
+  void shut_down();
+  // I/O thread: the current list, copied into a reused vector (no allocation per tick).
+  const std::vector<detail::Connection*>& snapshot();
+  // I/O thread. One timer for the whole client: while anything is in flight it ticks every
+  // `tick` and each connection fails what is past its deadline. No timer per call.
+  void arm_timer();
+
+  // ---- routing -----------------------------------------------------------------------------
+
+  // The router in force. Any thread.
+  std::shared_ptr<const detail::Router> current_router() const {
+    std::lock_guard lock(router_mu);
+    return router;
+  }
+  // I/O side.
+  void publish(std::shared_ptr<const detail::Router> next);
+  // kInvalidKey unless the key fits the owner's max_key.
+  static Status check_key(std::string_view key, const detail::NodeLimits& limits);
+
+  // ---- calls -------------------------------------------------------------------------------
+
+  // On failure `done` was not moved from and nothing was queued. Exactly one of `done` and
+  // `batch_done` is given. `probe` sends the ACQUIRE frame's bytes as a PING (probe_batch_async
+  // of one item). In a cluster the call becomes a one-item batch, which can follow a REDIRECT.
+  Status submit_acquire(const AcquireRequest& request, AcquireCallback* done,
+                        BatchCallback* batch_done = nullptr, bool probe = false);
+  // Blocks the calling thread until the I/O thread answers.
+  Result<Decision> acquire_sync(const AcquireRequest& request);
+  // async_batch.cpp.
+  void batch_async(std::span<const AcquireRequest> items, bool probe, BatchCallback& done);
+  // Follows a REDIRECT or an UNAVAILABLE on the calling thread (it may block).
+  Result<bool> reset(std::string_view key);
+
+  // ---- the cluster (I/O side) --------------------------------------------------------------
+
+  // A link to the node at `address` ("HOST:PORT"), its public connections connecting.
+  detail::NodeLink& add_link(std::string id, std::string address);
+  // Takes the node's limits (and, shard-aware, opens its shard connections) from the HELLO of
+  // its first public connection, once that is answered. True when it did.
+  bool learn_hello(detail::NodeLink& link);
+  // Routes by `map` if it is newer than the map in force: links for its active nodes (new ones
+  // connect at once), the others retired. `via` answered with `map`, being its node `self`.
+  bool adopt(cluster::ClusterMap map, detail::Connection* via, std::optional<std::size_t> self);
+  // A new router for the links as they are (a node's shards became known).
+  void rebuild_router();
+  detail::NodeLink* link_of(const detail::Connection& connection);
+  // Closes the idle connections of retired links; false while some are still busy.
+  bool close_retired();
+
+  // Asks `via` for its map (CLUSTER), unless a refresh is under way (then once it ends).
+  void request_refresh(detail::Connection& via);
+  void on_refresh_reply(const protocol::Frame& reply);
+  void on_refresh_failure();
+  // Wakes every batch and sync call waiting for a map: a refresh ended (or the client closes).
+  void end_refresh();
+  // A batch waits for the refresh under way; false (nothing registered) when there is none.
+  bool wait_for_map(detail::AsyncBatch& batch);
+  // Any thread but the I/O thread: waits until the map's epoch reaches `epoch`, the refresh
+  // under way ends, or `deadline_ns` passes.
+  void wait_for_epoch(std::uint64_t epoch, std::uint64_t deadline_ns);
+  // Posted once connect() returns: what the I/O side saw while it was not armed.
+  void catch_up();
+
+  // detail::ConnectionObserver, I/O thread.
+  void on_newer_epoch(detail::Connection& connection, std::uint64_t epoch) override;
+  void on_ready(detail::Connection& connection) override;
+
+  ClientOptions options;
+  std::uint64_t timeout_ns = 0;
+  std::unique_ptr<boost::asio::io_context> owned_io;  // null with an external io_context
+  boost::asio::io_context& io;
+  boost::asio::steady_timer timer;
+  bool timer_armed = false;  // I/O thread
+  bool closed = false;       // I/O thread: shut_down() ran; the timer stays off
+  detail::HandlerSlot timer_slot;
+  std::chrono::milliseconds tick{10};
+  detail::BatchPool batches;        // outlives the connections: failing them completes batches
+  detail::InFlightLimit in_flight;  // outlives the connections, which share it
+  std::vector<Result<Decision>> completed_results;  // I/O thread: the spare results vector
+  std::mutex connections_mu;                        // guards the list; connections live until ~Impl
+  std::vector<std::unique_ptr<detail::Connection>> connections;
+  std::vector<detail::Connection*> io_connections;  // I/O thread: snapshot()'s buffer
+  ServerInfo info;                                  // the seed's HELLO
+  detail::Connection* control = nullptr;            // the seed's public connection
+
+  mutable std::mutex router_mu;
+  std::shared_ptr<const detail::Router> router;  // guarded by router_mu; never null once connected
+
+  // The epoch frames carry (the map's), and the highest epoch the client has or has asked for:
+  // replies above it start a refresh. Written on the I/O side, read anywhere.
+  std::atomic<std::uint64_t> map_epoch{0};
+  std::atomic<std::uint64_t> epoch_floor{0};
+  // False until connect() has built the I/O side; the observer only notes what it sees then.
+  std::atomic<bool> armed{false};
+  std::atomic<std::uint64_t> missed_epoch{0};
+
+  // I/O side.
+  std::vector<std::unique_ptr<detail::NodeLink>> links;
+  std::optional<cluster::ClusterMap> current_map;   // empty: a node outside any cluster
+  std::vector<const detail::NodeLink*> ring_links;  // by ring NodeIndex of current_map
+  bool retired_pending = false;                     // a retired link still has a connection open
+  class RefreshSink final : public detail::ReplySink {
+   public:
+    explicit RefreshSink(Impl& impl) : impl_(impl) {}
+    void on_reply(std::uint32_t, const protocol::Frame& reply) override {
+      impl_.on_refresh_reply(reply);
+    }
+    void on_failure(std::uint32_t, const Status&) override { impl_.on_refresh_failure(); }
+
+   private:
+    Impl& impl_;
+  } refresh_sink{*this};
+  detail::Connection* refresh_via = nullptr;    // the connection the refresh under way asked
+  detail::Connection* refresh_again = nullptr;  // a newer epoch came from it meanwhile
+  std::vector<detail::AsyncBatch*> map_waiters;
+  std::vector<detail::AsyncBatch*> waking;  // end_refresh()'s buffer
+
+  // Sync calls waiting for a map (reset): refreshing and map_events change under map_mu.
+  std::mutex map_mu;
+  std::condition_variable map_cv;
+  bool refreshing = false;       // written on the I/O thread
+  std::uint64_t map_events = 0;  // refreshes ended, and shut_down()
+
+  std::atomic<std::uint64_t> map_refreshes{0};
+  std::atomic<std::uint64_t> redirects_followed{0};
+  std::atomic<std::uint64_t> unavailable_retries{0};
+
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
+  std::thread thread;
+};
+
+}  // namespace sluice::client

@@ -1,0 +1,119 @@
+#include "client/router.h"
+
+#include <fmt/format.h>
+
+#include "core/units.h"
+
+namespace sluice::client::detail {
+
+std::uint32_t Router::add_owners(const NodeLink& link, bool shard_aware) {
+  if (!link.unreachable.ok() || link.publics.empty()) {
+    OwnerGroup& group = owners_.emplace_back();
+    group.limits = link.limits;
+    group.node = link.address;
+    group.unreachable = link.unreachable.ok() ? Status(ErrorCode::kConnectionFailed,
+                                                       link.address + " has no connection")
+                                              : link.unreachable;
+    return 1;
+  }
+  if (shard_aware && !link.shards.empty()) {
+    for (const std::vector<Connection*>& shard : link.shards) {
+      owners_.push_back(OwnerGroup{shard, link.limits, link.address, Status()});
+    }
+    return static_cast<std::uint32_t>(link.shards.size());
+  }
+  owners_.push_back(OwnerGroup{link.publics, link.limits, link.address, Status()});
+  return 1;
+}
+
+std::shared_ptr<const Router> Router::for_node(Connection& control, const NodeLink& link,
+                                               bool shard_aware) {
+  std::shared_ptr<Router> router(new Router(control));
+  router->add_owners(link, shard_aware);
+  return router;
+}
+
+std::shared_ptr<const Router> Router::for_cluster(Connection& control, cluster::ClusterMap map,
+                                                  std::span<const NodeLink* const> ring_links,
+                                                  bool shard_aware) {
+  std::shared_ptr<Router> router(new Router(control));
+  router->nodes_.reserve(ring_links.size());
+  for (const NodeLink* link : ring_links) {
+    NodeRoute route;
+    route.first_owner = static_cast<std::uint32_t>(router->owners_.size());
+    route.shards = router->add_owners(*link, shard_aware);
+    if (link->unreachable.ok() && !link->publics.empty()) route.control = link->publics.front();
+    router->nodes_.push_back(route);
+  }
+  router->map_.emplace(std::move(map));
+  return router;
+}
+
+Connection* Router::node_control(std::string_view id, Status& why) const {
+  if (!map_) return &control_;
+  const std::optional<cluster::NodeIndex> index = map_->ring().find(id);
+  if (!index) {
+    why = Status(ErrorCode::kConnectionFailed,
+                 "node " + std::string(id) + " is not active in the client's map");
+    return nullptr;
+  }
+  const NodeRoute& node = nodes_[*index];
+  if (node.control == nullptr) why = owners_[node.first_owner].unreachable;
+  return node.control;
+}
+
+Connection* Router::connection(std::size_t index) const {
+  const std::vector<Connection*>& group = owners_[index].connections;
+  if (group.empty()) return nullptr;
+  if (group.size() == 1) return group[0];
+  const std::size_t n = group.size();
+  const std::size_t start = rotation_.fetch_add(1, std::memory_order_relaxed) % n;
+  std::size_t best = start;
+  std::size_t best_load = group[start]->load();
+  for (std::size_t i = 1; i < n && best_load > 0; ++i) {
+    const std::size_t c = (start + i) % n;
+    const std::size_t load = group[c]->load();
+    if (load < best_load) {
+      best = c;
+      best_load = load;
+    }
+  }
+  return group[best];
+}
+
+namespace {
+
+cluster::NodeState node_state(protocol::WireNodeState state) {
+  switch (state) {
+    case protocol::WireNodeState::kJoining:
+      return cluster::NodeState::kJoining;
+    case protocol::WireNodeState::kActive:
+      return cluster::NodeState::kActive;
+    case protocol::WireNodeState::kDraining:
+      return cluster::NodeState::kDraining;
+    case protocol::WireNodeState::kDown:
+      return cluster::NodeState::kDown;
+  }
+  return cluster::NodeState::kDown;
+}
+
+}  // namespace
+
+cluster::Expected<cluster::ClusterMap> map_from_message(
+    const protocol::ClusterMapMessage& message) {
+  std::vector<cluster::ClusterNode> nodes;
+  nodes.reserve(message.nodes.size());
+  for (const protocol::WireNode& node : message.nodes) {
+    // The wire carries an IPv6 host without brackets; an address has them.
+    nodes.push_back({node.id, format_host_port(node.host, node.port), node_state(node.state)});
+  }
+  cluster::RingParams params;
+  params.hash_version = message.ring_version;
+  params.partition_bits = message.partition_bits;
+  params.vnodes_per_node = message.vnodes;
+  auto map = cluster::ClusterMap::make(message.epoch, std::move(nodes), params);
+  if (!map) return cluster::Unexpected{fmt::format("epoch {}: {}", message.epoch, map.error())};
+  return map;
+}
+
+}  // namespace sluice::client::detail
