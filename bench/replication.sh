@@ -160,8 +160,10 @@ round() {
   b1="$(cpu_ticks "$PID_B")"
   # What B applied, as the replica (0 when alone), read before the nodes stop.
   local applied
-  applied="$("$BUILD_DIR/bin/sluicectl" --servers "127.0.0.1:$b_port" stats 2>/dev/null |
-    awk '$1 == "total.replica_applied" {print $2}')"
+  sleep 0.2 # past the STATS snapshot's 100 ms
+  applied="$("$BUILD_DIR/bin/sluicectl" --servers "127.0.0.1:$b_port" stats --json 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["total"]["replica_applied"])' \
+      2>/dev/null || echo 0)"
   python3 - "$WORK/$kind-$n.json" "$kind" "$n" "$((a1 - a0))" "$((b1 - b0))" "${applied:-0}" \
     >>"$WORK/rounds.txt" <<'EOF'
 import json, sys
@@ -217,7 +219,7 @@ summary = (f"Median ratio replicated / alone: **{median:.3f}** (target >= 0.85: 
            f"Replication's CPU cost on the primary, median over rounds: "
            f"{statistics.median(primary_ns):.0f} ns per decision; the replica's cost of applying: "
            f"{statistics.median(replica_ns):.0f} ns per decision (CPU time from /proc, "
-           f"{hz} ticks/s, so each figure is good to about {1e9 / hz:.0f} ms over the round).")
+           f"{hz} ticks/s, so each node's CPU time is good to {1000 / hz:.0f} ms over a round).")
 context = (f"Commit `{commit}`{' with changes in ' + dirty if dirty else ''}; {shards} shard(s) a node; "
            f"node A on CPU {server_cpu}; node B and sluice-load on CPU {load_cpu}; {secs} s a round; "
            f"50 connections, depth 16, batch 1, token bucket 100/s over 1,000,000 keys; "
