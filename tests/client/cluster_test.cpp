@@ -228,6 +228,8 @@ TEST_CASE("a batch with moved keys follows the redirects within one call") {
   std::vector<Result<Decision>> results;
   client->acquire_batch(batch, results);
   for (const Result<Decision>& d : results) REQUIRE(d.ok());
+  // A second client, still on epoch 1 after the reload: its RESET of a moved key is redirected.
+  auto resetter = connect_or_fail(options_for(seed_of(cluster, 2)));
 
   const int added = cluster.add_node();
   cluster.write(2, 4);
@@ -241,6 +243,21 @@ TEST_CASE("a batch with moved keys follows the redirects within one call") {
   CHECK(wrong == 0);
   CHECK(client->cluster_epoch() == 2);
   CHECK(client->counters().redirects_followed >= 1);
+
+  const cluster::ClusterMap three = cluster.map(1, 3);
+  const cluster::ClusterMap four = cluster.map(2, 4);
+  int moved = 0;
+  while (moved < kKeys && owner_of(three, keys[static_cast<std::size_t>(moved)]) ==
+                              owner_of(four, keys[static_cast<std::size_t>(moved)])) {
+    ++moved;
+  }
+  REQUIRE(moved < kKeys);
+  REQUIRE(resetter->cluster_epoch() == 1);
+  const Result<bool> existed = resetter->reset(keys[static_cast<std::size_t>(moved)]);
+  REQUIRE(existed.ok());
+  CHECK(*existed);  // it moved with its counts, and the reset found it at its new primary
+  CHECK(resetter->cluster_epoch() == 2);
+  CHECK(resetter->counters().redirects_followed == 1);
 }
 
 TEST_CASE("a node that is down fails only its own keys, at connect and after") {
