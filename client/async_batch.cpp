@@ -47,7 +47,11 @@ std::uint64_t retry_pause_ns(std::uint64_t& state) {
 AsyncBatch::AsyncBatch(Client::Impl& impl)
     : impl_(impl),
       jitter_((reinterpret_cast<std::uintptr_t>(this) ^ steady_now_ns()) | 1),
-      pause_timer_(impl.io) {}
+      pause_timer_(impl.io) {
+  // Room for any key up to the default limit: a one-item batch handed a longer key than it has
+  // seen so far (the pool gives batches out in whatever order they came back) does not grow.
+  key_bytes_.reserve(protocol::kDefaultMaxKey);
+}
 
 void AsyncBatch::run(std::span<const AcquireRequest> items, bool probe, BatchCallback& done) {
   done_ = std::move(done);
