@@ -100,6 +100,8 @@ class Ring {
   const PartitionOwners& owners(std::uint32_t partition) const { return table_[partition]; }
   const PartitionOwners& owners_of(const KeyHash& hash) const { return table_[partition_of(hash)]; }
   NodeIndex primary_of(const KeyHash& hash) const { return owners_of(hash).primary; }
+  // Hint: start loading the key's entry of the table into cache, a few keys ahead of asking.
+  void prefetch(const KeyHash& hash) const { __builtin_prefetch(&table_[partition_of(hash)]); }
   // Every partition's owners, indexed by partition.
   std::span<const PartitionOwners> partitions() const { return table_; }
 
