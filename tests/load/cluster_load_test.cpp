@@ -143,6 +143,13 @@ TEST_CASE("only-node is refused for an unknown node, outside a cluster and for R
   REQUIRE_FALSE(alone.ok());
   CHECK(alone.status().message().find("is not in a cluster") != std::string::npos);
 
+  // Its key list is built up front, so the key space is bounded, at the edge exactly.
+  o.keys = kMaxOnlyNodeKeys;
+  CHECK(validate(o).empty());
+  o.keys = kMaxOnlyNodeKeys + 1;
+  CHECK(validate(o).find("--only-node takes at most 16777216 keys") != std::string::npos);
+
+  o.keys = 1000;
   o.backend = BackendKind::kRedis;
   CHECK(validate(o).find("--only-node") != std::string::npos);
 }

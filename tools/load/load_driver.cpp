@@ -101,6 +101,10 @@ std::string validate(const LoadOptions& o) {
   if (!o.only_node.empty() && o.backend != BackendKind::kSluice) {
     return "--only-node is for --backend sluice (a node of a Sluice cluster)";
   }
+  if (!o.only_node.empty() && o.keys > kMaxOnlyNodeKeys) {
+    return fmt::format("--only-node takes at most {} keys (its key list is built up front)",
+                       kMaxOnlyNodeKeys);
+  }
   if (o.op == Operation::kAcquire) {
     if (const RuleError e = sluice::validate(o.rule, o.cost); e != RuleError::kOk) {
       return "bad rule: " + std::string(describe(e));
@@ -159,9 +163,9 @@ struct RunContext {
   std::uint64_t deadline_ns = 0;  // 0 = none
   std::mutex audit_mu;
   std::optional<AccuracyAudit> audit;
-  // --only-node: the cluster's ring and that node's index in it.
-  std::optional<cluster::Ring> ring;
-  cluster::NodeIndex only_node = cluster::kNoNode;
+  // --only-node: the indices of the keys whose primary is that node, ascending; the generator
+  // draws positions in this list. Empty: every key.
+  std::vector<std::uint32_t> only_keys;
 };
 
 struct Item {
@@ -227,7 +231,8 @@ class Worker {
         sluice_(o_.backend == BackendKind::kSluice),
         per_shard_(sluice_ ? std::max(1u, (connections + shards - 1) / std::max(1u, shards)) : 0),
         quota_(quota),
-        keys_(o_.dist, o_.keys, derive_seed(o_.seed, index)),
+        keys_(o_.dist, ctx.only_keys.empty() ? o_.keys : ctx.only_keys.size(),
+              derive_seed(o_.seed, index)),
         key_buf_(ctx.formatter.max_length()),
         tick_timer_(io_),
         pace_timer_(io_) {
@@ -323,17 +328,12 @@ class Worker {
   unsigned connections() const { return connections_; }
   unsigned nodes() const { return client_ ? static_cast<unsigned>(client_->node_count()) : 0; }
 
-  // The next key index; with --only-node, the next one whose primary is that node (others are
-  // drawn past, so the sequence stays a function of the seed). run_load() made sure that such
-  // keys exist.
+  // The next key index; with --only-node, the generator's draw is a position among that
+  // node's keys (run_load() made sure there is one). A lookup, so that choosing keys costs the
+  // same with and without --only-node: the replication benchmark compares runs of both kinds.
   std::uint64_t next_key() {
-    std::uint64_t key = keys_.next();
-    if (!ctx_.ring) return key;
-    while (ctx_.ring->primary_of(hash_key(ctx_.formatter.format(key, key_buf_))) !=
-           ctx_.only_node) {
-      key = keys_.next();
-    }
-    return key;
+    const std::uint64_t drawn = keys_.next();
+    return ctx_.only_keys.empty() ? drawn : ctx_.only_keys[drawn];
   }
   const std::string& sha() const { return sha_; }
 
@@ -977,20 +977,19 @@ Status only_node_ring(client::Client& client, const LoadOptions& options, RunCon
                                                    "epoch " +
                                                    std::to_string(info->epoch));
   }
-  // The generator draws past other nodes' keys: some key among the first ones must be its.
+  // Every key of the run whose primary it is (validate() bounded --keys).
   std::vector<char> buffer(ctx.formatter.max_length());
-  bool owns_one = false;
-  const std::uint64_t probe = std::min<std::uint64_t>(options.keys, 1'000'000);
-  for (std::uint64_t k = 0; k < probe && !owns_one; ++k) {
-    owns_one = ring->primary_of(hash_key(ctx.formatter.format(k, buffer))) == *index;
+  ctx.only_keys.clear();
+  for (std::uint64_t k = 0; k < options.keys; ++k) {
+    if (ring->primary_of(hash_key(ctx.formatter.format(k, buffer))) == *index) {
+      ctx.only_keys.push_back(static_cast<std::uint32_t>(k));
+    }
   }
-  if (!owns_one) {
+  if (ctx.only_keys.empty()) {
     return Status(ErrorCode::kInvalidArgument,
-                  fmt::format("--only-node {}: none of the first {} keys has it as primary",
-                              options.only_node, probe));
+                  fmt::format("--only-node {}: none of the {} keys has it as primary",
+                              options.only_node, options.keys));
   }
-  ctx.ring = std::move(ring).value();
-  ctx.only_node = *index;
   return Status();
 }
 

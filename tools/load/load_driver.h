@@ -45,6 +45,8 @@ std::string_view operation_name(Operation op);
 // The most TCP connections a run may ask for. A Sluice run opens ceil(C_t / S) to each of the
 // S shards per thread, and the client library allows at most 1024 to one shard.
 inline constexpr unsigned kMaxConnections = 1024;
+// --only-node lists the node's keys up front: 4 bytes per key of the run at most.
+inline constexpr std::uint64_t kMaxOnlyNodeKeys = std::uint64_t{1} << 24;
 
 struct LoadOptions {
   BackendKind backend = BackendKind::kSluice;
@@ -68,9 +70,9 @@ struct LoadOptions {
   bool audit = false;
   std::uint64_t audit_keys = 100'000;  // keys [0, audit_keys) are audited
   std::string key_prefix = "k:";
-  // Sluice against a cluster only: keep only the keys whose primary is the node with this id.
-  // The generator draws as usual and draws again (deterministically) past other nodes' keys.
-  // Empty: every key.
+  // Sluice against a cluster only: keep only the keys whose primary is the node with this id
+  // (at most kMaxOnlyNodeKeys keys). The distribution is over those keys, in index order: the
+  // generator draws a position in the list of the node's keys. Empty: every key.
   std::string only_node;
   // Sluice only: the node's token, sent in every HELLO (--auth-token-file). Empty = none. A
   // Redis run refuses it (validate()).

@@ -57,7 +57,7 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "seed", po::value<std::string>()->default_value("1"), "random seed")(
       "key-prefix", po::value<std::string>()->default_value("k:"), "key text prefix")(
       "only-node", po::value<std::string>(),
-      "cluster: only keys whose primary is node ID (others are drawn past)")(
+      "cluster: only keys whose primary is node ID (at most 16,777,216 keys)")(
       "algorithm", po::value<std::string>()->default_value("token_bucket"),
       "fixed_window | sliding_window | sliding_log | token_bucket | gcra")(
       "limit", po::value<std::string>()->default_value("100"), "units per period")(
