@@ -8,12 +8,15 @@
 #   replicated  A and B in one cluster file: sluice-load sends only keys whose primary is A
 #               (--only-node A), so A decides every one and streams it to B.
 #
-# Both rounds: A on COMPARE_SERVER_CPU (default 0), B and sluice-load on COMPARE_LOAD_CPU
-# (default 1): B's applying competes with the load generator, never with A. Rounds alternate,
-# alone first, REPL_ROUNDS times (default 3), each on fresh nodes; the median ratio is judged
-# (target >= 0.85). CPU time of A and B (utime + stime from /proc) over each round, divided by
-# the decisions made, gives the CPU cost per decision; the replicated round less the alone one
-# is replication's cost on the primary, B's is the replica's cost of applying.
+# A runs on COMPARE_SERVER_CPU (default 0) and sluice-load on COMPARE_LOAD_CPU (default 1). A
+# 2-core machine has no core of its own for B, so each round runs twice, once per placement of
+# B: with the load generator (B's applying slows the generator, never A) and with the primary
+# (B's applying takes A's core). Both kinds of run of a placement pin B alike. Rounds alternate,
+# alone first, REPL_ROUNDS times (default 3), each on fresh nodes; the median ratio of each
+# placement is judged (target >= 0.85). CPU time of A, B and sluice-load (utime + stime, from
+# /proc and from getrusage) over each run, divided by the decisions made, gives the CPU cost
+# per decision; A's in the replicated run less A's alone is replication's cost on the primary,
+# B's is the replica's cost of applying.
 #
 # Environment: COMPARE_SECONDS (seconds per round, default 10; less is a quick run, which does
 # not touch docs/BENCHMARKS.md), REPL_ROUNDS, COMPARE_SHARDS (default 1), COMPARE_SERVER_CPU,
@@ -91,7 +94,7 @@ stop_pid() {
 
 # start_node NAME CPU FILE: sluiced as node NAME of FILE, pinned to CPU; sets PID_<NAME>.
 start_node() {
-  local name="$1" cpu="$2" file="$3" port="${4}" pid
+  local name="$1" cpu="$2" file="$3" port="$4" pid
   taskset -c "$cpu" "$SLUICED" --bind 127.0.0.1 --port "$port" --shards "$SHARDS" \
     --max-memory 1GiB --idle-timeout 0 --huge-pages --cluster "$file" --node-id "$name" \
     >"$WORK/$name.log" 2>&1 &
@@ -101,20 +104,24 @@ start_node() {
   printf -v "PID_$name" '%s' "$pid"
 }
 
-# round KIND N: one round on fresh nodes; appends "KIND N throughput decisions a_ticks b_ticks".
+# round PLACEMENT KIND N: one run on fresh nodes, B pinned with the load generator (PLACEMENT
+# "load") or with A ("primary"); appends "PLACEMENT KIND N throughput decisions errors a_ticks
+# b_ticks applied load_seconds" to rounds.txt.
 round() {
-  local kind="$1" n="$2" a_port b_port file="$WORK/cluster-$1-$2.conf" only=()
+  local placement="$1" kind="$2" n="$3" a_port b_port file="$WORK/cluster-$1-$2-$3.conf" only=()
+  local b_cpu="$LOAD_CPU"
+  [[ "$placement" == primary ]] && b_cpu="$SERVER_CPU"
   a_port="$(free_ports $((SHARDS + 1)))"
   b_port="$(free_ports $((SHARDS + 1)))"
   if [[ "$kind" == alone ]]; then
     printf 'epoch 1\nA 127.0.0.1:%s\n' "$a_port" >"$file"
     printf 'epoch 1\nB 127.0.0.1:%s\n' "$b_port" >"$file.b"
     start_node A "$SERVER_CPU" "$file" "$a_port"
-    start_node B "$LOAD_CPU" "$file.b" "$b_port"
+    start_node B "$b_cpu" "$file.b" "$b_port"
   else
     printf 'epoch 1\nA 127.0.0.1:%s\nB 127.0.0.1:%s\n' "$a_port" "$b_port" >"$file"
     start_node A "$SERVER_CPU" "$file" "$a_port"
-    start_node B "$LOAD_CPU" "$file" "$b_port"
+    start_node B "$b_cpu" "$file" "$b_port"
     only=(--only-node A)
   fi
   # PID_A and PID_B are set by start_node through printf -v.
@@ -122,10 +129,17 @@ round() {
   local a0 b0 a1 b1
   a0="$(cpu_ticks "$PID_A")"
   b0="$(cpu_ticks "$PID_B")"
-  taskset -c "$LOAD_CPU" "$LOAD" -q --json --backend sluice --servers "127.0.0.1:$a_port" \
-    --connections "$CONNS" --keys "$KEYS" --depth 16 --batch 1 --limit 100 --period 1s \
-    --duration "${SECS}s" "${only[@]}" >"$WORK/$kind-$n.json" ||
-    log "sluice-load ended with status $? in round $kind $n (see its errors below)"
+  local run="$placement-$kind-$n"
+  # The generator's CPU seconds (user + system, getrusage of the child) go to $run.cpu.
+  taskset -c "$LOAD_CPU" python3 -c '
+import resource, subprocess, sys
+code = subprocess.run(sys.argv[2:]).returncode
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{used.ru_utime + used.ru_stime:.3f}\n")
+sys.exit(code)' "$WORK/$run.cpu" "$LOAD" -q --json --backend sluice \
+    --servers "127.0.0.1:$a_port" --connections "$CONNS" --keys "$KEYS" --depth 16 --batch 1 \
+    --limit 100 --period 1s --duration "${SECS}s" "${only[@]}" >"$WORK/$run.json" ||
+    log "sluice-load ended with status $? in $run (see its errors below)"
   a1="$(cpu_ticks "$PID_A")"
   b1="$(cpu_ticks "$PID_B")"
   # What B applied, as the replica (0 when alone), read before the nodes stop.
@@ -134,13 +148,13 @@ round() {
   applied="$("$BUILD_DIR/bin/sluicectl" --servers "127.0.0.1:$b_port" stats --json 2>/dev/null |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["total"]["replica_applied"])' \
       2>/dev/null || echo 0)"
-  python3 - "$WORK/$kind-$n.json" "$kind" "$n" "$((a1 - a0))" "$((b1 - b0))" "${applied:-0}" \
-    >>"$WORK/rounds.txt" <<'EOF'
+  python3 - "$WORK/$run.json" "$placement" "$kind" "$n" "$((a1 - a0))" "$((b1 - b0))" \
+    "${applied:-0}" "$(cat "$WORK/$run.cpu" 2>/dev/null || echo 0)" >>"$WORK/rounds.txt" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 decisions = r["allowed"] + r["denied"]
-print(sys.argv[2], sys.argv[3], int(r["throughput_per_s"]), decisions, r["errors"],
-      sys.argv[4], sys.argv[5], sys.argv[6])
+print(sys.argv[2], sys.argv[3], sys.argv[4], int(r["throughput_per_s"]), decisions, r["errors"],
+      *sys.argv[5:9])
 EOF
   stop_pid "$PID_A"
   stop_pid "$PID_B"
@@ -148,9 +162,11 @@ EOF
 
 LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 for n in $(seq 1 "$ROUNDS"); do
-  log "round $n of $ROUNDS: alone, then replicated (${SECS} s each)"
-  round alone "$n"
-  round replicated "$n"
+  for placement in load primary; do
+    log "round $n of $ROUNDS, B with the $placement: alone, then replicated (${SECS} s each)"
+    round "$placement" alone "$n"
+    round "$placement" replicated "$n"
+  done
 done
 LOADAVG_END="$(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -162,38 +178,49 @@ import statistics, sys
 hz = int(hz)
 rows = [line.split() for line in open(rounds_path) if line.strip()]
 by = {}
-for kind, n, tput, decisions, errors, a_ticks, b_ticks, applied in rows:
-    by.setdefault(n, {})[kind] = dict(tput=int(tput), decisions=int(decisions), errors=int(errors),
-                                      a=int(a_ticks), b=int(b_ticks), applied=int(applied))
-lines = []
-ratios, primary_ns, replica_ns = [], [], []
-lines.append("| round | W2 alone /s | W2 replicated /s | ratio | A CPU ns/decision alone | "
-             "A CPU ns/decision replicated | B CPU ns/decision (applying) | B applied | errors |")
-lines.append("|---|---|---|---|---|---|---|---|---|")
-for n in sorted(by, key=int):
-    a, r = by[n].get("alone"), by[n].get("replicated")
-    if not a or not r:
+for placement, kind, n, tput, decisions, errors, a_ticks, b_ticks, applied, load_s in rows:
+    by.setdefault((placement, n), {})[kind] = dict(
+        tput=int(tput), decisions=int(decisions), errors=int(errors), a=int(a_ticks),
+        b=int(b_ticks), applied=int(applied), load=float(load_s))
+where = {"load": f"B with sluice-load on CPU {load_cpu}", "primary": f"B with A on CPU {server_cpu}"}
+lines = ["| round | B's core | W2 alone /s | W2 replicated /s | ratio | A ns/decision alone | "
+         "A ns/decision replicated | B ns/decision | load ns/decision alone | "
+         "load ns/decision replicated | B applied | errors |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+summary = []
+ns = lambda seconds, d: 1e9 * seconds / d if d else 0.0
+for placement in ("load", "primary"):
+    ratios, primary_ns, replica_ns = [], [], []
+    for (p, n) in sorted((k for k in by if k[0] == placement), key=lambda k: int(k[1])):
+        a, r = by[(p, n)].get("alone"), by[(p, n)].get("replicated")
+        if not a or not r:
+            continue
+        ratio = r["tput"] / a["tput"] if a["tput"] else 0.0
+        a_alone, a_repl = ns(a["a"] / hz, a["decisions"]), ns(r["a"] / hz, r["decisions"])
+        b_repl = ns(r["b"] / hz, r["decisions"])
+        ratios.append(ratio)
+        primary_ns.append(a_repl - a_alone)
+        replica_ns.append(b_repl)
+        lines.append(f"| {n} | {placement} | {a['tput']:,} | {r['tput']:,} | {ratio:.3f} | "
+                     f"{a_alone:.0f} | {a_repl:.0f} | {b_repl:.0f} | "
+                     f"{ns(a['load'], a['decisions']):.0f} | {ns(r['load'], r['decisions']):.0f} | "
+                     f"{r['applied']:,} | {a['errors'] + r['errors']} |")
+    if not ratios:
         continue
-    ratio = r["tput"] / a["tput"] if a["tput"] else 0.0
-    ns = lambda ticks, d: 1e9 * ticks / hz / d if d else 0.0
-    a_alone, a_repl = ns(a["a"], a["decisions"]), ns(r["a"], r["decisions"])
-    b_repl = ns(r["b"], r["decisions"])
-    ratios.append(ratio)
-    primary_ns.append(a_repl - a_alone)
-    replica_ns.append(b_repl)
-    lines.append(f"| {n} | {a['tput']:,} | {r['tput']:,} | {ratio:.3f} | {a_alone:.0f} | "
-                 f"{a_repl:.0f} | {b_repl:.0f} | {r['applied']:,} | {a['errors'] + r['errors']} |")
-median = statistics.median(ratios) if ratios else 0.0
-verdict = "met" if median >= 0.85 else "NOT met"
-summary = (f"Median ratio replicated / alone: **{median:.3f}** (target >= 0.85: {verdict}). "
-           f"Replication's CPU cost on the primary, median over rounds: "
-           f"{statistics.median(primary_ns):.0f} ns per decision; the replica's cost of applying: "
-           f"{statistics.median(replica_ns):.0f} ns per decision (CPU time from /proc, "
-           f"{hz} ticks/s, so each node's CPU time is good to {1000 / hz:.0f} ms over a round).")
+    median = statistics.median(ratios)
+    verdict = "met" if median >= 0.85 else "NOT met"
+    summary.append(
+        f"{where[placement]}: median ratio replicated / alone **{median:.3f}** (target >= 0.85: "
+        f"{verdict}); replication's CPU cost on the primary, median over rounds: "
+        f"{statistics.median(primary_ns):.0f} ns per decision; the replica's cost of applying: "
+        f"{statistics.median(replica_ns):.0f} ns per decision.")
+summary.append(f"CPU time from /proc for the nodes ({hz} ticks/s, so good to {1000 / hz:.0f} ms "
+               f"over a run) and from getrusage for sluice-load.")
+summary = "\n\n".join(summary)
 context = (f"Commit `{commit}`{' with changes in ' + dirty if dirty else ''}; {shards} shard(s) a node; "
-           f"node A on CPU {server_cpu}; node B and sluice-load on CPU {load_cpu}; {secs} s a round; "
-           f"50 connections, depth 16, batch 1, token bucket 100/s over 1,000,000 keys; "
-           f"load average {load0} at the start, {load1} at the end.")
+           f"node A on CPU {server_cpu}; sluice-load on CPU {load_cpu}; B as the column says; "
+           f"{secs} s a run; 50 connections, depth 16, batch 1, token bucket 100/s over "
+           f"1,000,000 keys; load average {load0} at the start, {load1} at the end.")
 out = "\n".join(lines + ["", summary, "", context])
 print(out)
 if full == "1":
