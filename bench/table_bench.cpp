@@ -260,6 +260,46 @@ void BM_ApplyRecord(benchmark::State& state) {
 }
 BENCHMARK(BM_ApplyRecord)->Arg(0)->Arg(1)->ArgName("existing");
 
+// A replica's REPLICATE batch: 256 newer images of random keys among 1M stored ones, applied
+// one after another (arg 0) or with for_each_prefetched() (arg 1), as Dispatcher::
+// handle_replicate does. items_per_second counts records.
+void BM_ApplyBatch(benchmark::State& state) {
+  const bool prefetched = state.range(0) != 0;
+  constexpr std::size_t kBatch = 256;
+  const auto keys = random_keys(kKeys, 12);
+  CounterTable table(roomy(kKeys * 10 / 9 + 1, /*huge_pages=*/true));
+  std::vector<sluice::server::RecordImage> batch(kBatch);
+  for (auto& image : batch) {
+    image.algorithm = static_cast<std::uint8_t>(Algorithm::kTokenBucket);
+    image.capacity_class = 14;
+    image.idle_at_ns = kT0 + 3'600'000'000'000ull;
+    image.state = {kT0, 1};
+  }
+  for (const KeyHash& k : keys) {
+    batch[0].key = k;
+    table.apply_record(batch[0], {}, kT0);
+  }
+  std::uint64_t now = kT0;
+  std::size_t next = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (auto& image : batch) {
+      image.key = keys[(next++ * 7919) % kKeys];
+      image.state.a = now += kStepNs;  // newer than what is stored
+    }
+    state.ResumeTiming();
+    if (prefetched) {
+      table.for_each_prefetched(
+          kBatch, [&](std::size_t k) { return batch[k].key; },
+          [&](std::size_t k) { benchmark::DoNotOptimize(table.apply_record(batch[k], {}, kT0)); });
+    } else {
+      for (const auto& image : batch) benchmark::DoNotOptimize(table.apply_record(image, {}, kT0));
+    }
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBatch));
+}
+BENCHMARK(BM_ApplyBatch)->Arg(0)->Arg(1)->ArgName("prefetched");
+
 // scan() over 1M token bucket keys in pages of 256, restarting when done: time per record
 // visited. Arg 0: every record wanted; arg 1: the records of 1/16 of the partitions (hi >> 48),
 // so each visit also pays for the 15 records passed over, as a PULL of a few partitions does.
