@@ -315,7 +315,7 @@ void Dispatcher::handle_replicate(Peer& peer, std::uint32_t request_id,
   // Each record's key is random to this node's caches: its partition's owners and its table
   // slot are both prefetched a few records ahead, so their misses overlap (docs/BENCHMARKS.md,
   // "Replication").
-  shard_.decide_prefetched(
+  shard_.apply_prefetched(
       records_.size(),
       [&](std::size_t k) {
         const KeyHash hash{records_[k].fp_lo, records_[k].fp_hi};

@@ -17,12 +17,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Slots of the "queued already" filter: a key changed many times within a batch is queued
-// once (a slot keeps the last key queued to it, so a collision only costs a duplicate record).
-constexpr std::size_t kRecentSlots = 4096;
-
-std::size_t recent_slot(const KeyHash& hash) { return (hash.lo >> 20) & (kRecentSlots - 1); }
-
 protocol::WireRecord to_wire(const RecordImage& image) {
   protocol::WireRecord record;
   record.fp_lo = image.key.lo;
@@ -205,6 +199,11 @@ void Replicator::flush(Node& node) {
   // allocates nothing once the buffers have grown.
   std::size_t kept = 0;
   std::size_t i = 0;
+  // Each record is read once, in `pending` order: prefetched this far ahead.
+  constexpr std::size_t kAhead = 8;
+  for (std::size_t k = 0; k < kAhead && k < node.pending.size(); ++k) {
+    shard_.prefetch_record(node.pending[k]);
+  }
   while (i < node.pending.size()) {
     const auto target =
         static_cast<std::uint16_t>(shard_for(node.pending[i], static_cast<std::uint32_t>(shards)));
@@ -227,6 +226,7 @@ void Replicator::flush(Node& node) {
     const std::size_t limit = shard_.context().config.replication_batch;
     for (; i < node.pending.size() && batch.keys.size() < limit; ++i) {
       const KeyHash& hash = node.pending[i];
+      if (i + kAhead < node.pending.size()) shard_.prefetch_record(node.pending[i + kAhead]);
       if (shard_for(hash, static_cast<std::uint32_t>(shards)) != target) {
         node.pending[kept++] = hash;
         continue;

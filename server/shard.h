@@ -141,11 +141,28 @@ class Shard {
   protocol::AcquireResult acquire_local(const KeyHash& hash, const Rule& rule, std::uint32_t cost,
                                         bool peek, std::uint64_t now_ns);
   protocol::ResetStatus reset_local(const KeyHash& hash, std::uint64_t now_ns);
-  // Decides a batch on this shard's table: CounterTable::for_each_prefetched.
+  // Decides a batch on this shard's table: CounterTable::for_each_prefetched. In a cluster
+  // every decision is noted for replication, so the replicator's slot for each key is
+  // prefetched with its record.
   template <typename HashAt, typename Decide>
   void decide_prefetched(std::size_t n, HashAt hash_at, Decide decide) {
-    table_.for_each_prefetched(n, hash_at, decide);
+    if (view_ == nullptr) return table_.for_each_prefetched(n, hash_at, decide);
+    table_.for_each_prefetched(
+        n,
+        [&](std::size_t k) {
+          const KeyHash hash = hash_at(k);
+          replicator_.prefetch(hash);
+          return hash;
+        },
+        decide);
   }
+  // Applies a batch of records (a replica's REPLICATE) with their slots prefetched ahead.
+  template <typename HashAt, typename Apply>
+  void apply_prefetched(std::size_t n, HashAt hash_at, Apply apply) {
+    table_.for_each_prefetched(n, hash_at, apply);
+  }
+  // Hint: start loading the key's record into cache (CounterTable::prefetch).
+  void prefetch_record(const KeyHash& hash) const { table_.prefetch(hash); }
   // Copies the table's statistics into the counters other threads read.
   void publish_table_stats();
   // Appends a STATS reply. Its body is this shard's snapshot of every shard's counters, rebuilt
