@@ -272,12 +272,14 @@ void Replicator::on_down(Node& node, std::uint16_t shard) {
   if (!node.pending.empty()) arm_timer();
 }
 
-std::vector<Replicator::PeerLag> Replicator::lag() const {
-  std::vector<PeerLag> out;
+void Replicator::lag(std::vector<PeerLag>& out) const {
+  out.resize(nodes_.size());
   const auto now = Clock::now();
-  for (const auto& node : nodes_) {
-    PeerLag lag;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const auto& node = nodes_[i];
+    PeerLag& lag = out[i];
     lag.node = node->id;
+    lag.unacked = 0;
     lag.queued = node->pending.size();
     lag.up = node->control != nullptr && node->control->up();
     Clock::time_point oldest = node->pending.empty() ? now : node->pending_since;
@@ -288,9 +290,7 @@ std::vector<Replicator::PeerLag> Replicator::lag() const {
     }
     lag.oldest_ms = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest).count());
-    out.push_back(std::move(lag));
   }
-  return out;
 }
 
 }  // namespace sluice::server

@@ -54,7 +54,9 @@ class Replicator {
     std::uint64_t oldest_ms = 0;  // age of the oldest of those (queued or unacked)
     bool up = false;              // every link it needs is up
   };
-  std::vector<PeerLag> lag() const;
+  // Fills `out` (one entry per replica node), reusing its elements and their strings: no
+  // allocation once it has held as many nodes.
+  void lag(std::vector<PeerLag>& out) const;
 
  private:
   struct Batch {

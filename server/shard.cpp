@@ -355,9 +355,10 @@ asio::awaitable<void> Shard::sweep_loop() {
     table_.sweep_step(context_.clock->now_ns());
     publish_table_stats();
     if (view_ != nullptr) {
-      std::vector<Replicator::PeerLag> lag = replicator_.lag();
+      // Filled outside the lock into the vector published last time: both keep their memory.
+      replicator_.lag(lag_scratch_);
       std::lock_guard<std::mutex> lock(lag_mutex_);
-      published_lag_.swap(lag);
+      published_lag_.swap(lag_scratch_);
     }
   }
 }

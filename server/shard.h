@@ -260,6 +260,7 @@ class Shard {
   Replicator replicator_;
   mutable std::mutex lag_mutex_;
   std::vector<Replicator::PeerLag> published_lag_;  // under lag_mutex_
+  std::vector<Replicator::PeerLag> lag_scratch_;    // the shard thread's, swapped with it
 
   // Inbox: any thread pushes; this thread pops. drain_scheduled_ is true from the moment a
   // drain() is posted until it has found the inbox empty.

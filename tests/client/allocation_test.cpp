@@ -205,21 +205,23 @@ TEST_CASE("100,000 decisions through client and server allocate nothing in the w
 
 // The same through a three-node cluster: the client routes by the map (every acquire is a
 // one-item batch that could follow a REDIRECT) to each key's primary and its shard there, and
-// allocates nothing. The nodes, which stream every change to a replica each millisecond, do
-// allocate, but per replication flush (a peer link's writer coroutine wakes, and Asio 1.18
-// recycles one coroutine frame per thread only) and per lag snapshot for STATS, not per
-// decision. Bounded here at one per ten decisions; sanitizers run slower, so more flushes fall
-// on each decision there.
+// allocates nothing. The nodes stream every change to a replica each millisecond; a flush
+// (queued straight to the socket) and the lag snapshot for STATS allocate nothing, but a shard
+// thread of a node runs many socket readers (clients, peers' streams, its links' replies) as
+// coroutines, and Asio 1.18 keeps one spare operation block per thread: when two reads finish
+// before the next starts, one of the next reads allocates. That is about one allocation per
+// 130 decisions here (one per 80 with both cores busy); bounded at one per 20, and sanitizers
+// run slower, so more of it falls on each decision there.
 TEST_CASE(
     "100,000 decisions through a three-node cluster: nothing allocated by the client, and by "
-    "the nodes only per replication flush") {
+    "the nodes at most one per 20 decisions") {
   test::TestCluster cluster(3);
   auto client = connect_or_fail(options_for("127.0.0.1:" + std::to_string(cluster.port(0))));
   REQUIRE(client->node_count() == 3);
   const SteadyAllocations counted = steady_state_allocations(*client);
   CHECK(counted.caller == 0);
   CHECK(counted.io_thread == 0);
-  CHECK(counted.process <= 10'000u * test::kTimingSlack);
+  CHECK(counted.process <= 5'000u * test::kTimingSlack);
   std::printf(
       "RELIABILITY: three-node cluster with replication: %llu allocations in the whole "
       "process over 100,000 decisions (the client's threads: %llu)\n",
