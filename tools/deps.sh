@@ -8,6 +8,7 @@ packages=(
   g++ cmake ninja-build
   libboost-dev libboost-program-options-dev
   libfmt-dev catch2 libbenchmark-dev libxxhash-dev
+  nlohmann-json3-dev etcd-server etcd-client
 )
 [ "$#" -gt 0 ] && packages+=("$@")
 

@@ -1,0 +1,309 @@
+// The etcd client against a real etcd (tests/support/etcd_process.h): leases, keys, the
+// put-if-absent transaction, watches, endpoints that fail; and its pure parts (endpoint lists,
+// base64). Each test runs its coroutines on its own io_context, bounded in time.
+#include "etcd/etcd_client.h"
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/support/etcd_process.h"
+
+namespace sluice::etcd {
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Runs `op` on `io` until it finishes (at most `limit`) and returns its value.
+template <typename T>
+T run(asio::io_context& io, asio::awaitable<T> op, std::chrono::milliseconds limit = 10s) {
+  std::optional<T> out;
+  asio::co_spawn(
+      io, [&]() -> asio::awaitable<void> { out.emplace(co_await std::move(op)); }, asio::detached);
+  io.restart();
+  io.run_for(limit);
+  REQUIRE(out.has_value());
+  return std::move(*out);
+}
+
+Client::Config config_for(const test::EtcdProcess& etcd) {
+  Client::Config config;
+  config.endpoints = {Endpoint{"127.0.0.1", etcd.client_port()}};
+  return config;
+}
+
+// A loopback port nothing listens on (bound, then closed).
+std::uint16_t closed_port() { return test::free_port_pair(); }
+
+// A socket that listens and never accepts: the kernel completes connections into its backlog,
+// and nobody ever answers them.
+class BlackHole {
+ public:
+  BlackHole() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    socklen_t size = sizeof address;
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+    port_ = ntohs(address.sin_port);
+  }
+  ~BlackHole() { ::close(fd_); }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+TEST_CASE("parse_endpoints takes a comma-separated list of http://HOST:PORT and refuses the rest",
+          "[etcd]") {
+  const auto two = parse_endpoints("http://127.0.0.1:2379,http://etcd-b:32379/");
+  REQUIRE(two.ok());
+  CHECK(*two == std::vector<Endpoint>{{"127.0.0.1", 2379}, {"etcd-b", 32379}});
+  for (const char* bad :
+       {"", "127.0.0.1:2379", "https://h:1", "http://h", "http://h:0", "http://h:65536",
+        "http://h:12x", "http://:1", "http://h:1/v3", "http://h:1,"}) {
+    INFO(bad);
+    const auto parsed = parse_endpoints(bad);
+    CHECK_FALSE(parsed.ok());
+    CHECK(parsed.error().find("etcd endpoint") != std::string::npos);
+  }
+  CHECK(parse_endpoints("http://h:65535").ok());
+}
+
+TEST_CASE("base64 round-trips every byte value at every length and refuses what is not base64",
+          "[etcd]") {
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  for (std::size_t n = 0; n <= bytes.size(); ++n) {
+    const std::string text = base64_encode(bytes.substr(0, n));
+    CHECK(text.size() == (n + 2) / 3 * 4);
+    CHECK(base64_decode(text) == bytes.substr(0, n));
+  }
+  CHECK(base64_encode("foo") == "Zm9v");
+  CHECK(base64_encode("fo") == "Zm8=");
+  CHECK(base64_encode("f") == "Zg==");
+  for (const char* bad : {"Zm9", "Zm9v!", "Z===", "Zm=v", "Zg=A", "****"}) {
+    INFO(bad);
+    CHECK_FALSE(base64_decode(bad).has_value());
+  }
+}
+
+TEST_CASE("a lease, keys with and without it, ranges of one key and of a prefix, a delete",
+          "[etcd]") {
+  test::EtcdProcess etcd;
+  asio::io_context io;
+  Client client(io, config_for(etcd));
+  const Result<Lease> lease = run(io, client.grant(2s));
+  REQUIRE(lease.ok());
+  CHECK(lease->id != 0);
+  CHECK(lease->ttl_s == 2);
+  const Result<std::int64_t> first = run(io, client.put("/t/members/a", "one", lease->id));
+  REQUIRE(first.ok());
+  const Result<std::int64_t> second = run(io, client.put("/t/members/b", std::string("\0\xff", 2)));
+  REQUIRE(second.ok());
+  CHECK(*second == *first + 1);
+  REQUIRE(run(io, client.put("/t/other", "x")).ok());
+
+  const Result<RangeResult> members = run(io, client.range("/t/members/", true));
+  REQUIRE(members.ok());
+  CHECK(members->revision == *second + 1);
+  REQUIRE(members->kvs.size() == 2);
+  CHECK(members->kvs[0].key == "/t/members/a");
+  CHECK(members->kvs[0].value == "one");
+  CHECK(members->kvs[0].lease == lease->id);
+  CHECK(members->kvs[0].create_revision == *first);
+  CHECK(members->kvs[1].key == "/t/members/b");
+  CHECK(members->kvs[1].value == std::string("\0\xff", 2));
+  CHECK(members->kvs[1].lease == 0);
+
+  const Result<RangeResult> one = run(io, client.range("/t/members/a", false));
+  REQUIRE(one.ok());
+  CHECK(one->kvs.size() == 1);
+  const Result<RangeResult> none = run(io, client.range("/t/members/c", false));
+  REQUIRE(none.ok());
+  CHECK(none->kvs.empty());
+
+  const Result<std::int64_t> ttl = run(io, client.keepalive(lease->id));
+  REQUIRE(ttl.ok());
+  CHECK(*ttl == 2);
+  CHECK(*run(io, client.del("/t/members/b")) == 1);
+  CHECK(*run(io, client.del("/t/members/b")) == 0);
+  CHECK(run(io, client.range("/t/members/", true))->kvs.size() == 1);
+  // Revoking the lease deletes its key.
+  REQUIRE(run(io, client.revoke(lease->id)).ok());
+  CHECK(run(io, client.range("/t/members/", true))->kvs.empty());
+  CHECK(*run(io, client.keepalive(lease->id)) == 0);
+}
+
+TEST_CASE("put_if_absent writes a key once: a second writer finds it taken", "[etcd]") {
+  test::EtcdProcess etcd;
+  asio::io_context io;
+  Client client(io, config_for(etcd));
+  const Result<Client::PutIfAbsent> mine = run(io, client.put_if_absent("/t/members/a", "mine"));
+  REQUIRE(mine.ok());
+  CHECK(mine->written);
+  const Result<Client::PutIfAbsent> theirs =
+      run(io, client.put_if_absent("/t/members/a", "theirs"));
+  REQUIRE(theirs.ok());
+  CHECK_FALSE(theirs->written);
+  CHECK(theirs->revision == mine->revision);
+  CHECK(run(io, client.range("/t/members/a", false))->kvs.at(0).value == "mine");
+}
+
+TEST_CASE("a watch from a revision gets every change of the prefix in order, then stops",
+          "[etcd]") {
+  test::EtcdProcess etcd;
+  asio::io_context io;
+  Client client(io, config_for(etcd));
+  const std::int64_t r1 = *run(io, client.put("/t/m/a", "1"));
+  const std::int64_t r2 = *run(io, client.put("/t/m/b", "2"));
+  REQUIRE(run(io, client.put("/t/n/x", "outside the prefix")).ok());
+  REQUIRE(*run(io, client.del("/t/m/a")) == 1);
+  const std::int64_t r4 = r2 + 2;
+
+  std::vector<WatchEvent> events;
+  bool created = false;
+  const std::string ended = run(io, client.watch("/t/m/", r1, [&](const WatchBatch& batch) {
+    created = created || batch.created;
+    events.insert(events.end(), batch.events.begin(), batch.events.end());
+    return events.size() < 3;
+  }));
+  CHECK(ended.empty());
+  CHECK(created);
+  REQUIRE(events.size() == 3);
+  CHECK(events[0].type == WatchEvent::Type::kPut);
+  CHECK(events[0].kv.key == "/t/m/a");
+  CHECK(events[0].kv.value == "1");
+  CHECK(events[0].kv.mod_revision == r1);
+  CHECK(events[1].kv.key == "/t/m/b");
+  CHECK(events[1].kv.mod_revision == r2);
+  CHECK(events[2].type == WatchEvent::Type::kDelete);
+  CHECK(events[2].kv.key == "/t/m/a");
+  CHECK(events[2].kv.mod_revision == r4);
+}
+
+TEST_CASE("a lease not kept alive expires after its TTL, and a watch sees its key deleted",
+          "[etcd]") {
+  test::EtcdProcess etcd;
+  asio::io_context io;
+  Client client(io, config_for(etcd));
+  const auto granted = Clock::now();
+  const Result<Lease> lease = run(io, client.grant(2s));
+  REQUIRE(lease.ok());
+  const std::int64_t put = *run(io, client.put("/t/members/a", "x", lease->id));
+  std::optional<Clock::time_point> deleted;
+  const std::string ended =
+      run(io,
+          client.watch("/t/members/", put + 1,
+                       [&](const WatchBatch& batch) {
+                         for (const WatchEvent& e : batch.events) {
+                           if (e.type == WatchEvent::Type::kDelete && e.kv.key == "/t/members/a") {
+                             deleted = Clock::now();
+                           }
+                         }
+                         return !deleted.has_value();
+                       }),
+          8s);
+  CHECK(ended.empty());
+  REQUIRE(deleted.has_value());
+  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(*deleted - granted);
+  INFO("deleted " << after.count() << " ms after the grant");
+  CHECK(after >= 2s);  // never before its TTL
+  CHECK(after < 5s);   // etcd checks expiry every 500 ms
+  CHECK(*run(io, client.keepalive(lease->id)) == 0);
+}
+
+TEST_CASE("a lease kept alive every TTL/4 outlives its TTL", "[etcd]") {
+  test::EtcdProcess etcd;
+  asio::io_context io;
+  Client client(io, config_for(etcd));
+  const Result<Lease> lease = run(io, client.grant(2s));
+  REQUIRE(lease.ok());
+  REQUIRE(run(io, client.put("/t/members/a", "x", lease->id)).ok());
+  // Seven renewals 500 ms apart: 3.5 s, past the 2 s TTL.
+  const auto renewals = [&]() -> asio::awaitable<int> {
+    asio::steady_timer timer(io);
+    int kept = 0;
+    for (int i = 0; i < 7; ++i) {
+      timer.expires_after(500ms);
+      co_await timer.async_wait(asio::use_awaitable);
+      const Result<std::int64_t> ttl = co_await client.keepalive(lease->id);
+      if (ttl.ok() && *ttl == 2) ++kept;
+    }
+    co_return kept;
+  };
+  CHECK(run(io, renewals()) == 7);
+  CHECK(run(io, client.range("/t/members/a", false))->kvs.size() == 1);
+}
+
+TEST_CASE("an endpoint that refuses or never answers is passed over within the call's deadline",
+          "[etcd]") {
+  test::EtcdProcess etcd;
+  asio::io_context io;
+  const BlackHole hole;
+  Client::Config config;
+  config.timeout = 1000ms;
+  config.endpoints = {Endpoint{"127.0.0.1", closed_port()}, Endpoint{"127.0.0.1", hole.port()},
+                      Endpoint{"127.0.0.1", etcd.client_port()}};
+  Client client(io, config);
+  const auto start = Clock::now();
+  const Result<std::int64_t> put = run(io, client.put("/t/a", "x"));
+  CHECK(put.ok());
+  CHECK(Clock::now() - start < 1500ms);
+
+  // None answers: the error names each, and comes by the deadline.
+  config.timeout = 400ms;
+  config.endpoints = {Endpoint{"127.0.0.1", closed_port()}, Endpoint{"127.0.0.1", hole.port()}};
+  Client dead(io, config);
+  const auto again = Clock::now();
+  const Result<std::int64_t> failed = run(io, dead.put("/t/a", "x"));
+  const auto took = Clock::now() - again;
+  REQUIRE_FALSE(failed.ok());
+  INFO(failed.error());
+  CHECK(failed.error().find("connect") != std::string::npos);
+  CHECK(failed.error().find("no answer in time") != std::string::npos);
+  CHECK(took < 1000ms);
+  const std::string watched = run(io, dead.watch("/t/", 0, [](const WatchBatch&) { return true; }));
+  CHECK_FALSE(watched.empty());
+}
+
+TEST_CASE("stop_watches ends a watch that is waiting for changes", "[etcd]") {
+  test::EtcdProcess etcd;
+  asio::io_context io;
+  Client client(io, config_for(etcd));
+  bool created = false;
+  asio::steady_timer stop(io);
+  const std::string ended = run(io, client.watch("/t/", 0, [&](const WatchBatch& batch) {
+    if (batch.created && !created) {
+      created = true;
+      stop.expires_after(50ms);
+      stop.async_wait([&](const boost::system::error_code&) { client.stop_watches(); });
+    }
+    return true;
+  }));
+  CHECK(created);
+  CHECK(ended == "stopped");
+}
+
+}  // namespace
+}  // namespace sluice::etcd
