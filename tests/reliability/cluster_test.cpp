@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -63,7 +64,9 @@ std::uint16_t free_port_block(unsigned shards, std::mt19937& random) {
   return 0;
 }
 
-// N sluiced processes "node-0" .. "node-(N-1)", two shards each, one cluster file.
+// N sluiced processes "node-0" .. "node-(N-1)", two shards each, one cluster file. port() and
+// size() may be called from another thread (a traffic thread's SeedClient) while the test's
+// thread adds a node; everything else is the test's thread's.
 class ClusterProcesses {
  public:
   static constexpr unsigned kShards = 2;
@@ -73,7 +76,11 @@ class ClusterProcesses {
     dir_ = std::filesystem::temp_directory_path() /
            ("sluice-cluster-proc-" + std::to_string(::getpid()) + "-" + std::to_string(++files));
     std::filesystem::create_directories(dir_);
-    for (int i = 0; i < nodes; ++i) ports_.push_back(free_port_block(kShards, random_));
+    for (int i = 0; i < nodes; ++i) {
+      const std::uint16_t port = free_port_block(kShards, random_);
+      const std::lock_guard lock(ports_mu_);
+      ports_.push_back(port);
+    }
     write(1, nodes);
     children_.resize(static_cast<std::size_t>(nodes));
     for (int i = 0; i < nodes; ++i) start(i);
@@ -85,8 +92,14 @@ class ClusterProcesses {
   }
 
   std::string file() const { return (dir_ / "cluster.conf").string(); }
-  std::uint16_t port(int i) const { return ports_.at(static_cast<std::size_t>(i)); }
-  int size() const { return static_cast<int>(children_.size()); }
+  std::uint16_t port(int i) const {
+    const std::lock_guard lock(ports_mu_);
+    return ports_.at(static_cast<std::size_t>(i));
+  }
+  int size() const {
+    const std::lock_guard lock(ports_mu_);
+    return static_cast<int>(ports_.size());
+  }
   Child& child(int i) { return *children_.at(static_cast<std::size_t>(i)); }
 
   // Rewrites the file with `epoch` and the first `nodes` nodes.
@@ -116,9 +129,11 @@ class ClusterProcesses {
   }
   // Adds node N (listed from the next write()), started at once.
   int add_node() {
-    ports_.push_back(free_port_block(kShards, random_));
+    const std::uint16_t port = free_port_block(kShards, random_);
     children_.emplace_back();
-    return size() - 1;
+    const std::lock_guard lock(ports_mu_);
+    ports_.push_back(port);
+    return static_cast<int>(ports_.size()) - 1;
   }
   void kill9(int i) {
     child(i).send_signal(SIGKILL);
@@ -137,12 +152,13 @@ class ClusterProcesses {
  private:
   std::mt19937 random_;
   std::filesystem::path dir_;
-  std::vector<std::uint16_t> ports_;
+  mutable std::mutex ports_mu_;
+  std::vector<std::uint16_t> ports_;  // under ports_mu_
   std::vector<std::unique_ptr<Child>> children_;
 };
 
-// The map a CLUSTER reply describes.
-cluster::ClusterMap map_of(const protocol::ClusterMapMessage& message) {
+// The map a CLUSTER reply describes; nullopt when it is not a valid map.
+std::optional<cluster::ClusterMap> map_of(const protocol::ClusterMapMessage& message) {
   std::vector<cluster::ClusterNode> nodes;
   for (const protocol::WireNode& node : message.nodes) {
     // The wire numbers states from 0, cluster::NodeState from 1 (PROTOCOL.md 10.3).
@@ -150,14 +166,15 @@ cluster::ClusterMap map_of(const protocol::ClusterMapMessage& message) {
                      static_cast<cluster::NodeState>(static_cast<int>(node.state) + 1)});
   }
   auto map = cluster::ClusterMap::make(message.epoch, std::move(nodes));
-  REQUIRE(map.has_value());
+  if (!map.has_value()) return std::nullopt;
   return std::move(*map);
 }
 
 // A client that knows the cluster only through a seed: it asks the seed for the map, sends
 // each key to the primary its map names, and on REDIRECT asks again (the epoch may have moved)
 // and goes to the node the REDIRECT names; UNAVAILABLE is retried after 1 ms. Every decision
-// ends within `deadline` or counts as a failure.
+// ends within `deadline` or counts as a failure. It makes no Catch assertion (the traffic test
+// runs one on a second thread, and Catch2 is not thread-safe): callers check has_map().
 class SeedClient {
  public:
   SeedClient(ClusterProcesses& cluster, int seed) : cluster_(cluster) { refresh(seed); }
@@ -172,7 +189,7 @@ class SeedClient {
     const auto until = SteadyClock::now() + deadline;
     int target = primary(key);
     while (SteadyClock::now() < until) {
-      RawClient* client = connection(target);
+      RawClient* client = target < 0 ? nullptr : connection(target);
       if (client == nullptr) {
         ++unreachable_;
         std::this_thread::sleep_for(5ms);
@@ -205,16 +222,17 @@ class SeedClient {
     return {};
   }
 
-  const cluster::ClusterMap& map() const { return *map_; }
+  bool has_map() const { return map_.has_value(); }
+  const cluster::ClusterMap& map() const { return *map_; }  // REQUIRES: has_map()
   std::uint64_t redirects() const { return redirects_; }
   std::uint64_t unavailable() const { return unavailable_; }
   std::uint64_t unreachable() const { return unreachable_; }
 
  private:
+  // The node number of the key's primary in the map; -1 without a map or a primary.
   int primary(const std::string& key) const {
-    const cluster::ClusterNode* node = map_->primary_of(hash_key(key));
-    REQUIRE(node != nullptr);
-    return std::stoi(node->id.substr(5));
+    const cluster::ClusterNode* node = map_ ? map_->primary_of(hash_key(key)) : nullptr;
+    return node != nullptr ? std::stoi(node->id.substr(5)) : -1;
   }
   RawClient* connection(int node) {
     auto& slot = connections_[node];
@@ -233,7 +251,7 @@ class SeedClient {
     RawClient* client = connection(node);
     if (client == nullptr) return;
     try {
-      map_.emplace(map_of(client->cluster()));
+      if (auto map = map_of(client->cluster())) map_.emplace(std::move(*map));
     } catch (const std::exception&) {
       drop(node);
     }
@@ -265,6 +283,7 @@ TEST_CASE(
     "[reliability][cluster]") {
   ClusterProcesses cluster(3);
   SeedClient client(cluster, 0);
+  REQUIRE(client.has_map());
   REQUIRE(client.map().nodes().size() == 3);
   constexpr int kKeys = 1000;
   constexpr std::uint32_t kLimit = 7;
@@ -310,6 +329,7 @@ TEST_CASE("a node killed with SIGKILL and restarted catches up: its exhausted ke
           "[reliability][cluster]") {
   ClusterProcesses cluster(3);
   SeedClient client(cluster, 0);
+  REQUIRE(client.has_map());
   // 64 keys whose primary is node-1, each exhausted (limit 5), and 64 keys of the others.
   constexpr std::uint32_t kLimit = 5;
   const Rule rule = limit_of(kLimit);
@@ -386,6 +406,7 @@ TEST_CASE(
     "[reliability][cluster]") {
   ClusterProcesses cluster(3);
   SeedClient client(cluster, 0);
+  REQUIRE(client.has_map());
   constexpr int kKeys = 2000;
   constexpr std::uint32_t kLimit = 5;
   const Rule rule = limit_of(kLimit);
@@ -436,10 +457,12 @@ TEST_CASE(
   // Every key to exhaustion through the new map: admitted in all must be exactly the limit.
   auto after_client = std::make_unique<SeedClient>(cluster, 3);
   const auto until = SteadyClock::now() + 20s;
-  while (after_client->map().epoch() < 2 && SteadyClock::now() < until) {
+  while ((!after_client->has_map() || after_client->map().epoch() < 2) &&
+         SteadyClock::now() < until) {
     std::this_thread::sleep_for(10ms);
     after_client = std::make_unique<SeedClient>(cluster, 0);
   }
+  REQUIRE(after_client->has_map());
   REQUIRE(after_client->map().epoch() == 2);
   int moved = 0;
   int undecided = 0;
