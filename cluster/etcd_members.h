@@ -1,0 +1,57 @@
+// The membership records of the etcd mode (issue 14; docs/ARCHITECTURE.md, "Membership records
+// in etcd"): the key each node keeps under its lease and the text of its value, and the cluster
+// map a read of all of them gives. Pure logic, no I/O: the etcd client (etcd/) moves the bytes.
+//
+//   key    /sluice/<cluster>/members/<node-id>
+//   value  sluice-member 1 state=<joining|active|draining> address=<HOST:PORT>
+//
+// Fields are `name=value`, separated by one space, after the format's name and version; a
+// reader ignores fields it does not know (a later version may add some), and refuses a record
+// without `state` or `address`, or of another version.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cluster/cluster_map.h"
+#include "cluster/expected.h"
+
+namespace sluice::cluster {
+
+inline constexpr std::uint32_t kMemberRecordVersion = 1;
+
+// A cluster name follows the rules of a node id (check_node_id): it is part of every key.
+// Empty when valid, else why not.
+std::string check_cluster_name(std::string_view name);
+// "/sluice/NAME/members/": what a node watches and ranges over.
+std::string members_prefix(std::string_view cluster);
+// "/sluice/NAME/members/ID".
+std::string member_key(std::string_view cluster, std::string_view node_id);
+
+// The value a node keeps under its key. REQUIRES: node.state is joining, active or draining.
+std::string encode_member_value(const ClusterNode& node);
+// The node a key and its value describe, in cluster `cluster`, or why not: a key outside the
+// cluster's prefix, an invalid id, another format or version, a missing or bad state or
+// address. The state `down` is never written to etcd (an absent key is a dead node), so it is
+// refused too.
+Expected<ClusterNode> decode_member(std::string_view cluster, std::string_view key,
+                                    std::string_view value);
+
+// A read of the prefix: every (key, value) at one etcd revision.
+struct MemberEntry {
+  std::string key;
+  std::string value;
+};
+struct MembersView {
+  Expected<ClusterMap> map;           // the map of the valid records, epoch = revision
+  std::vector<std::string> rejected;  // one message per record left out, with its key
+};
+// The cluster map of the records read at `revision` (the epoch: revisions only grow, so do
+// epochs). A record that does not decode is left out and reported; the map itself fails only
+// when the valid records do not make one (two nodes at one address, say).
+MembersView members_view(std::string_view cluster, const std::vector<MemberEntry>& entries,
+                         std::uint64_t revision, const RingParams& params = {});
+
+}  // namespace sluice::cluster
