@@ -112,43 +112,18 @@ LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 awk -v cores="$CORES" '{ exit !($1 > 0.5 * cores) }' /proc/loadavg &&
   log "warning: load average $LOADAVG_START on $CORES cores: other work will skew the figures"
 
-# Every process started here, until it is seen to exit. The traps only turn a signal into an
-# exit, so cleanup runs once, from EXIT.
-PIDS=()
-untrack() {
-  local keep=() p
-  for p in "${PIDS[@]}"; do [[ "$p" == "$1" ]] || keep+=("$p"); done
-  PIDS=("${keep[@]}")
-}
+# free_ports N, listening PORT PID, and PIDS (every process started here, until it is seen to
+# exit) with untrack, stop_pid and stop_pids.
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+# The traps only turn a signal into an exit, so cleanup runs once, from EXIT.
 cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  done
+  stop_pids "${PIDS[@]}"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-stop_pid() {
-  kill "$1" 2>/dev/null || true
-  for _ in $(seq 1 100); do
-    if ! kill -0 "$1" 2>/dev/null; then
-      untrack "$1"
-      return 0
-    fi
-    sleep 0.1
-  done
-  kill -9 "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-  untrack "$1"
-}
 
 # The cores every thread of PID may run on, as the kernel reports them, for the results.
 note_affinity() {
@@ -164,9 +139,6 @@ note_affinity() {
   echo "$role ${cpus:-gone}" >>"$WORK/affinity.txt"
 }
 
-# free_ports N and listening PORT PID.
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
 
 REDIS_PID=""
 SLUICE_PID=""

@@ -56,16 +56,12 @@ for bin in "$SLUICED" "$CTL" "$LOAD"; do [[ -x "$bin" ]] || die "$bin is not bui
 WORK="$(mktemp -d)"
 SLUICE_PID=""
 FLOOD_PID=""
+# free_ports N, listening PORT PID, stop_pids PID...
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 cleanup() {
-  local pid
-  for pid in $FLOOD_PID $SLUICE_PID; do
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  done
+  # shellcheck disable=SC2086 # either may be empty, and is then no word
+  stop_pids $FLOOD_PID $SLUICE_PID
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -84,42 +80,8 @@ if ((LEFT < RUN_SECONDS)); then
   sleep $((LEFT + 1))
 fi
 
-# The first of two consecutive ports 127.0.0.1 can bind now (public and shard port), below the
-# kernel's ephemeral range.
-free_ports() {
-  python3 - <<'EOF'
-import random, socket, sys
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-for _ in range(1000):
-    base = random.randrange(10000, max(10001, low - 2))
-    socks = []
-    try:
-        for p in (base, base + 1):
-            s = socket.socket()
-            socks.append(s)
-            s.bind(("127.0.0.1", p))
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in socks:
-            s.close()
-else:
-    sys.exit("eviction_flood: no free ports")
-EOF
-}
-listening() { # PORT PID: until something accepts on PORT (at most 10 s), false if PID exits
-  for _ in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
-
 for attempt in 1 2 3; do
-  PORT="$(free_ports)"
+  PORT="$(free_ports 2)" # the public port and the one shard's
   taskset -c "$SERVER_CPU" "$SLUICED" --bind 127.0.0.1 --port "$PORT" --shards 1 \
     --max-memory "$MAX_MEMORY" --idle-timeout 0 >"$WORK/sluiced.log" 2>&1 &
   SLUICE_PID=$!

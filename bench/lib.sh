@@ -1,5 +1,6 @@
-# Shell helpers shared by the benchmark scripts (sourced, not run): free loopback ports, and
-# waiting for a listener.
+# shellcheck shell=bash
+# Shell helpers shared by the benchmark scripts (sourced, not run): free loopback ports, waiting
+# for a listener, and stopping the processes a script started.
 
 # free_ports N: the first of N consecutive ports that 127.0.0.1 can bind now, chosen below the
 # kernel's ephemeral range, so that no outgoing connection on this machine is given one of them.
@@ -34,4 +35,36 @@ listening() { # PORT PID: until something accepts on PORT (at most 10 s), false 
     sleep 0.1
   done
   return 1
+}
+
+# Every process a script started, until it is seen to exit (PIDS+=("$pid") after starting one).
+PIDS=()
+untrack() { # PID: no longer stopped at exit
+  local keep=() p
+  for p in "${PIDS[@]}"; do [[ "$p" == "$1" ]] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+stop_pids() { # PID...: SIGTERM to all, then SIGKILL to each still running 5 s later
+  local pid
+  for pid in "$@"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do
+    for _ in $(seq 1 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+}
+stop_pid() { # PID: SIGTERM, SIGKILL if it still runs 10 s later; then untracked
+  kill "$1" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    if ! kill -0 "$1" 2>/dev/null; then
+      untrack "$1"
+      return 0
+    fi
+    sleep 0.1
+  done
+  kill -9 "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  untrack "$1"
 }

@@ -61,35 +61,18 @@ dirty="$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | aw
   paste -sd' ')"
 
 WORK="$(mktemp -d /tmp/sluice-replication.XXXXXX)"
-PIDS=()
+# free_ports N, listening PORT PID, and PIDS with untrack, stop_pid and stop_pids.
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
 cleanup() {
-  local pid
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do
-    for _ in $(seq 1 50); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$pid" 2>/dev/null || true
-  done
+  stop_pids "${PIDS[@]}"
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# free_ports N and listening PORT PID.
-# shellcheck source=bench/lib.sh
-source "$ROOT/bench/lib.sh"
 cpu_ticks() { # utime + stime of PID and all its threads, in clock ticks
   awk '{print $14 + $15}' "/proc/$1/stat"
-}
-stop_pid() {
-  kill "$1" 2>/dev/null || true
-  wait "$1" 2>/dev/null || true
-  local keep=() p
-  for p in "${PIDS[@]}"; do [[ "$p" == "$1" ]] || keep+=("$p"); done
-  PIDS=("${keep[@]}")
 }
 
 # start_node NAME CPU FILE: sluiced as node NAME of FILE, pinned to CPU; sets PID_<NAME>.
