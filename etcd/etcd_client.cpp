@@ -137,6 +137,24 @@ WatchBatch watch_batch(const json& result) {
   return batch;
 }
 
+// POST `path` to `where` ("HOST:PORT") with a JSON `body`; `keep_alive` false asks the server
+// to close once it has answered (a unary call), true keeps the stream (a watch).
+http::request<http::string_body> json_post(std::string_view path, const std::string& where,
+                                           std::string body, bool keep_alive) {
+  http::request<http::string_body> request{http::verb::post, std::string(path), 11};
+  request.set(http::field::host, where);
+  request.set(http::field::content_type, "application/json");
+  request.keep_alive(keep_alive);
+  request.body() = std::move(body);
+  request.prepare_payload();
+  return request;
+}
+
+// Adds "WHERE: WHY" to the "; "-separated list of what each endpoint tried said.
+void add_error(std::string& errors, const std::string& where, const std::string& why) {
+  errors += (errors.empty() ? "" : "; ") + where + ": " + why;
+}
+
 constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 int sextet(char c) {
@@ -267,12 +285,7 @@ asio::awaitable<Result<std::string>> Client::post(std::string_view path, std::st
     connection.stream.expires_after(share);
     std::string why = co_await connect(connection, endpoint);
     if (why.empty()) {
-      http::request<http::string_body> request{http::verb::post, std::string(path), 11};
-      request.set(http::field::host, where);
-      request.set(http::field::content_type, "application/json");
-      request.keep_alive(false);
-      request.body() = body;
-      request.prepare_payload();
+      const auto request = json_post(path, where, body, /*keep_alive=*/false);
       boost::system::error_code ec;
       co_await http::async_write(connection.stream, request, redirect(ec));
       http::response<http::string_body> response;
@@ -292,7 +305,7 @@ asio::awaitable<Result<std::string>> Client::post(std::string_view path, std::st
         co_return std::move(response.body());
       }
     }
-    errors += (errors.empty() ? "" : "; ") + where + ": " + why;
+    add_error(errors, where, why);
   }
   if (errors.empty()) errors = "no endpoint tried before the deadline";
   co_return Result<std::string>::failure(std::string(path) + ": " + errors);
@@ -411,14 +424,10 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
     std::string why = co_await connect(*connection, endpoint);
     if (connection->stopped) co_return "stopped";
     if (!why.empty()) {
-      errors += (errors.empty() ? "" : "; ") + where + ": " + why;
+      add_error(errors, where, why);
       continue;
     }
-    http::request<http::string_body> request{http::verb::post, "/v3/watch", 11};
-    request.set(http::field::host, where);
-    request.set(http::field::content_type, "application/json");
-    request.body() = body;
-    request.prepare_payload();
+    const auto request = json_post("/v3/watch", where, body, /*keep_alive=*/true);
     boost::system::error_code ec;
     co_await http::async_write(connection->stream, request, redirect(ec));
     // The answer is one chunked response, a JSON message per line, for as long as the watch
@@ -437,7 +446,7 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
     if (connection->stopped) co_return "stopped";
     if (ec || parser.get().result() != http::status::ok) {
       why = ec ? ec.message() : "HTTP " + std::to_string(parser.get().result_int());
-      errors += (errors.empty() ? "" : "; ") + where + ": " + why;
+      add_error(errors, where, why);
       continue;
     }
     bool created = false;
