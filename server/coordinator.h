@@ -64,6 +64,8 @@ class Coordinator {
   // stopped.
   bool run(std::function<void()> work);
 
+  // The coordinator's event loop (the etcd membership agent runs on it).
+  boost::asio::io_context& io() { return io_; }
   // Pulls not finished yet (tests wait for 0).
   std::size_t running() const { return running_.load(); }
   // How long a source may take to answer before the next one is tried.

@@ -102,6 +102,16 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "cluster", po::value<std::string>()->default_value(""),
       "static cluster mode: the cluster file (one 'ID HOST:PORT' per node, an 'epoch N' line), "
       "the same on every node; SIGHUP rereads it")(
+      "etcd", po::value<std::string>()->default_value(""),
+      "etcd cluster mode: etcd's client URLs (http://HOST:PORT[,...]); membership, failover and "
+      "epochs come from etcd (needs --cluster-name and --node-id)")(
+      "cluster-name", po::value<std::string>()->default_value(""),
+      "with --etcd: the cluster's name, its key prefix /sluice/NAME/ in etcd")(
+      "lease-ttl", po::value<std::string>()->default_value("2s"),
+      "with --etcd: the node's lease TTL (whole seconds, at least 2s): a dead node's keys move "
+      "to their replica about this long after it dies")(
+      "advertise", po::value<std::string>()->default_value(""),
+      "with --etcd: HOST:PORT others reach this node at (default: --bind and --port)")(
       "auth-token-file", po::value<std::string>(),
       "require clients to send the token in this file (whole file, trailing whitespace "
       "stripped; keep it mode 0600)")(
@@ -178,6 +188,23 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   if (!config.cluster_file.empty() && config.node_id.empty()) {
     throw FlagError{"--cluster needs --node-id: this node's id in the cluster file"};
   }
+  config.etcd = text("etcd");
+  config.cluster_name = text("cluster-name");
+  config.advertise = text("advertise");
+  const std::uint64_t ttl_ms =
+      sluice::duration_flag("lease-ttl", text("lease-ttl"), 2000, 3'600'000);
+  if (ttl_ms % 1000 != 0) throw FlagError{"--lease-ttl: whole seconds (etcd's TTLs are)"};
+  config.lease_ttl = std::chrono::seconds(ttl_ms / 1000);
+  if (!config.etcd.empty()) {
+    if (!config.cluster_file.empty()) {
+      throw FlagError{"--etcd and --cluster are two cluster modes: give one"};
+    }
+    if (config.node_id.empty() || config.cluster_name.empty()) {
+      throw FlagError{"--etcd needs --cluster-name and --node-id"};
+    }
+  } else if (!config.cluster_name.empty() || !config.advertise.empty()) {
+    throw FlagError{"--cluster-name and --advertise are for the etcd mode (--etcd)"};
+  }
   if (vm.count("auth-token-file") != 0) {
     config.auth_token = sluice::auth::token_file_flag("sluiced", text("auth-token-file"));
   }
@@ -249,6 +276,10 @@ int main(int argc, char** argv) {
         join_ports(server.shard_ports()), server.shard_count(), format_size(config->max_memory),
         format_size(server.max_buffer_memory()),
         sluice::server::requires_authentication(*config) ? ", token required" : "");
+    if (!config->etcd.empty()) {
+      fmt::print("sluiced: node {} of the etcd cluster {} at {} (lease TTL {} s)\n",
+                 config->node_id, config->cluster_name, config->etcd, config->lease_ttl.count());
+    }
     if (!config->cluster_file.empty()) {
       fmt::print("sluiced: node {} of the static cluster {} (epoch {})\n", config->node_id,
                  config->cluster_file, server.cluster_epoch());

@@ -20,10 +20,13 @@
 #include <thread>
 
 #include "cluster/cluster_map.h"
+#include "cluster/etcd_members.h"
 #include "cluster/membership_file.h"
+#include "cluster/node.h"
 #include "core/units.h"
 #include "server/cluster_view.h"
 #include "server/coordinator.h"
+#include "server/etcd_membership.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -80,6 +83,46 @@ void fit_connections_to_descriptors(ServerConfig& config, unsigned shards) {
   config.max_connections = static_cast<std::uint32_t>(available);
 }
 
+// What the membership agent needs from the node's configuration; throws std::invalid_argument
+// for a bad --etcd, --cluster-name, --lease-ttl or address.
+MembershipConfig etcd_membership_config(const ServerConfig& config, std::uint16_t public_port) {
+  MembershipConfig out;
+  auto endpoints = etcd::parse_endpoints(config.etcd);
+  if (!endpoints) throw std::invalid_argument("--etcd: " + endpoints.error());
+  out.endpoints = std::move(*endpoints);
+  if (const std::string bad = cluster::check_cluster_name(config.cluster_name); !bad.empty()) {
+    throw std::invalid_argument("--cluster-name: " + bad);
+  }
+  out.cluster = config.cluster_name;
+  if (const std::string bad = cluster::check_node_id(config.node_id); !bad.empty()) {
+    throw std::invalid_argument("--node-id: " + bad);
+  }
+  out.node_id = config.node_id;
+  if (config.lease_ttl < std::chrono::seconds(2)) {
+    throw std::invalid_argument("--lease-ttl must be at least 2 s (etcd's minimum)");
+  }
+  out.ttl = config.lease_ttl;
+  if (config.lease_margin >= config.lease_ttl / 2) {
+    throw std::invalid_argument("the lease margin must be below half the lease TTL");
+  }
+  out.margin = config.lease_margin;
+  std::string address = config.advertise;
+  if (address.empty()) {
+    boost::system::error_code ec;
+    const auto bind = boost::asio::ip::make_address(config.bind, ec);
+    if (ec || bind.is_unspecified()) {
+      throw std::invalid_argument("--bind " + config.bind +
+                                  " is no address other nodes can reach: give --advertise");
+    }
+    address = format_host_port(config.bind, public_port);
+  }
+  if (const auto parsed = cluster::parse_node_address(address); !parsed) {
+    throw std::invalid_argument("--advertise: " + parsed.error());
+  }
+  out.address = address;
+  return out;
+}
+
 }  // namespace
 
 struct Server::Impl {
@@ -95,12 +138,22 @@ struct Server::Impl {
   std::shared_ptr<PartitionStates> partition_states;
   std::shared_ptr<const ClusterView> view;  // the one in force; null outside a cluster
   std::atomic<std::uint64_t> epoch{0};
+  // etcd mode. Declared before the coordinator, so destroyed after it: the coordinator's
+  // io_context, where its coroutines wait, is gone by then.
+  std::unique_ptr<EtcdMembership> membership;
   std::unique_ptr<Coordinator> coordinator;  // created with the first map, never destroyed early
   // The same pointer, for the shard threads (RELOAD) and stop(), which must not take
   // reload_mutex: a reload holding it waits for every shard thread (publish).
   std::atomic<Coordinator*> coordinator_live{nullptr};
 
   std::string reload_locked();
+  // Adopts `map` (checked by the caller) as the one in force: marks what must be pulled,
+  // publishes it, starts the pulls. REQUIRES reload_mutex.
+  void adopt_locked(const cluster::ClusterMap& map);
+  // etcd mode: the membership agent's maps, on the coordinator's thread.
+  void adopt_from_etcd(const cluster::ClusterMap& map);
+  // etcd mode: closes the fence and revokes the lease, waiting at most about one etcd call.
+  void leave_etcd();
   // Gives every shard `next`: directly before the threads run, else by a post, waiting until
   // each has it.
   void publish(std::shared_ptr<const ClusterView> next);
@@ -125,6 +178,7 @@ bool same_members(const cluster::ClusterMap& a, const cluster::ClusterMap& b) {
 }  // namespace
 
 std::string Server::Impl::reload_locked() {
+  if (cluster_file.empty()) return "not in static cluster mode (no --cluster file)";
   auto file = cluster::read_membership_file(cluster_file);
   if (!file) return join_lines(file.error());
   std::vector<cluster::ClusterNode> nodes;
@@ -152,27 +206,55 @@ std::string Server::Impl::reload_locked() {
           cluster_file, current.epoch());
     }
   }
+  adopt_locked(*map);
+  return "";
+}
+
+void Server::Impl::adopt_locked(const cluster::ClusterMap& map) {
+  const std::string& self = context.node_id;
   if (partition_states == nullptr ||
-      partition_states->size() != map->ring_params().partition_count()) {
-    partition_states = std::make_shared<PartitionStates>(map->ring_params().partition_count());
+      partition_states->size() != map.ring_params().partition_count()) {
+    partition_states = std::make_shared<PartitionStates>(map.ring_params().partition_count());
   }
   // The partitions this node is to serve but must fetch first are `pulling` before any shard
   // decides by the new map (docs/ARCHITECTURE.md, "Moving partitions").
-  std::vector<PullPlan> plans = plan_pulls(view != nullptr ? &view->map : nullptr, *map, self);
+  std::vector<PullPlan> plans = plan_pulls(view != nullptr ? &view->map : nullptr, map, self);
   for (const PullPlan& plan : plans) {
     if (!plan.primary) continue;
     for (const std::uint32_t p : plan.partitions) {
       partition_states->set(p, PartitionServing::kPulling);
     }
   }
-  auto next = make_cluster_view(*map, self, partition_states);
+  auto next = make_cluster_view(map, self, partition_states);
   publish(next);
   if (coordinator == nullptr) {
     coordinator = std::make_unique<Coordinator>(context);
     coordinator_live.store(coordinator.get());
   }
   coordinator->start(std::move(next), std::move(plans));
-  return "";
+}
+
+void Server::Impl::adopt_from_etcd(const cluster::ClusterMap& map) {
+  std::lock_guard<std::mutex> lock(reload_mutex);
+  if (stop_requested.load()) return;
+  const cluster::ClusterMap& current = view->map;  // never null in etcd mode
+  // Epochs only grow; the same member set under a later revision changes nothing.
+  if (map.epoch() <= current.epoch() || same_members(map, current)) return;
+  const cluster::ClusterNode* self = map.find(context.node_id);
+  fmt::print(stderr, "sluiced: etcd: epoch {}: {} members, {} active; this node {}\n", map.epoch(),
+             map.nodes().size(), map.ring().nodes().size(),
+             self != nullptr ? cluster::node_state_name(self->state) : "absent");
+  adopt_locked(map);
+}
+
+void Server::Impl::leave_etcd() {
+  Coordinator* live = coordinator_live.load();
+  if (membership == nullptr || live == nullptr) return;
+  auto left = std::make_shared<std::promise<void>>();
+  auto future = left->get_future();
+  EtcdMembership* agent = membership.get();
+  if (!live->run([agent, left] { agent->stop([left] { left->set_value(); }); })) return;
+  future.wait_for(std::chrono::seconds(2));
 }
 
 void Server::Impl::publish(std::shared_ptr<const ClusterView> next) {
@@ -326,6 +408,16 @@ void Server::start() {
       throw std::runtime_error(refused);
     }
   }
+  std::optional<MembershipConfig> membership;
+  if (!config.etcd.empty()) {
+    membership = etcd_membership_config(config, context.public_port);
+    // Until the first member set is read, nobody owns anything; until the lease is granted,
+    // the node decides nothing as primary.
+    context.leased = true;
+    context.lease_deadline_ns.store(0);
+    std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+    impl_->adopt_locked(cluster::ClusterMap());
+  }
 
   for (auto& shard : context.shards) shard->spawn();
   impl_->threads.reserve(context.shard_count);
@@ -337,10 +429,20 @@ void Server::start() {
       s->run();
     });
   }
+  if (membership) {
+    Impl* impl = impl_.get();
+    impl->membership = std::make_unique<EtcdMembership>(
+        impl->coordinator->io(), std::move(*membership),
+        [impl](const cluster::ClusterMap& map) { impl->adopt_from_etcd(map); },
+        context.lease_deadline_ns);
+    EtcdMembership* agent = impl->membership.get();
+    impl->coordinator->run([agent] { agent->start(); });
+  }
 }
 
 void Server::stop() {
   if (!impl_->started.load() || impl_->stop_requested.exchange(true)) return;
+  impl_->leave_etcd();
   // Not under reload_mutex: a reload on the coordinator's thread may be waiting for it.
   if (Coordinator* coordinator = impl_->coordinator_live.load()) coordinator->stop();
   for (auto& shard : impl_->context.shards) shard->request_stop(/*graceful=*/true);
@@ -348,6 +450,7 @@ void Server::stop() {
 
 void Server::stop_now() {
   if (!impl_->started.load()) return;
+  impl_->context.lease_deadline_ns.store(0);
   // Not under reload_mutex: a reload on the coordinator's thread may be waiting for it.
   if (Coordinator* coordinator = impl_->coordinator_live.load()) coordinator->stop();
   impl_->stop_requested.store(true);

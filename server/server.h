@@ -62,6 +62,17 @@ struct ServerConfig {
   // start() and by reload_cluster(). REQUIRES node_id, which the file must list. Empty: a
   // single node, with no ownership checks.
   std::string cluster_file;
+  // etcd cluster mode (docs/ARCHITECTURE.md, "Membership in etcd mode"), instead of
+  // cluster_file: etcd's gateway URLs ("http://HOST:PORT[,...]"), the cluster's name (its key
+  // prefix in etcd) and the node's lease TTL (whole seconds; etcd's minimum is 2). REQUIRES
+  // node_id. The node decides as primary only until lease_margin before its lease could expire.
+  std::string etcd;
+  std::string cluster_name;
+  std::chrono::seconds lease_ttl{2};
+  std::chrono::milliseconds lease_margin{250};
+  // HOST:PORT other nodes and clients reach this node's public port at, in its etcd record.
+  // Empty: bind and the public port (refused when bind is a wildcard address).
+  std::string advertise;
   // Replication: a shard sends the records it changed to their replica at least this often, and
   // at once when this many are queued for one node.
   std::chrono::microseconds replication_interval{1000};

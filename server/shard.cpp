@@ -368,7 +368,8 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
   if (view_ != nullptr) {
     // A node never counts a key it is not the serving primary of (docs/ARCHITECTURE.md).
     std::uint32_t owner = 0;
-    const Route route = view_->route(hash, owner);
+    Route route = view_->route(hash, owner);
+    if (route == Route::kDecide && !lease_ok_) route = Route::kUnavailable;
     if (route != Route::kDecide) {
       protocol::AcquireResult result;
       if (route == Route::kRedirect) {
@@ -402,7 +403,8 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
 protocol::ResetStatus Shard::reset_local(const KeyHash& hash, std::uint64_t now_ns) {
   if (view_ != nullptr) {
     std::uint32_t owner = 0;
-    const Route route = view_->route(hash, owner);
+    Route route = view_->route(hash, owner);
+    if (route == Route::kDecide && !lease_ok_) route = Route::kUnavailable;
     if (route == Route::kRedirect) {
       counters_[Stat::kRedirected].add();
       return protocol::ResetStatus::kRedirect;
@@ -626,6 +628,7 @@ void Shard::run_task(HandoverTask* task) {
               acquire_local(item.hash, item.rule, item.cost, item.peek, now_ns);
         });
   } else {
+    check_lease();
     for (const HandoverItem& item : task->items) {
       frame.reset_results[item.index] = reset_local(item.hash, now_ns);
     }

@@ -80,6 +80,14 @@ struct HandoverTask : MpscNode {
   std::vector<HandoverItem> items;
 };
 
+// The monotonic clock of lease fencing (CLOCK_MONOTONIC, in ns): it does not jump with the wall
+// clock, and etcd's TTLs are durations.
+inline std::int64_t lease_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // State shared by all shards. Set up before the threads start; afterwards only the atomics
 // change.
 struct ServerContext {
@@ -93,6 +101,12 @@ struct ServerContext {
   // RELOAD (static cluster mode): rereads the cluster file off the shard threads and calls
   // `done(epoch in force, "" or why the file was refused)` on some thread. Set by Server.
   std::function<void(std::function<void(std::uint64_t, std::string)> done)> reload_cluster;
+
+  // etcd mode (docs/ARCHITECTURE.md, "Fencing and failover with etcd"): the node decides as
+  // primary only while lease_clock_ns() is below lease_deadline_ns, which the membership agent
+  // moves forward with each answered keepalive and sets to 0 when the lease is lost.
+  bool leased = false;  // set before the shard threads start
+  std::atomic<std::int64_t> lease_deadline_ns{0};
 
   std::atomic<std::uint32_t> connections{0};  // open connections on all shards (max_connections)
 
@@ -147,6 +161,7 @@ class Shard {
   template <typename HashAt, typename Decide>
   void decide_prefetched(std::size_t n, HashAt hash_at, Decide decide) {
     if (view_ == nullptr) return table_.for_each_prefetched(n, hash_at, decide);
+    check_lease();
     table_.for_each_prefetched(
         n,
         [&](std::size_t k) {
@@ -174,6 +189,12 @@ class Shard {
   // between frames (Server posts it to every shard).
   const ClusterView* view() const { return view_.get(); }
   void set_view(std::shared_ptr<const ClusterView> view);
+  // etcd mode: reads whether the node's lease is surely alive (ServerContext::lease_deadline_ns)
+  // for the decisions that follow; past its deadline they answer UNAVAILABLE instead of deciding
+  // as primary. Called before each batch (decide_prefetched does); a no-op in other modes.
+  void check_lease() {
+    if (context_.leased) lease_ok_ = lease_clock_ns() < context_.lease_deadline_ns.load();
+  }
 
   // Records between nodes (docs/ARCHITECTURE.md, "Replication", "Moving partitions").
   bool export_record(const KeyHash& hash, std::uint64_t now_ns, RecordImage& out,
@@ -257,6 +278,7 @@ class Shard {
   ShardCounters counters_;
   Dispatcher dispatcher_;
   std::shared_ptr<const ClusterView> view_;
+  bool lease_ok_ = true;  // check_lease(): false once the lease may have expired
   Replicator replicator_;
   mutable std::mutex lag_mutex_;
   std::vector<Replicator::PeerLag> published_lag_;  // under lag_mutex_

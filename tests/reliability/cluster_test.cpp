@@ -5,7 +5,6 @@
 // beyond its limit across the move. The test's client follows the protocol by hand (CLUSTER,
 // REDIRECT, UNAVAILABLE) over raw connections, so these check the nodes, not the client library.
 #include <fmt/core.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,41 +27,13 @@
 #include "core/key_hash.h"
 #include "protocol/cluster_messages.h"
 #include "tests/reliability/reliability_support.h"
+#include "tests/support/ports.h"
+#include "tests/support/wire_map.h"
 
 namespace sluice::test {
 namespace {
 
 using protocol::ItemStatus;
-
-// Whether `port` can be bound on 127.0.0.1 now.
-bool port_free(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool ok = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
-  ::close(fd);
-  return ok;
-}
-
-// A public port P with P + 1 .. P + shards free too (sluiced's shard ports follow its public
-// port), drawn from the ephemeral range; a node started on it may still lose a race for it,
-// and is then started again on another (ClusterProcesses::start).
-std::uint16_t free_port_block(unsigned shards, std::mt19937& random) {
-  std::uniform_int_distribution<int> draw(20000, 60000);
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const auto port = static_cast<std::uint16_t>(draw(random));
-    bool all = true;
-    for (unsigned i = 0; i <= shards && all; ++i) {
-      all = port_free(static_cast<std::uint16_t>(port + i));
-    }
-    if (all) return port;
-  }
-  FAIL("no free block of loopback ports");
-  return 0;
-}
 
 // N sluiced processes "node-0" .. "node-(N-1)", two shards each, one cluster file. port() and
 // size() may be called from another thread (a traffic thread's SeedClient) while the test's
@@ -71,13 +42,13 @@ class ClusterProcesses {
  public:
   static constexpr unsigned kShards = 2;
 
-  explicit ClusterProcesses(int nodes) : random_(std::random_device{}()) {
+  explicit ClusterProcesses(int nodes) {
     static int files = 0;
     dir_ = std::filesystem::temp_directory_path() /
            ("sluice-cluster-proc-" + std::to_string(::getpid()) + "-" + std::to_string(++files));
     std::filesystem::create_directories(dir_);
     for (int i = 0; i < nodes; ++i) {
-      const std::uint16_t port = free_port_block(kShards, random_);
+      const std::uint16_t port = free_port_block(kShards + 1);
       const std::lock_guard lock(ports_mu_);
       ports_.push_back(port);
     }
@@ -129,7 +100,7 @@ class ClusterProcesses {
   }
   // Adds node N (listed from the next write()), started at once.
   int add_node() {
-    const std::uint16_t port = free_port_block(kShards, random_);
+    const std::uint16_t port = free_port_block(kShards + 1);
     children_.emplace_back();
     const std::lock_guard lock(ports_mu_);
     ports_.push_back(port);
@@ -150,25 +121,11 @@ class ClusterProcesses {
   }
 
  private:
-  std::mt19937 random_;
   std::filesystem::path dir_;
   mutable std::mutex ports_mu_;
   std::vector<std::uint16_t> ports_;  // under ports_mu_
   std::vector<std::unique_ptr<Child>> children_;
 };
-
-// The map a CLUSTER reply describes; nullopt when it is not a valid map.
-std::optional<cluster::ClusterMap> map_of(const protocol::ClusterMapMessage& message) {
-  std::vector<cluster::ClusterNode> nodes;
-  for (const protocol::WireNode& node : message.nodes) {
-    // The wire numbers states from 0, cluster::NodeState from 1 (PROTOCOL.md 10.3).
-    nodes.push_back({node.id, fmt::format("{}:{}", node.host, node.port),
-                     static_cast<cluster::NodeState>(static_cast<int>(node.state) + 1)});
-  }
-  auto map = cluster::ClusterMap::make(message.epoch, std::move(nodes));
-  if (!map.has_value()) return std::nullopt;
-  return std::move(*map);
-}
 
 // A client that knows the cluster only through a seed: it asks the seed for the map, sends
 // each key to the primary its map names, and on REDIRECT asks again (the epoch may have moved)

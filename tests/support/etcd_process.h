@@ -21,40 +21,9 @@
 #include <thread>
 
 #include "tests/support/child_process.h"
+#include "tests/support/ports.h"
 
 namespace sluice::test {
-
-// True when 127.0.0.1:`port` can be bound now.
-inline bool loopback_port_free(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
-  ::close(fd);
-  return bound;
-}
-
-// Two consecutive free ports below the kernel's ephemeral range (so that no outgoing
-// connection is given one meanwhile): the first of them.
-inline std::uint16_t free_port_pair() {
-  int low = 32768;
-  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low;
-  std::mt19937 random(std::random_device{}());
-  std::uniform_int_distribution<int> pick(20000, std::max(20001, low - 2));
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const auto port = static_cast<std::uint16_t>(pick(random));
-    if (loopback_port_free(port) && loopback_port_free(static_cast<std::uint16_t>(port + 1))) {
-      return port;
-    }
-  }
-  FAIL("no two free loopback ports");
-  return 0;
-}
 
 inline constexpr const char* kEtcdBinary = "/usr/bin/etcd";
 
@@ -67,24 +36,16 @@ class EtcdProcess {
     REQUIRE(::mkdtemp(pattern) != nullptr);
     dir_ = pattern;
     client_port_ = free_port_pair();
-    const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
-    const std::string peer = "http://127.0.0.1:" + std::to_string(client_port_ + 1);
-    child_ = std::make_unique<Child>(
-        kEtcdBinary,
-        std::vector<std::string>{"--name", "test", "--data-dir", (dir_ / "data").string(),
-                                 "--listen-client-urls", client, "--advertise-client-urls", client,
-                                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                 "--initial-cluster", "test=" + peer, "--log-level", "warn"},
-        (dir_ / "etcd.log").string());
-    // Ready when GET /health says true (it has elected itself); at most 10 s.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!healthy()) {
-      INFO("etcd was not healthy within 10 s; its log: " << (dir_ / "etcd.log").string());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      REQUIRE_FALSE(child_->wait_exit(std::chrono::milliseconds(0)).has_value());
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    launch();
   }
+
+  // SIGKILL, and wait for the exit (at most 10 s).
+  void kill9() {
+    child_->send_signal(SIGKILL);
+    REQUIRE(child_->wait_exit(std::chrono::seconds(10)).has_value());
+  }
+  // Starts it again on the same ports and data directory, once it has exited.
+  void restart() { launch(); }
 
   // GET /health answers {"health":"true"} (one HTTP/1.0 request on a socket of its own, at
   // most 1 s).
@@ -125,6 +86,27 @@ class EtcdProcess {
   Child& child() { return *child_; }
 
  private:
+  void launch() {
+    const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
+    const std::string peer = "http://127.0.0.1:" + std::to_string(client_port_ + 1);
+    child_.reset();
+    child_ = std::make_unique<Child>(
+        kEtcdBinary,
+        std::vector<std::string>{"--name", "test", "--data-dir", (dir_ / "data").string(),
+                                 "--listen-client-urls", client, "--advertise-client-urls", client,
+                                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                                 "--initial-cluster", "test=" + peer, "--log-level", "warn"},
+        (dir_ / "etcd.log").string());
+    // Ready when GET /health says true (it has elected itself); at most 10 s.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!healthy()) {
+      INFO("etcd was not healthy within 10 s; its log: " << (dir_ / "etcd.log").string());
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      REQUIRE_FALSE(child_->wait_exit(std::chrono::milliseconds(0)).has_value());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
   std::filesystem::path dir_;
   std::uint16_t client_port_ = 0;
   std::unique_ptr<Child> child_;

@@ -1,0 +1,291 @@
+#include "server/etcd_membership.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <memory>
+
+#include "cluster/etcd_members.h"
+#include "server/shard.h"
+
+namespace sluice::server {
+
+namespace asio = boost::asio;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Each call to etcd may take this long (over all endpoints): a keepalive that takes longer is
+// no use to the fence anyway, since the next one is due.
+milliseconds call_timeout(std::chrono::seconds ttl) {
+  return std::max(milliseconds(200), std::chrono::duration_cast<milliseconds>(ttl) / 4);
+}
+
+std::chrono::nanoseconds now() { return std::chrono::nanoseconds(lease_clock_ns()); }
+
+}  // namespace
+
+EtcdMembership::EtcdMembership(asio::io_context& io, MembershipConfig config, Adopt adopt,
+                               std::atomic<std::int64_t>& deadline)
+    : io_(io),
+      config_(std::move(config)),
+      adopt_(std::move(adopt)),
+      deadline_(deadline),
+      client_(io, etcd::Client::Config{config_.endpoints, call_timeout(config_.ttl)}),
+      fence_(config_.margin),
+      key_(cluster::member_key(config_.cluster, config_.node_id)) {}
+
+void EtcdMembership::start() { asio::co_spawn(io_, run(), asio::detached); }
+
+void EtcdMembership::say(const std::string& message) {
+  if (message == last_said_) return;
+  last_said_ = message;
+  fmt::print(stderr, "sluiced: etcd: {}\n", message);
+}
+
+void EtcdMembership::publish_fence() {
+  deadline_.store(map_current_ ? fence_.deadline().count() : 0);
+}
+
+void EtcdMembership::lose(const std::string& why) {
+  if (lost_) return;
+  lost_ = true;
+  fence_.lose();
+  publish_fence();
+  say(fmt::format("lease {:x} lost ({}): no longer serving as primary; registering again", lease_,
+                  why));
+  client_.stop_watches();
+}
+
+asio::awaitable<void> EtcdMembership::pause(milliseconds how_long) {
+  asio::steady_timer timer(io_, how_long);
+  boost::system::error_code ec;
+  co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+}
+
+asio::awaitable<void> EtcdMembership::run() {
+  while (!stopped_) {
+    lost_ = false;
+    map_current_ = false;
+    if (co_await open_session()) {
+      co_await follow(session_);
+    }
+    const std::int64_t ended = lease_;
+    ++session_;  // the session's keepalive loop stops
+    fence_.lose();
+    publish_fence();
+    state_ = cluster::NodeState::kDown;
+    lease_ = 0;
+    if (stopped_) break;
+    // The key may outlive a lease etcd still holds (a watch that broke, say): give it up, so
+    // that registering again does not wait for it to expire.
+    if (ended != 0) co_await client_.revoke(ended);
+    co_await pause(config_.retry);
+  }
+}
+
+asio::awaitable<bool> EtcdMembership::open_session() {
+  const auto sent = now();
+  const auto lease = co_await client_.grant(config_.ttl);
+  if (!lease) {
+    say("cannot grant a lease: " + lease.error());
+    co_return false;
+  }
+  if (stopped_) {
+    co_await client_.revoke(lease->id);
+    co_return false;
+  }
+  lease_ = lease->id;
+  fence_.on_answer(sent, std::chrono::seconds(lease->ttl_s));
+  publish_fence();
+  asio::co_spawn(io_, keepalive_loop(session_), asio::detached);
+  // Register as joining, unless the key exists: a record of this node's previous run, whose
+  // lease has not expired yet (a restart after kill -9 waits up to the TTL), or another node
+  // with the same id, which keeps it for as long as it lives.
+  const std::string joining = cluster::encode_member_value(
+      {config_.node_id, config_.address, cluster::NodeState::kJoining});
+  const auto waited_since = now();
+  while (current(session_) && !lost_) {
+    const auto put = co_await client_.put_if_absent(key_, joining, lease_);
+    if (!put) {
+      say("cannot register " + key_ + ": " + put.error());
+      co_return false;
+    }
+    if (put->written) {
+      state_ = cluster::NodeState::kJoining;
+      say(fmt::format("registered {} as joining under lease {:x} (TTL {} s)", key_, lease_,
+                      lease->ttl_s));
+      co_return true;
+    }
+    if (now() - waited_since > 2 * config_.ttl) {
+      say(fmt::format("{} is held by another live lease: is node id '{}' used twice?", key_,
+                      config_.node_id));
+    } else {
+      say(fmt::format("{} is still held (a previous run's lease?): waiting for it to expire",
+                      key_));
+    }
+    co_await pause(config_.retry);
+  }
+  co_return false;
+}
+
+asio::awaitable<void> EtcdMembership::keepalive_loop(std::uint64_t session) {
+  const milliseconds interval =
+      std::chrono::duration_cast<milliseconds>(config_.ttl) / 4;  // --lease-ttl / 4
+  while (current(session) && !lost_) {
+    const auto sent = now();
+    const auto ttl = co_await client_.keepalive(lease_);
+    if (!current(session)) break;
+    if (!ttl) {
+      // The fence closes by itself if this goes on; the lease may well still be alive.
+      say("keepalive failed: " + ttl.error());
+    } else if (*ttl <= 0) {
+      lose("etcd says it has expired");
+      break;
+    } else {
+      fence_.on_answer(sent, std::chrono::seconds(*ttl));
+      publish_fence();
+    }
+    const auto spent = now() - sent;
+    if (spent < interval)
+      co_await pause(std::chrono::duration_cast<milliseconds>(interval - spent));
+  }
+}
+
+asio::awaitable<bool> EtcdMembership::write_state(cluster::NodeState state, std::uint64_t session) {
+  const std::string value = cluster::encode_member_value({config_.node_id, config_.address, state});
+  while (current(session) && !lost_) {
+    const auto put = co_await client_.put(key_, value, lease_);
+    if (put) {
+      state_ = state;
+      say(fmt::format("{} is {} (revision {})", key_, cluster::node_state_name(state), *put));
+      co_return true;
+    }
+    say(fmt::format("cannot set {} {}: {}", key_, cluster::node_state_name(state), put.error()));
+    co_await pause(config_.retry);
+  }
+  co_return false;
+}
+
+bool EtcdMembership::adopt_members(std::int64_t revision) {
+  std::vector<cluster::MemberEntry> entries;
+  entries.reserve(members_.size());
+  for (const auto& [key, value] : members_) entries.push_back({key, value});
+  cluster::MembersView view =
+      cluster::members_view(config_.cluster, entries, static_cast<std::uint64_t>(revision));
+  for (const std::string& why : view.rejected) say("member record left out: " + why);
+  if (!view.map) {
+    say(fmt::format("the members at revision {} make no map: {}", revision, view.map.error()));
+    return false;
+  }
+  adopt_(*view.map);
+  return true;
+}
+
+asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
+  const std::string prefix = cluster::members_prefix(config_.cluster);
+  bool reload = true;
+  bool registered = false;
+  while (current(session) && !lost_) {
+    if (reload) {
+      // The whole member set at one revision: at the start, and when the watch's start was
+      // compacted away (the events between are gone; the set is not).
+      const auto read = co_await client_.range(prefix, /*prefix=*/true);
+      if (!current(session) || lost_) break;
+      if (!read) {
+        say("cannot read " + prefix + ": " + read.error());
+        co_await pause(config_.retry);
+        continue;
+      }
+      members_.clear();
+      for (const etcd::KeyValue& kv : read->kvs) members_[kv.key] = kv.value;
+      watched_ = read->revision;
+      reload = false;
+      if (members_.find(key_) == members_.end()) {
+        lose("its key is gone");
+        break;
+      }
+      if (adopt_members(read->revision) && !map_current_) {
+        map_current_ = true;
+        publish_fence();
+      }
+    }
+    if (!registered) {
+      // In the map as joining (so clients and peers know the address), now active: the map of
+      // that revision puts the node in the ring, and the hand-over pulls its partitions.
+      if (!co_await write_state(
+              draining_ ? cluster::NodeState::kDraining : cluster::NodeState::kActive, session)) {
+        break;
+      }
+      registered = true;
+    }
+    const std::string why =
+        co_await client_.watch(prefix, watched_ + 1, [&](const etcd::WatchBatch& batch) {
+          if (!current(session) || lost_) return false;
+          if (batch.canceled) {
+            reload = batch.compact_revision > 0;
+            return false;
+          }
+          if (batch.events.empty()) return true;
+          for (const etcd::WatchEvent& event : batch.events) {
+            if (event.type == etcd::WatchEvent::Type::kPut) {
+              members_[event.kv.key] = event.kv.value;
+            } else {
+              members_.erase(event.kv.key);
+              if (event.kv.key == key_) lose("its key was deleted");
+            }
+            watched_ = std::max(watched_, event.kv.mod_revision);
+          }
+          // Every message is applied as it comes: a failover is one message.
+          if (!lost_ && adopt_members(watched_) && !map_current_) {
+            map_current_ = true;
+            publish_fence();
+          }
+          return !lost_;
+        });
+    if (!current(session) || lost_) break;
+    if (!why.empty() && why != "stopped") {
+      say("watch of " + prefix + " ended: " + why);
+      co_await pause(config_.retry);
+    }
+  }
+}
+
+void EtcdMembership::drain() {
+  draining_ = true;
+  if (state_ == cluster::NodeState::kActive || state_ == cluster::NodeState::kJoining) {
+    asio::co_spawn(
+        io_,
+        [this, session = session_]() -> asio::awaitable<void> {
+          co_await write_state(cluster::NodeState::kDraining, session);
+        },
+        asio::detached);
+  }
+}
+
+void EtcdMembership::stop(std::function<void()> done) {
+  stopped_ = true;
+  fence_.lose();
+  publish_fence();
+  client_.stop_watches();
+  const std::int64_t lease = std::exchange(lease_, 0);
+  if (lease == 0) {
+    done();
+    return;
+  }
+  asio::co_spawn(
+      io_,
+      [this, lease, done = std::move(done)]() -> asio::awaitable<void> {
+        const auto revoked = co_await client_.revoke(lease);
+        if (!revoked) say("cannot revoke lease at stop: " + revoked.error());
+        done();
+      },
+      asio::detached);
+}
+
+}  // namespace sluice::server

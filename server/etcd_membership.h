@@ -1,0 +1,106 @@
+// A node's membership in etcd mode (issue 14; docs/ARCHITECTURE.md, "Membership in etcd mode"):
+// it grants a lease, registers the node's record under it (`joining`, then `active`), renews
+// the lease every TTL/4 with one keepalive, watches the cluster's member prefix and hands every
+// new member set to the server as a cluster map whose epoch is the etcd revision of the change.
+// Each answered keepalive moves the node's fence deadline forward (cluster/lease_fence.h); a
+// lost lease (etcd says TTL 0, or the node's own key is deleted) closes it at once and starts
+// a new session: new lease, `joining`, `active`, with the hand-over pulls the new map brings.
+//
+// Runs on the coordinator's io_context (one thread, off the data path); every member below is
+// touched only there.
+#pragma once
+
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <atomic>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cluster/cluster_map.h"
+#include "cluster/lease_fence.h"
+#include "etcd/etcd_client.h"
+
+namespace sluice::server {
+
+struct MembershipConfig {
+  std::vector<etcd::Endpoint> endpoints;
+  std::string cluster;  // cluster::check_cluster_name()
+  std::string node_id;
+  std::string address;  // HOST:PORT other nodes and clients reach this node's public port at
+  std::chrono::seconds ttl{2};
+  // The fence closes this long before the lease could expire (LeaseFence).
+  std::chrono::milliseconds margin{250};
+  // Pause between attempts when etcd cannot be reached or refuses.
+  std::chrono::milliseconds retry{200};
+};
+
+class EtcdMembership {
+ public:
+  // `adopt` gets each member set read from etcd as a map (on the io thread; it may block while
+  // the shards take it). `deadline` is where the fence deadline is published (lease_clock_ns()
+  // units; 0 = not primary), read by every shard.
+  using Adopt = std::function<void(const cluster::ClusterMap&)>;
+  EtcdMembership(boost::asio::io_context& io, MembershipConfig config, Adopt adopt,
+                 std::atomic<std::int64_t>& deadline);
+  EtcdMembership(const EtcdMembership&) = delete;
+  EtcdMembership& operator=(const EtcdMembership&) = delete;
+
+  // Starts the sessions. Io thread or before it runs.
+  void start();
+  // Io thread: closes the fence, ends the watch and the keepalives, and revokes the lease (its
+  // key goes with it, so the other nodes promote this node's replicas at once rather than
+  // after the TTL). `done` is called when that is over (at most one call deadline).
+  void stop(std::function<void()> done);
+
+  // This node's state in its own record (kDown before it has registered). Io thread.
+  cluster::NodeState state() const { return state_; }
+  // Asks for `draining` (sluicectl drain): the record is rewritten under the same lease, and
+  // the node leaves the ring at the next epoch. Io thread.
+  void drain();
+
+ private:
+  boost::asio::awaitable<void> run();
+  boost::asio::awaitable<bool> open_session();
+  boost::asio::awaitable<void> keepalive_loop(std::uint64_t session);
+  boost::asio::awaitable<void> follow(std::uint64_t session);
+  boost::asio::awaitable<bool> write_state(cluster::NodeState state, std::uint64_t session);
+  boost::asio::awaitable<void> pause(std::chrono::milliseconds how_long);
+  bool current(std::uint64_t session) const { return !stopped_ && session == session_; }
+  void lose(const std::string& why);
+  void publish_fence();
+  // Hands members_ to the server as the map of `revision`; false when they make no map.
+  bool adopt_members(std::int64_t revision);
+  // Says `message` on stderr unless it was the last thing said (etcd down: one line, not one
+  // every retry).
+  void say(const std::string& message);
+
+  boost::asio::io_context& io_;
+  MembershipConfig config_;
+  Adopt adopt_;
+  std::atomic<std::int64_t>& deadline_;
+  etcd::Client client_;
+  cluster::LeaseFence fence_;
+  std::string key_;
+  std::uint64_t session_ = 0;  // bumped when a session ends: its coroutines stop
+  std::int64_t lease_ = 0;
+  bool lost_ = false;  // the session's lease is gone
+  // Whether the session has adopted a map read after it registered. Until then the fence stays
+  // closed whatever the lease says: a node whose old lease expired while it was paused still
+  // holds the map of before, in which it is primary of partitions others serve now.
+  bool map_current_ = false;
+  bool stopped_ = false;
+  bool draining_ = false;
+  cluster::NodeState state_ = cluster::NodeState::kDown;
+  std::map<std::string, std::string> members_;  // key -> value, as of watched_
+  std::int64_t watched_ = 0;                    // the last revision whose events are in members_
+  std::string last_said_;
+};
+
+}  // namespace sluice::server

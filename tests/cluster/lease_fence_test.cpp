@@ -1,0 +1,49 @@
+#include "cluster/lease_fence.h"
+
+#include <catch2/catch.hpp>
+
+namespace {
+
+using sluice::cluster::LeaseFence;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+}  // namespace
+
+TEST_CASE("a lease fence is closed until a grant is answered", "[lease-fence]") {
+  LeaseFence fence(milliseconds(250));
+  CHECK(fence.deadline() == LeaseFence::Nanos::zero());
+  CHECK_FALSE(fence.alive_at(milliseconds(0)));
+  CHECK_FALSE(fence.alive_at(milliseconds(1)));
+}
+
+TEST_CASE("a lease fence closes the TTL less the margin after the send time", "[lease-fence]") {
+  LeaseFence fence(milliseconds(250));
+  // Sent at 1000 ms, answered much later: the deadline counts from the send, not the answer.
+  fence.on_answer(milliseconds(1000), seconds(2));
+  CHECK(fence.deadline() == milliseconds(2750));
+  CHECK(fence.alive_at(milliseconds(2749)));
+  CHECK_FALSE(fence.alive_at(milliseconds(2750)));
+}
+
+TEST_CASE("a late answer to an older keepalive does not move a lease fence back", "[lease-fence]") {
+  LeaseFence fence(milliseconds(250));
+  fence.on_answer(milliseconds(1500), seconds(2));  // the newer keepalive answered first
+  fence.on_answer(milliseconds(1000), seconds(2));  // then the older one
+  CHECK(fence.deadline() == milliseconds(3250));
+  fence.on_answer(milliseconds(2000), seconds(2));
+  CHECK(fence.deadline() == milliseconds(3750));
+}
+
+TEST_CASE("a lease fence closes at once when etcd says the lease is gone", "[lease-fence]") {
+  LeaseFence fence(milliseconds(250));
+  fence.on_answer(milliseconds(1000), seconds(2));
+  fence.on_answer(milliseconds(1500), seconds(0));
+  CHECK(fence.deadline() == LeaseFence::Nanos::zero());
+  CHECK_FALSE(fence.alive_at(milliseconds(1501)));
+  // A new lease starts over.
+  fence.on_answer(milliseconds(1600), seconds(2));
+  CHECK(fence.deadline() == milliseconds(3350));
+  fence.lose();
+  CHECK_FALSE(fence.alive_at(milliseconds(1700)));
+}

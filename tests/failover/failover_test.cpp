@@ -1,0 +1,585 @@
+// Issue 14's promises against a real etcd and real sluiced processes in etcd mode on loopback
+// (docs/RELIABILITY.md, "Failover with etcd"): a primary killed with SIGKILL under load has its
+// keys served by their replica within TTL + 1 s, with their counts, while the other nodes' keys
+// see no error; a primary paused with SIGSTOP past its lease answers nothing as primary when it
+// resumes, then rejoins; etcd down for 3 s stops the primaries once their leases may have
+// expired, and they serve again when it is back. Traffic goes through the client library, as a
+// gateway's would; the paused node is also watched over a raw connection of its own.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "cluster/cluster_map.h"
+#include "core/key_hash.h"
+#include "protocol/cluster_messages.h"
+#include "tests/integration/raw_client.h"
+#include "tests/support/child_process.h"
+#include "tests/support/etcd_process.h"
+#include "tests/support/ports.h"
+#include "tests/support/wire_map.h"
+
+namespace sluice::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using protocol::ItemStatus;
+
+constexpr unsigned kShards = 2;
+constexpr auto kTtl = 2s;  // --lease-ttl (etcd's minimum), the default
+
+long long ms(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+std::string node_id(int i) { return "node-" + std::to_string(i); }
+
+// The node number of `id` ("node-3" -> 3).
+int node_number(const std::string& id) { return std::stoi(id.substr(5)); }
+
+// N sluiced processes "node-0" .. "node-(N-1)" in etcd mode, two shards each, and the etcd
+// they register with. Everything is the test thread's.
+class EtcdCluster {
+ public:
+  explicit EtcdCluster(int nodes) {
+    static int clusters = 0;
+    dir_ = std::filesystem::temp_directory_path() /
+           fmt::format("sluice-failover-{}-{}", ::getpid(), ++clusters);
+    std::filesystem::create_directories(dir_);
+    for (int i = 0; i < nodes; ++i) {
+      ports_.push_back(free_port_block(kShards + 1));
+      children_.emplace_back();
+      runs_.push_back(0);
+    }
+    for (int i = 0; i < nodes; ++i) start(i);
+  }
+  ~EtcdCluster() {
+    children_.clear();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  int size() const { return static_cast<int>(ports_.size()); }
+  std::uint16_t port(int i) const { return ports_.at(static_cast<std::size_t>(i)); }
+  std::string seed(int i) const { return fmt::format("127.0.0.1:{}", port(i)); }
+  EtcdProcess& etcd() { return etcd_; }
+  Child& child(int i) { return *children_.at(static_cast<std::size_t>(i)); }
+  bool running(int i) const { return children_.at(static_cast<std::size_t>(i)) != nullptr; }
+
+  void start(int i) {
+    const auto index = static_cast<std::size_t>(i);
+    const std::vector<std::string> args = {"--bind",
+                                           "127.0.0.1",
+                                           "--port",
+                                           std::to_string(port(i)),
+                                           "--shards",
+                                           "2",
+                                           "--max-memory",
+                                           "64MiB",
+                                           "--etcd",
+                                           etcd_.url(),
+                                           "--cluster-name",
+                                           "failover",
+                                           "--node-id",
+                                           node_id(i),
+                                           "--shutdown-timeout",
+                                           "1s"};
+    children_[index] = std::make_unique<Child>(SLUICED_PATH, args, log_path(i, ++runs_[index]));
+    const std::string line = children_[index]->first_line(10s);
+    INFO(node_id(i) << " start-up line: " << line << "; its log: " << log(i));
+    REQUIRE(listen_port(line) == port(i));
+  }
+  void kill9(int i) {
+    child(i).send_signal(SIGKILL);
+    REQUIRE(child(i).wait_exit(10s).has_value());
+    children_[static_cast<std::size_t>(i)].reset();
+  }
+  std::string log(int i) const {
+    std::ifstream in(log_path(i, runs_.at(static_cast<std::size_t>(i))));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+
+  // The map node i serves now; nullopt when it does not answer within 1 s.
+  std::optional<cluster::ClusterMap> map_of_node(int i) const {
+    try {
+      RawClient raw(port(i), 1s);
+      raw.hello();
+      return map_of(raw.cluster());
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+
+  // Waits until every node of `asked` serves one map, of one epoch, whose active nodes are
+  // exactly `active`; returns it. Fails the test after `limit`.
+  cluster::ClusterMap wait_for(const std::set<int>& active, const std::set<int>& asked,
+                               std::chrono::milliseconds limit = 15s) {
+    const auto until = Clock::now() + limit;
+    std::string last;
+    for (;;) {
+      std::optional<cluster::ClusterMap> agreed;
+      bool ok = true;
+      for (const int i : asked) {
+        const auto map = map_of_node(i);
+        if (!map) {
+          last = node_id(i) + " does not answer CLUSTER";
+          ok = false;
+          break;
+        }
+        std::set<int> in_ring;
+        for (const std::string& id : map->ring().nodes()) in_ring.insert(node_number(id));
+        if (in_ring != active || (agreed && agreed->epoch() != map->epoch())) {
+          last = fmt::format("{} serves epoch {} with {} active", node_id(i), map->epoch(),
+                             in_ring.size());
+          ok = false;
+          break;
+        }
+        agreed = map;
+      }
+      if (ok && agreed) return *agreed;
+      INFO("the nodes never agreed on the expected map: " << last << "; node-0's log: " << log(0));
+      REQUIRE(Clock::now() < until);
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+  cluster::ClusterMap wait_for_all(std::chrono::milliseconds limit = 15s) {
+    std::set<int> all;
+    for (int i = 0; i < size(); ++i) all.insert(i);
+    return wait_for(all, all, limit);
+  }
+
+ private:
+  std::string log_path(int i, int run) const {
+    return (dir_ / fmt::format("{}.run{}.log", node_id(i), run)).string();
+  }
+
+  EtcdProcess etcd_;
+  std::filesystem::path dir_;
+  std::vector<std::uint16_t> ports_;
+  std::vector<std::unique_ptr<Child>> children_;
+  std::vector<int> runs_;
+};
+
+std::unique_ptr<client::Client> connect_client(const EtcdCluster& cluster, int seed) {
+  client::ClientOptions options;
+  options.servers = {cluster.seed(seed)};
+  options.timeout = 250ms;
+  options.connect_timeout = 500ms;
+  options.client_name = "failover-test";
+  auto connected = client::Client::connect(options);
+  INFO("connect: " << (connected.ok() ? "" : connected.status().message()));
+  REQUIRE(connected.ok());
+  return std::move(connected).value();
+}
+
+// A fixed window of `limit` per hour: a key's count only grows during a test.
+Rule hourly(std::uint32_t limit) {
+  Rule rule;
+  rule.algorithm = Algorithm::kFixedWindow;
+  rule.limit = limit;
+  rule.period_ms = 3'600'000;
+  return rule;
+}
+
+// What the traffic saw of one key.
+struct KeyLog {
+  int primary = -1;  // at the start
+  std::uint64_t admitted = 0;
+  std::uint64_t errors = 0;
+  std::vector<Clock::time_point> admitted_at;
+  std::optional<Clock::time_point> first_after;  // the first decision after the event
+  std::string first_error;
+};
+
+// Sends every key in turn, one acquire at a time, through `client`, until `done(now)`.
+template <typename Done>
+void drive(client::Client& client, const std::vector<std::string>& keys, const Rule& rule,
+           std::vector<KeyLog>& logs, std::optional<Clock::time_point> event, Done done) {
+  for (std::size_t round = 0; round < 1'000'000; ++round) {
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      const auto decision = client.acquire(keys[k], rule);
+      const auto now = Clock::now();
+      KeyLog& log = logs[k];
+      if (decision.ok()) {
+        if (decision->allowed) {
+          ++log.admitted;
+          log.admitted_at.push_back(now);
+        }
+        if (event && now >= *event && !log.first_after) log.first_after = now;
+      } else {
+        ++log.errors;
+        if (log.first_error.empty()) log.first_error = decision.status().message();
+      }
+    }
+    if (done(Clock::now())) return;
+  }
+}
+
+std::vector<std::string> key_names(int n, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));
+  return out;
+}
+
+double median_ms(std::vector<long long> values) {
+  std::sort(values.begin(), values.end());
+  if (values.empty()) return 0;
+  const std::size_t n = values.size();
+  return n % 2 == 1
+             ? static_cast<double>(values[n / 2])
+             : (static_cast<double>(values[n / 2 - 1]) + static_cast<double>(values[n / 2])) / 2;
+}
+
+void report(const std::string& text) {
+  fmt::print("FAILOVER: {}\n", text);
+  std::fflush(stdout);
+}
+
+// One kill -9 of node `victim` under traffic from a client seeded with node `seed`: returns the
+// gap (kill to the last of the victim's keys decided again), checking the promises on the way.
+struct KillOutcome {
+  long long gap_ms = 0;           // kill -> every key of the victim decided again
+  long long median_key_ms = 0;    // kill -> a key of the victim decided again, median over them
+  std::uint64_t over_limit = 0;   // admissions beyond the limit, over the victim's keys
+  std::uint64_t lost_window = 0;  // admissions of the victim's keys in the 50 ms before the kill
+};
+
+KillOutcome kill_under_load(EtcdCluster& cluster, client::Client& client, int victim,
+                            const std::string& prefix) {
+  constexpr int kKeys = 600;
+  constexpr std::uint32_t kLimit = 20;
+  const Rule rule = hourly(kLimit);
+  const cluster::ClusterMap before = cluster.wait_for_all();
+  const std::vector<std::string> keys = key_names(kKeys, prefix);
+  std::vector<KeyLog> logs(keys.size());
+  int victim_keys = 0;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    logs[k].primary = node_number(before.primary_of(hash_key(keys[k]))->id);
+    victim_keys += logs[k].primary == victim ? 1 : 0;
+  }
+  REQUIRE(victim_keys > 0);
+
+  // Long enough to exhaust most keys, and for the replicas to have every count.
+  const auto warm_until = Clock::now() + 1500ms;
+  drive(client, keys, rule, logs, std::nullopt,
+        [&](Clock::time_point now) { return now >= warm_until; });
+  const auto killed_at = Clock::now();
+  cluster.kill9(victim);
+  drive(client, keys, rule, logs, killed_at, [&](Clock::time_point now) {
+    if (now - killed_at > 15s) return true;
+    for (const KeyLog& log : logs) {
+      if (log.primary == victim && !log.first_after) return false;
+    }
+    return now - killed_at > 500ms;
+  });
+
+  KillOutcome outcome;
+  std::vector<long long> key_gaps;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    const KeyLog& log = logs[k];
+    INFO("key " << keys[k] << " of " << node_id(log.primary) << ": first error "
+                << log.first_error);
+    if (log.primary != victim) {
+      // Keys of the other nodes see no error at all, and exactly their limit.
+      CHECK(log.errors == 0);
+      CHECK(log.admitted <= kLimit);
+      continue;
+    }
+    REQUIRE(log.first_after.has_value());
+    key_gaps.push_back(ms(*log.first_after - killed_at));
+    outcome.gap_ms = std::max(outcome.gap_ms, key_gaps.back());
+    // What the dead primary admitted after its last replicated batch may be admitted again by
+    // the replica, and nothing more: batches leave every millisecond, so 50 ms before the kill
+    // is a generous window.
+    const auto lost = static_cast<std::uint64_t>(
+        std::count_if(log.admitted_at.begin(), log.admitted_at.end(),
+                      [&](Clock::time_point t) { return t >= killed_at - 50ms && t < killed_at; }));
+    outcome.lost_window += lost;
+    CHECK(log.admitted <= kLimit + lost);
+    outcome.over_limit += log.admitted > kLimit ? log.admitted - kLimit : 0;
+  }
+  outcome.median_key_ms = static_cast<long long>(median_ms(key_gaps));
+  return outcome;
+}
+
+TEST_CASE("etcd mode: the nodes register, agree on one map and route every key") {
+  EtcdCluster cluster(3);
+  const cluster::ClusterMap map = cluster.wait_for_all();
+  CHECK(map.nodes().size() == 3);
+  for (const cluster::ClusterNode& node : map.nodes()) {
+    CHECK(node.state == cluster::NodeState::kActive);
+    CHECK(node.address == cluster.seed(node_number(node.id)));
+  }
+  auto client = connect_client(cluster, 2);
+  CHECK(client->cluster_epoch() == map.epoch());
+  CHECK(client->node_count() == 3);
+  // 1,000 keys of limit 5, ten acquires each: exactly 5 admitted per key.
+  const std::vector<std::string> keys = key_names(1000, "register:");
+  std::vector<KeyLog> logs(keys.size());
+  int rounds = 0;
+  drive(*client, keys, hourly(5), logs, std::nullopt,
+        [&](Clock::time_point) { return ++rounds == 10; });
+  std::uint64_t wrong = 0;
+  std::uint64_t errors = 0;
+  for (const KeyLog& log : logs) {
+    wrong += log.admitted != 5 ? 1 : 0;
+    errors += log.errors;
+  }
+  CHECK(wrong == 0);
+  CHECK(errors == 0);
+}
+
+TEST_CASE("etcd mode: kill -9 of a primary under load moves its keys to their replica in time") {
+  EtcdCluster cluster(3);
+  cluster.wait_for_all();
+  auto client = connect_client(cluster, 0);
+  const KillOutcome outcome = kill_under_load(cluster, *client, 1, "kill:");
+  report(
+      fmt::format("kill -9 under load: every key of the dead node decided again {} ms after "
+                  "the kill (median key {} ms); over-admission {} (bound: {} admitted in the "
+                  "50 ms before the kill)",
+                  outcome.gap_ms, outcome.median_key_ms, outcome.over_limit, outcome.lost_window));
+  // Within TTL + 1 s of the kill.
+  CHECK(outcome.gap_ms <= ms(kTtl + 1s));
+  const cluster::ClusterMap after = cluster.wait_for({0, 2}, {0, 2});
+  CHECK(after.find("node-1") == nullptr);  // its lease took its record with it
+  // The killed node comes back: it registers, catches up and is active again.
+  cluster.start(1);
+  const cluster::ClusterMap back = cluster.wait_for_all();
+  CHECK(back.epoch() > after.epoch());
+}
+
+TEST_CASE("etcd mode: a primary paused past its lease answers nothing as primary when it resumes") {
+  EtcdCluster cluster(3);
+  const cluster::ClusterMap before = cluster.wait_for_all();
+  constexpr int kVictim = 1;
+  // Keys node-1 is the primary of, exhausted before the pause over node-1's own connection.
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 20 && i < 10'000; ++i) {
+    const std::string key = "pause:" + std::to_string(i);
+    if (node_number(before.primary_of(hash_key(key))->id) == kVictim) keys.push_back(key);
+  }
+  REQUIRE(keys.size() == 20);
+  const Rule rule = hourly(3);
+  RawClient raw(cluster.port(kVictim), 10s);
+  raw.hello();
+  raw.set_framing(protocol::Framing::with_epoch(before.epoch()));
+  for (const std::string& key : keys) {
+    for (int n = 0; n < 3; ++n) REQUIRE(raw.acquire(key, rule).status == ItemStatus::kAllowed);
+    REQUIRE(raw.acquire(key, rule).status == ItemStatus::kDenied);
+  }
+  // Let the last admissions reach the replicas.
+  std::this_thread::sleep_for(50ms);
+
+  const auto stopped_at = Clock::now();
+  cluster.child(kVictim).send_signal(SIGSTOP);
+  const cluster::ClusterMap failed_over = cluster.wait_for({0, 2}, {0, 2});
+  const long long failover_ms = ms(Clock::now() - stopped_at);
+  // The others serve node-1's keys with node-1's counts: still exhausted.
+  auto client = connect_client(cluster, 0);
+  for (const std::string& key : keys) {
+    const auto decision = client->acquire(key, rule);
+    REQUIRE(decision.ok());
+    CHECK_FALSE(decision->allowed);
+  }
+  // Requests that node-1 finds waiting when it resumes: one frame per key, pipelined.
+  std::map<std::uint32_t, std::string> sent;
+  for (const std::string& key : keys) {
+    const std::uint32_t id = raw.next_id();
+    protocol::Bytes out;
+    const protocol::AcquireItem item{key, rule, 1, false};
+    protocol::encode_acquire_request(out, id, std::span(&item, 1),
+                                     protocol::Framing::with_epoch(before.epoch()));
+    REQUIRE(raw.send(out));
+    sent[id] = key;
+  }
+  std::this_thread::sleep_until(stopped_at + 5s);
+  cluster.child(kVictim).send_signal(SIGCONT);
+
+  // What node-1 answers from the moment it resumes until it is active again: nothing decided
+  // under an epoch at or before the failover's.
+  std::uint64_t decided_stale = 0;
+  std::uint64_t refused = 0;
+  std::uint64_t decided_later = 0;
+  const auto tally = [&](const ReceivedFrame& frame) {
+    std::vector<protocol::AcquireResult> results;
+    REQUIRE(protocol::parse_acquire_reply(frame.body, results));
+    for (const protocol::AcquireResult& r : results) {
+      const bool decided = r.status == ItemStatus::kAllowed || r.status == ItemStatus::kDenied;
+      if (!decided) {
+        ++refused;
+      } else if (frame.header.epoch <= failed_over.epoch()) {
+        ++decided_stale;
+      } else {
+        ++decided_later;
+        CHECK(r.status == ItemStatus::kDenied);  // caught up: the counts came back with it
+      }
+    }
+  };
+  for (std::size_t n = 0; n < sent.size(); ++n) {
+    ReceivedFrame frame;
+    REQUIRE(raw.read(frame, 10s) == RawClient::ReadEnd::kFrame);
+    tally(frame);
+  }
+  const auto resumed_until = Clock::now() + 15s;
+  bool active_again = false;
+  while (!active_again && Clock::now() < resumed_until) {
+    for (const std::string& key : keys) {
+      const std::uint32_t id = raw.next_id();
+      protocol::Bytes out;
+      const protocol::AcquireItem item{key, rule, 1, false};
+      protocol::encode_acquire_request(out, id, std::span(&item, 1),
+                                       protocol::Framing::with_epoch(before.epoch()));
+      REQUIRE(raw.send(out));
+      ReceivedFrame frame;
+      REQUIRE(raw.read(frame, 5s) == RawClient::ReadEnd::kFrame);
+      tally(frame);
+    }
+    const auto map = cluster.map_of_node(kVictim);
+    active_again = map && map->epoch() > failed_over.epoch() && map->ring().find("node-1");
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(active_again);
+  CHECK(decided_stale == 0);
+  CHECK(refused > 0);
+  const cluster::ClusterMap back = cluster.wait_for_all();
+  CHECK(back.epoch() > failed_over.epoch());
+  report(
+      fmt::format("SIGSTOP 5 s: failover seen {} ms after the stop; on resuming, node-1 "
+                  "refused {} items (REDIRECT/UNAVAILABLE), decided {} under the epoch of the "
+                  "failover or older, {} after rejoining at epoch {}",
+                  failover_ms, refused, decided_stale, decided_later, back.epoch()));
+  // Rejoined with its keys' counts: still exhausted.
+  for (const std::string& key : keys) {
+    const auto decision = client->acquire(key, rule);
+    REQUIRE(decision.ok());
+    CHECK_FALSE(decision->allowed);
+  }
+}
+
+TEST_CASE("etcd mode: with etcd down the primaries stop once their leases may have expired") {
+  EtcdCluster cluster(3);
+  cluster.wait_for_all();
+  auto client = connect_client(cluster, 0);
+  const std::vector<std::string> keys = key_names(300, "etcd-down:");
+  const Rule rule = hourly(1'000'000);
+  // Per 50 ms slot after the kill: decisions and errors.
+  struct Slot {
+    std::uint64_t decided = 0;
+    std::uint64_t errors = 0;
+  };
+  std::vector<Slot> slots(400);  // 20 s
+  std::vector<KeyLog> logs(keys.size());
+  drive(*client, keys, rule, logs, std::nullopt, [](Clock::time_point) { return true; });
+
+  const auto killed_at = Clock::now();
+  cluster.etcd().kill9();
+  bool restarted = false;
+  Clock::time_point restarted_at;
+  std::optional<Clock::time_point> recovered_at;
+  std::string first_error;
+  for (int round = 0; round < 1'000'000 && !recovered_at; ++round) {
+    if (Clock::now() - killed_at > 20s) break;
+    std::uint64_t round_errors = 0;
+    for (const std::string& key : keys) {
+      // Checked per call: while the primaries are fenced, each call takes its whole timeout.
+      if (!restarted && Clock::now() - killed_at >= 3s) {
+        cluster.etcd().restart();
+        restarted = true;
+        restarted_at = Clock::now();
+      }
+      const auto decision = client->acquire(key, rule);
+      const auto at = Clock::now();
+      Slot& slot = slots[std::min<std::size_t>(slots.size() - 1,
+                                               static_cast<std::size_t>(ms(at - killed_at) / 50))];
+      if (decision.ok()) {
+        ++slot.decided;
+      } else {
+        ++slot.errors;
+        ++round_errors;
+        if (first_error.empty()) first_error = decision.status().message();
+      }
+    }
+    if (restarted && round_errors == 0) recovered_at = Clock::now();
+    if (round_errors != 0) std::this_thread::sleep_for(5ms);
+  }
+  REQUIRE(restarted);
+  REQUIRE(recovered_at.has_value());
+  // The lease is alive for at least TTL after the last keepalive that etcd answered, which was
+  // at most TTL/4 (plus one call) before the kill; the fence closes 250 ms before that.
+  std::uint64_t early_errors = 0;
+  std::uint64_t decided_while_expired = 0;
+  std::optional<long long> first_error_ms;
+  for (std::size_t s = 0; s < slots.size(); ++s) {
+    const long long from = static_cast<long long>(s) * 50;
+    if (slots[s].errors != 0 && !first_error_ms) first_error_ms = from;
+    if (from + 50 <= 1000) early_errors += slots[s].errors;
+    // From TTL after the kill until etcd is back, no lease can be alive: nobody decides.
+    if (from >= ms(kTtl) && from + 50 <= ms(restarted_at - killed_at)) {
+      decided_while_expired += slots[s].decided;
+    }
+  }
+  INFO("first error: " << first_error);
+  CHECK(early_errors == 0);
+  CHECK(decided_while_expired == 0);
+  CHECK(ms(*recovered_at - restarted_at) <= 10'000);
+  report(
+      fmt::format("etcd down {} ms: the first error {} ms after the kill ({}), no decision "
+                  "from {} ms until etcd was back, every key served again {} ms after it "
+                  "restarted",
+                  ms(restarted_at - killed_at), first_error_ms.value_or(-1), first_error, ms(kTtl),
+                  ms(*recovered_at - restarted_at)));
+  cluster.wait_for_all();
+}
+
+// The closing note's figures: `kKills` rounds of kill -9, failover, restart, active again, with
+// the gap and the counts each round. Hidden (about 2 minutes): bench/failover.sh runs it.
+TEST_CASE("etcd mode: twenty kills in a loop", "[.][loop]") {
+  constexpr int kKills = 20;
+  EtcdCluster cluster(3);
+  cluster.wait_for_all();
+  auto client = connect_client(cluster, 0);
+  std::vector<long long> gaps;
+  std::vector<long long> key_medians;
+  std::uint64_t over = 0;
+  std::uint64_t lost_window = 0;
+  for (int round = 0; round < kKills; ++round) {
+    const int victim = 1 + round % 2;  // the client's seed stays up
+    const KillOutcome outcome =
+        kill_under_load(cluster, *client, victim, fmt::format("loop{}:", round));
+    gaps.push_back(outcome.gap_ms);
+    key_medians.push_back(outcome.median_key_ms);
+    over += outcome.over_limit;
+    lost_window += outcome.lost_window;
+    report(fmt::format(
+        "round {}: killed {}, all its keys decided again after {} ms (median key "
+        "{} ms), over-admission {}",
+        round + 1, node_id(victim), outcome.gap_ms, outcome.median_key_ms, outcome.over_limit));
+    cluster.start(victim);
+    cluster.wait_for_all(20s);
+  }
+  report(
+      fmt::format("{} kills: gap median {} ms, max {} ms; median key gap, median over rounds "
+                  "{} ms; over-admission {} in all (bound {}: admitted in the 50 ms before "
+                  "each kill)",
+                  kKills, median_ms(gaps), *std::max_element(gaps.begin(), gaps.end()),
+                  median_ms(key_medians), over, lost_window));
+  CHECK(median_ms(gaps) <= 2500);
+}
+
+}  // namespace
+}  // namespace sluice::test
