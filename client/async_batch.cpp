@@ -148,7 +148,12 @@ void AsyncBatch::on_reply(std::uint32_t id, const Frame& reply) {
       impl_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    if (clustered_ && r.status == ItemStatus::kUnavailable) {
+    // A second REDIRECT from a node whose map is older than ours: it has not adopted the epoch
+    // that moved the key yet (nodes adopt a new map a few milliseconds apart), so it is asked
+    // again after a pause, as for UNAVAILABLE, rather than taken as the answer.
+    const bool behind = clustered_ && r.status == ItemStatus::kRedirect &&
+                        reply.header.epoch < impl_.map_epoch.load(std::memory_order_relaxed);
+    if (clustered_ && (r.status == ItemStatus::kUnavailable || behind)) {
       if (now == 0) now = steady_now_ns();
       if (now + kMaxRetryPauseNs < deadline_ns_) {
         unavailable_wait_.push_back(item);

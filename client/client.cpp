@@ -219,6 +219,20 @@ class ReloadCall final : public SyncCall<ReloadOutcome> {
   }
 };
 
+class DrainCall final : public SyncCall<ReloadOutcome> {
+ public:
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    protocol::ReloadReply answer;
+    if (reply.header.opcode != Opcode::kDrain || !protocol::parse_drain_reply(reply.body, answer)) {
+      return finish(unexpected_reply("DRAIN"));
+    }
+    ReloadOutcome outcome;
+    outcome.epoch = answer.epoch;
+    outcome.refusal.assign(answer.message);
+    finish(std::move(outcome));
+  }
+};
+
 // Queues a node-level request whose reply goes to `call`; on failure nothing was queued.
 template <typename Encode>
 Status start_call(Connection& connection, ReplySink& call, Encode encode) {
@@ -1169,6 +1183,38 @@ Result<std::vector<ReloadOutcome>> Client::reload_all() {
     if (outcome.status.code() == ErrorCode::kClosed) return outcome.status;
   }
   return out;
+}
+
+Result<ReloadOutcome> Client::drain(std::string_view node_id) {
+  const std::shared_ptr<const detail::Router> router = impl_->current_router();
+  if (!router->clustered()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "the seed is not a cluster member: no node to drain");
+  }
+  const cluster::ClusterNode* node = router->map()->find(node_id);
+  if (node == nullptr) {
+    return Status(ErrorCode::kInvalidArgument, "no node '" + std::string(node_id) +
+                                                   "' in the cluster map of epoch " +
+                                                   std::to_string(router->map()->epoch()));
+  }
+  Status why;
+  Connection* connection = router->node_control(node->id, why);
+  if (connection == nullptr) return why;
+  DrainCall call;
+  const std::string id(node_id);
+  if (Status queued = start_call(
+          *connection, call,
+          [&id](protocol::Bytes& out, std::uint32_t request, const protocol::Framing& framing) {
+            protocol::encode_drain_request(out, request, id, framing);
+          });
+      !queued.ok()) {
+    return queued;
+  }
+  Result<ReloadOutcome> outcome = call.wait();
+  if (!outcome.ok()) return outcome.status();
+  outcome->node_id = node->id;
+  outcome->address = node->address;
+  return outcome;
 }
 
 std::uint64_t Client::cluster_epoch() const {

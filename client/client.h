@@ -213,6 +213,10 @@ class Client {
   // seed alone outside a cluster). A node that cannot be asked has its outcome's status set;
   // the call itself fails only when the client is closed.
   Result<std::vector<ReloadOutcome>> reload_all();
+  // DRAIN on node `node_id` of the client's map (etcd mode): it turns `draining`, its ranges
+  // move to the other nodes under the next epoch, and it stays reachable until stopped. The
+  // outcome's refusal says why not (not in etcd mode, shutting down).
+  Result<ReloadOutcome> drain(std::string_view node_id);
   // The epoch of the map the client routes by (0: a node outside any cluster), and how many
   // nodes it routes to. Any thread.
   std::uint64_t cluster_epoch() const;

@@ -342,11 +342,14 @@ ParseResult parse_reload_request(std::span<const std::uint8_t> body) {
   return empty_body(body, "RELOAD request body not empty");
 }
 
-void encode_reload_reply(Bytes& out, std::uint32_t request_id, const ReloadReply& reply,
-                         const Framing& framing) {
+namespace {
+
+// RELOAD's and DRAIN's replies: u64 epoch, u16 message_len, message.
+void encode_epoch_message(Bytes& out, Opcode opcode, std::uint32_t request_id,
+                          const ReloadReply& reply, const Framing& framing) {
   const std::string_view message =
       reply.message.size() <= kU16Max ? reply.message : reply.message.substr(0, kU16Max);
-  const std::size_t start = begin_frame(out, Opcode::kReload, kFlagReply, request_id, framing);
+  const std::size_t start = begin_frame(out, opcode, kFlagReply, request_id, framing);
   std::uint8_t* p = grow(out, 10 + message.size());
   encode_fixed64(p, reply.epoch);
   encode_fixed16(p + 8, static_cast<std::uint16_t>(message.size()));
@@ -354,14 +357,58 @@ void encode_reload_reply(Bytes& out, std::uint32_t request_id, const ReloadReply
   finish_frame(out, start);
 }
 
-ParseResult parse_reload_reply(std::span<const std::uint8_t> body, ReloadReply& out) {
+ParseResult parse_epoch_message(std::span<const std::uint8_t> body, ReloadReply& out,
+                                const char* too_short, const char* left_over) {
   ByteReader in(body);
   std::uint16_t length = 0;
   if (!in.read_u64(out.epoch) || !in.read_u16(length) || !in.read_string(length, out.message)) {
-    return ParseResult::failure("RELOAD reply too short");
+    return ParseResult::failure(too_short);
   }
-  if (!in.at_end()) return ParseResult::failure("bytes left after the RELOAD reply message");
+  if (!in.at_end()) return ParseResult::failure(left_over);
   return {};
+}
+
+}  // namespace
+
+void encode_reload_reply(Bytes& out, std::uint32_t request_id, const ReloadReply& reply,
+                         const Framing& framing) {
+  encode_epoch_message(out, Opcode::kReload, request_id, reply, framing);
+}
+
+ParseResult parse_reload_reply(std::span<const std::uint8_t> body, ReloadReply& out) {
+  return parse_epoch_message(body, out, "RELOAD reply too short",
+                             "bytes left after the RELOAD reply message");
+}
+
+// ---- DRAIN ---------------------------------------------------------------------------------
+
+void encode_drain_request(Bytes& out, std::uint32_t request_id, std::string_view node_id,
+                          const Framing& framing) {
+  const std::size_t start = begin_frame(out, Opcode::kDrain, 0, request_id, framing);
+  std::uint8_t* p = grow(out, 1 + node_id.size());
+  put_text(p, node_id);
+  finish_frame(out, start);
+}
+
+ParseResult parse_drain_request(std::span<const std::uint8_t> body, std::string_view& node_id) {
+  ByteReader in(body);
+  std::uint8_t length = 0;
+  if (!in.read_u8(length) || !in.read_string(length, node_id)) {
+    return ParseResult::failure("DRAIN request too short");
+  }
+  if (!in.at_end()) return ParseResult::failure("bytes left after the DRAIN request's node id");
+  if (!valid_node_id(node_id)) return ParseResult::failure("DRAIN request with a bad node id");
+  return {};
+}
+
+void encode_drain_reply(Bytes& out, std::uint32_t request_id, const ReloadReply& reply,
+                        const Framing& framing) {
+  encode_epoch_message(out, Opcode::kDrain, request_id, reply, framing);
+}
+
+ParseResult parse_drain_reply(std::span<const std::uint8_t> body, ReloadReply& out) {
+  return parse_epoch_message(body, out, "DRAIN reply too short",
+                             "bytes left after the DRAIN reply message");
 }
 
 }  // namespace sluice::protocol

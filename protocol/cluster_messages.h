@@ -150,4 +150,16 @@ void encode_reload_reply(Bytes& out, std::uint32_t request_id, const ReloadReply
                          const Framing& framing = {});
 ParseResult parse_reload_reply(std::span<const std::uint8_t> body, ReloadReply& out);
 
+// ---- DRAIN ---------------------------------------------------------------------------------
+
+// The request names the node it is meant for (a node refuses a DRAIN for another id, so that a
+// stale address cannot drain the wrong node); the reply has RELOAD's layout, its message
+// empty when the node is draining (or was already), else why not.
+void encode_drain_request(Bytes& out, std::uint32_t request_id, std::string_view node_id,
+                          const Framing& framing = {});
+ParseResult parse_drain_request(std::span<const std::uint8_t> body, std::string_view& node_id);
+void encode_drain_reply(Bytes& out, std::uint32_t request_id, const ReloadReply& reply,
+                        const Framing& framing = {});
+ParseResult parse_drain_reply(std::span<const std::uint8_t> body, ReloadReply& out);
+
 }  // namespace sluice::protocol

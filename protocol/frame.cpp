@@ -28,6 +28,7 @@ constexpr bool is_known_opcode(std::uint8_t value) {
     case Opcode::kReplicate:
     case Opcode::kPull:
     case Opcode::kReload:
+    case Opcode::kDrain:
     case Opcode::kError:
       return true;
   }

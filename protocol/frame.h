@@ -51,6 +51,7 @@ enum class Opcode : std::uint8_t {
   kReplicate = 0x07,  // protocol 3, node to node: records a primary changed
   kPull = 0x08,       // protocol 3, node to node: a page of a shard's records of some partitions
   kReload = 0x09,     // protocol 3: reread the static cluster file
+  kDrain = 0x0A,      // protocol 3, etcd mode: the node hands its ranges over and leaves the ring
   kError = 0x7F,      // reply only
 };
 

@@ -90,6 +90,8 @@ void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
       return handle_pull(peer, header.request_id, frame.body);
     case protocol::Opcode::kReload:
       return handle_reload(peer, header.request_id, frame.body);
+    case protocol::Opcode::kDrain:
+      return handle_drain(peer, header.request_id, frame.body);
     default:
       return fail(
           peer, header.request_id, ErrorCode::kUnknownOpcode,
@@ -380,34 +382,64 @@ void Dispatcher::handle_reload(Peer& peer, std::uint32_t request_id,
   if (const auto parsed = protocol::parse_reload_request(body); !parsed) {
     return fail(peer, request_id, parsed.error, parsed.reason);
   }
-  // The reply comes later, from the reload's thread back to this one; meanwhile the frame is
-  // pending as a handed-over one is (shutdown waits for it).
-  if (!shard_.context().reload_cluster) {  // a node without a Server around it (tests)
-    protocol::encode_reload_reply(peer.reply_buffer(), request_id,
-                                  protocol::ReloadReply{0, "not in static cluster mode"}, framing_);
+  run_admin(peer, protocol::Opcode::kReload, request_id, shard_.context().reload_cluster);
+}
+
+void Dispatcher::handle_drain(Peer& peer, std::uint32_t request_id,
+                              std::span<const std::uint8_t> body) {
+  std::string_view node;
+  if (const auto parsed = protocol::parse_drain_request(body, node); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  const ServerContext& context = shard_.context();
+  if (node != context.node_id) {
+    const ClusterView* view = shard_.view();
+    const std::string refusal = fmt::format("this is node '{}', not '{}'", context.node_id, node);
+    protocol::encode_drain_reply(
+        peer.reply_buffer(), request_id,
+        protocol::ReloadReply{view != nullptr ? view->epoch() : 0, refusal}, framing_);
+    return;
+  }
+  run_admin(peer, protocol::Opcode::kDrain, request_id, context.drain_node);
+}
+
+void Dispatcher::run_admin(
+    Peer& peer, protocol::Opcode opcode, std::uint32_t request_id,
+    const std::function<void(std::function<void(std::uint64_t, std::string)>)>& hook) {
+  if (!hook) {  // a node without a Server around it (tests)
+    finish_admin_now(peer, opcode, request_id, framing_, 0,
+                     opcode == protocol::Opcode::kReload ? "not in static cluster mode"
+                                                         : "not in etcd cluster mode");
     return;
   }
   ++peer.frames_pending_;
   const protocol::Framing framing = framing_;
   Shard* shard = &shard_;
   std::shared_ptr<Peer> keep = peer.shared_from_this();
-  shard_.context().reload_cluster(
-      [shard, keep, request_id, framing](std::uint64_t epoch, std::string message) {
-        boost::asio::post(
-            shard->io(), [shard, keep, request_id, framing, epoch, message = std::move(message)] {
-              shard->dispatcher().finish_reload(*keep, request_id, framing, epoch, message);
-            });
-      });
+  hook([shard, keep, opcode, request_id, framing](std::uint64_t epoch, std::string message) {
+    boost::asio::post(shard->io(), [shard, keep, opcode, request_id, framing, epoch,
+                                    message = std::move(message)] {
+      shard->dispatcher().finish_admin(*keep, opcode, request_id, framing, epoch, message);
+    });
+  });
 }
 
-void Dispatcher::finish_reload(Peer& peer, std::uint32_t request_id,
-                               const protocol::Framing& framing, std::uint64_t epoch,
-                               std::string_view message) {
-  --peer.frames_pending_;
-  if (peer.wants_replies()) {
-    protocol::encode_reload_reply(peer.reply_buffer(), request_id,
-                                  protocol::ReloadReply{epoch, message}, framing);
+void Dispatcher::finish_admin_now(Peer& peer, protocol::Opcode opcode, std::uint32_t request_id,
+                                  const protocol::Framing& framing, std::uint64_t epoch,
+                                  std::string_view message) {
+  const protocol::ReloadReply reply{epoch, message};
+  if (opcode == protocol::Opcode::kReload) {
+    protocol::encode_reload_reply(peer.reply_buffer(), request_id, reply, framing);
+  } else {
+    protocol::encode_drain_reply(peer.reply_buffer(), request_id, reply, framing);
   }
+}
+
+void Dispatcher::finish_admin(Peer& peer, protocol::Opcode opcode, std::uint32_t request_id,
+                              const protocol::Framing& framing, std::uint64_t epoch,
+                              std::string_view message) {
+  --peer.frames_pending_;
+  if (peer.wants_replies()) finish_admin_now(peer, opcode, request_id, framing, epoch, message);
   peer.frame_finished();
 }
 

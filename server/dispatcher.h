@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -52,9 +53,10 @@ class Dispatcher {
   // replies) and tells the peer.
   void finish_frame(Peer& peer, PendingFrame& frame);
 
-  // The reply to a RELOAD, once the reload has run (on the peer's shard).
-  void finish_reload(Peer& peer, std::uint32_t request_id, const protocol::Framing& framing,
-                     std::uint64_t epoch, std::string_view message);
+  // The reply to a RELOAD or a DRAIN (`opcode`), once it has run (on the peer's shard).
+  void finish_admin(Peer& peer, protocol::Opcode opcode, std::uint32_t request_id,
+                    const protocol::Framing& framing, std::uint64_t epoch,
+                    std::string_view message);
 
   // Whether the peer's cross-shard backlog is at its bound (kMaxFramesPending frames or
   // config.max_pending_items items): a transport stops dispatching its frames until it falls.
@@ -69,6 +71,14 @@ class Dispatcher {
   void handle_replicate(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_pull(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_reload(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  void handle_drain(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  // Runs `hook` (ServerContext::reload_cluster or drain_node) off the shard and answers the
+  // frame with what it reports; meanwhile the frame is pending as a handed-over one is.
+  void finish_admin_now(Peer& peer, protocol::Opcode opcode, std::uint32_t request_id,
+                        const protocol::Framing& framing, std::uint64_t epoch,
+                        std::string_view message);
+  void run_admin(Peer& peer, protocol::Opcode opcode, std::uint32_t request_id,
+                 const std::function<void(std::function<void(std::uint64_t, std::string)>)>& hook);
   // Sends the frame's foreign items (staged in the shard) to their owners.
   void hand_over(Peer& peer, PendingFrame* frame);
   // A protocol error: counts it and rejects the peer.

@@ -223,6 +223,11 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
         break;
       }
       registered = true;
+      // A drain asked for while `active` was being written.
+      if (draining_ && state_ != cluster::NodeState::kDraining &&
+          !co_await write_state(cluster::NodeState::kDraining, session)) {
+        break;
+      }
     }
     const std::string why =
         co_await client_.watch(prefix, watched_ + 1, [&](const etcd::WatchBatch& batch) {
@@ -256,9 +261,12 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
   }
 }
 
-void EtcdMembership::drain() {
+std::string EtcdMembership::drain() {
+  if (stopped_) return "the node is shutting down";
+  if (draining_) return "";
   draining_ = true;
-  if (state_ == cluster::NodeState::kActive || state_ == cluster::NodeState::kJoining) {
+  // A session still registering writes `draining` instead of `active` by itself.
+  if (state_ == cluster::NodeState::kActive) {
     asio::co_spawn(
         io_,
         [this, session = session_]() -> asio::awaitable<void> {
@@ -266,6 +274,8 @@ void EtcdMembership::drain() {
         },
         asio::detached);
   }
+  say("draining: this node's ranges move to the others; stop it once they have");
+  return "";
 }
 
 void EtcdMembership::stop(std::function<void()> done) {

@@ -62,8 +62,9 @@ class EtcdMembership {
   // This node's state in its own record (kDown before it has registered). Io thread.
   cluster::NodeState state() const { return state_; }
   // Asks for `draining` (sluicectl drain): the record is rewritten under the same lease, and
-  // the node leaves the ring at the next epoch. Io thread.
-  void drain();
+  // the node leaves the ring at the next epoch; it stays draining in every later session.
+  // Returns "" or why not. Io thread.
+  std::string drain();
 
  private:
   boost::asio::awaitable<void> run();

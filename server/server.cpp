@@ -437,6 +437,11 @@ void Server::start() {
         context.lease_deadline_ns);
     EtcdMembership* agent = impl->membership.get();
     impl->coordinator->run([agent] { agent->start(); });
+    context.drain_node = [impl, agent](std::function<void(std::uint64_t, std::string)> done) {
+      const bool queued =
+          impl->coordinator->run([impl, agent, done] { done(impl->epoch.load(), agent->drain()); });
+      if (!queued) done(impl->epoch.load(), "the node is shutting down");
+    };
   }
 }
 

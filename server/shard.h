@@ -101,6 +101,9 @@ struct ServerContext {
   // RELOAD (static cluster mode): rereads the cluster file off the shard threads and calls
   // `done(epoch in force, "" or why the file was refused)` on some thread. Set by Server.
   std::function<void(std::function<void(std::uint64_t, std::string)> done)> reload_cluster;
+  // DRAIN (etcd mode): sets this node's record to draining, then calls `done(epoch, "" or why
+  // not)`. Set by Server in etcd mode only.
+  std::function<void(std::function<void(std::uint64_t, std::string)> done)> drain_node;
 
   // etcd mode (docs/ARCHITECTURE.md, "Fencing and failover with etcd"): the node decides as
   // primary only while lease_clock_ns() is below lease_deadline_ns, which the membership agent

@@ -546,6 +546,46 @@ TEST_CASE("etcd mode: with etcd down the primaries stop once their leases may ha
   cluster.wait_for_all();
 }
 
+TEST_CASE("etcd mode: draining a node under load loses no request and no count") {
+  EtcdCluster cluster(3);
+  cluster.wait_for_all();
+  auto client = connect_client(cluster, 0);
+  constexpr std::uint32_t kLimit = 20;
+  const std::vector<std::string> keys = key_names(600, "drain:");
+  std::vector<KeyLog> logs(keys.size());
+  const Rule rule = hourly(kLimit);
+  const auto warm_until = Clock::now() + 1000ms;
+  drive(*client, keys, rule, logs, std::nullopt,
+        [&](Clock::time_point now) { return now >= warm_until; });
+  const auto drained_at = Clock::now();
+  const auto outcome = client->drain("node-1");
+  REQUIRE(outcome.ok());
+  CHECK(outcome->refusal.empty());
+  drive(*client, keys, rule, logs, drained_at,
+        [&](Clock::time_point now) { return now - drained_at >= 1500ms; });
+  // node-1 is out of the ring on every node, itself included, and still answers.
+  const cluster::ClusterMap after = cluster.wait_for({0, 2}, {0, 1, 2});
+  REQUIRE(after.find("node-1") != nullptr);
+  CHECK(after.find("node-1")->state == cluster::NodeState::kDraining);
+  std::uint64_t errors = 0;
+  std::uint64_t over = 0;
+  std::string first_error;
+  for (const KeyLog& log : logs) {
+    errors += log.errors;
+    over += log.admitted > kLimit ? log.admitted - kLimit : 0;
+    if (first_error.empty()) first_error = log.first_error;
+  }
+  INFO("first error: " << first_error);
+  CHECK(errors == 0);
+  CHECK(over == 0);
+  // A second drain of a draining node is refused by the client: it is no longer active.
+  CHECK_FALSE(client->drain("node-1").ok());
+  report(
+      fmt::format("drain under load: {} errors, {} admitted beyond the limit, node-1 out of "
+                  "the ring at epoch {}",
+                  errors, over, after.epoch()));
+}
+
 // The closing note's figures: `kKills` rounds of kill -9, failover, restart, active again, with
 // the gap and the counts each round. Hidden (about 2 minutes): bench/failover.sh runs it.
 TEST_CASE("etcd mode: twenty kills in a loop", "[.][loop]") {

@@ -221,6 +221,7 @@ struct Scratch {
   protocol::PullRequest pull;
   protocol::ReplicateReply replicate;
   protocol::ReloadReply reload;
+  std::string_view drain_node;
   std::vector<Frame> replies;
 };
 
@@ -296,6 +297,9 @@ std::optional<ErrorCode> refusal(const Frame& frame, const server::ServerConfig&
       return ErrorCode::kMalformedFrame;
     case Opcode::kReload:  // answered: this node is not in static cluster mode
       parsed = protocol::parse_reload_request(frame.body);
+      break;
+    case Opcode::kDrain:  // answered: another node's id, or this node is not in etcd mode
+      parsed = protocol::parse_drain_request(frame.body, s.drain_node);
       break;
     case Opcode::kError:  // the decoder refuses one without the reply flag
       return ErrorCode::kMalformedFrame;
@@ -470,6 +474,9 @@ bool answers(const Frame& reply, const Request& request, const PeerView& peer, S
       return s.replicate.applied == 0 && s.replicate.refused == s.records.size();
     case Opcode::kReload:
       require(protocol::parse_reload_reply(reply.body, s.reload));
+      return s.reload.epoch == 0 && !s.reload.message.empty();
+    case Opcode::kDrain:
+      require(protocol::parse_drain_reply(reply.body, s.reload));
       return s.reload.epoch == 0 && !s.reload.message.empty();
     case Opcode::kPull:
     case Opcode::kError:

@@ -251,6 +251,42 @@ TEST_CASE("REPLICATE and RELOAD replies round-trip, and their requests must be e
   CHECK_FALSE(parse_reload_request(junk));
 }
 
+TEST_CASE("DRAIN names its node, and its reply round-trips apart from RELOAD's") {
+  Bytes request;
+  encode_drain_request(request, 6, "node-2");
+  const DecodeResult decoded = FrameDecoder().decode(request);
+  REQUIRE(decoded.status == DecodeStatus::kOk);
+  CHECK(decoded.frame.header.opcode == Opcode::kDrain);
+  std::string_view node;
+  REQUIRE(parse_drain_request(decoded.frame.body, node));
+  CHECK(node == "node-2");
+  // Byte by byte (PROTOCOL.md 10.7): u8 id_len, id.
+  const std::vector<std::uint8_t> body(decoded.frame.body.begin(), decoded.frame.body.end());
+  CHECK(body == std::vector<std::uint8_t>{6, 'n', 'o', 'd', 'e', '-', '2'});
+
+  const std::uint8_t empty_id[] = {0};
+  CHECK_FALSE(parse_drain_request(empty_id, node));
+  const std::uint8_t bad_id[] = {2, 'a', ' '};
+  CHECK_FALSE(parse_drain_request(bad_id, node));
+  const std::uint8_t short_id[] = {3, 'a', 'b'};
+  CHECK_FALSE(parse_drain_request(short_id, node));
+  const std::uint8_t extra[] = {1, 'a', 0};
+  CHECK_FALSE(parse_drain_request(extra, node));
+  CHECK_FALSE(parse_drain_request({}, node));
+
+  Bytes reply;
+  encode_drain_reply(reply, 6, ReloadReply{42, ""});
+  const DecodeResult answer = FrameDecoder().decode(reply);
+  REQUIRE(answer.status == DecodeStatus::kOk);
+  CHECK(answer.frame.header.opcode == Opcode::kDrain);
+  ReloadReply parsed;
+  REQUIRE(parse_drain_reply(answer.frame.body, parsed));
+  CHECK(parsed.epoch == 42);
+  CHECK(parsed.message.empty());
+  const std::uint8_t truncated[] = {0, 0, 0};
+  CHECK_FALSE(parse_drain_reply(truncated, parsed));
+}
+
 TEST_CASE("REDIRECT and UNAVAILABLE are known statuses in ACQUIRE and RESET replies") {
   Bytes out;
   AcquireResult redirect;

@@ -135,7 +135,7 @@ TEST_CASE("a framing version other than 1 and 2 is refused with kUnsupportedVers
 
 TEST_CASE("an unknown opcode is refused with kUnknownOpcode") {
   const FrameDecoder decoder;
-  for (const std::uint8_t opcode : {0x00, 0x0A, 0x10, 0x7E, 0x80, 0xFF}) {
+  for (const std::uint8_t opcode : {0x00, 0x0B, 0x10, 0x7E, 0x80, 0xFF}) {
     Bytes bytes = frame_with_body(Opcode::kPing, 0, 3, {});
     bytes[3] = opcode;
     INFO("opcode " << int{opcode});
@@ -152,7 +152,7 @@ TEST_CASE("every known opcode is accepted") {
   const FrameDecoder decoder;
   for (const Opcode opcode :
        {Opcode::kHello, Opcode::kPing, Opcode::kAcquire, Opcode::kReset, Opcode::kStats,
-        Opcode::kCluster, Opcode::kReplicate, Opcode::kPull, Opcode::kReload}) {
+        Opcode::kCluster, Opcode::kReplicate, Opcode::kPull, Opcode::kReload, Opcode::kDrain}) {
     CHECK(decoder.decode(frame_with_body(opcode, 0, 1, {})).status == DecodeStatus::kOk);
     CHECK(decoder.decode(frame_with_body(opcode, kFlagReply, 1, {})).status == DecodeStatus::kOk);
   }

@@ -1,6 +1,7 @@
-// sluicectl: ping, acquire, peek, reset, stats, cluster and cluster reload from a shell, over the
-// client library. Exit status: 0 success (acquire/peek: allowed), 1 denied (acquire/peek) or a
-// cluster file refused by some node (cluster reload), 2 any error (bad flags included), with the
+// sluicectl: ping, acquire, peek, reset, stats, cluster, cluster reload and drain from a shell,
+// over the client library. Exit status: 0 success (acquire/peek: allowed), 1 denied
+// (acquire/peek), a cluster file refused by some node (cluster reload) or a drain refused, 2 any
+// error (bad flags included), with the
 // reason on stderr. docs/CLIENT.md shows the output formats.
 #include <fmt/core.h>
 #include <algorithm>
@@ -98,13 +99,15 @@ std::vector<std::string> split_servers(const std::string& text) {
 
 std::string usage(const po::options_description& flags) {
   std::string text =
-      "usage: sluicectl [flags] ping|acquire|peek|reset|stats|cluster [KEY|reload]\n"
+      "usage: sluicectl [flags] ping|acquire|peek|reset|stats|cluster|drain [KEY|reload|NODE]\n"
       "  acquire KEY, peek KEY   need --limit and --period\n"
       "  reset KEY               forgets the key's counters\n"
       "  cluster                 the cluster map: nodes, states, epoch, each node's share of\n"
       "                          the ring, replication lag per peer\n"
       "  cluster reload          every node of the map rereads its cluster file\n"
       "                          (--seed-only: the first server that answers)\n"
+      "  drain NODE              etcd mode: node NODE hands its ranges to the others and\n"
+      "                          leaves the ring (stop it afterwards)\n"
       "exit status: 0 ok/allowed, 1 denied (or a cluster file refused), 2 error\n\n";
   std::ostringstream out;
   out << flags;
@@ -157,10 +160,11 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
 
   CtlOptions o;
   if (!vm.count("command")) {
-    throw UsageError{"missing command: ping|acquire|peek|reset|stats|cluster"};
+    throw UsageError{"missing command: ping|acquire|peek|reset|stats|cluster|drain"};
   }
   o.command = vm["command"].as<std::string>();
-  const bool keyed = o.command == "acquire" || o.command == "peek" || o.command == "reset";
+  const bool keyed =
+      o.command == "acquire" || o.command == "peek" || o.command == "reset" || o.command == "drain";
   const bool ruled = o.command == "acquire" || o.command == "peek";
   if (!keyed && o.command != "ping" && o.command != "stats" && o.command != "cluster") {
     throw UsageError{fmt::format("unknown command \"{}\"", o.command)};
@@ -181,9 +185,10 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
     throw UsageError{"--seed-only is for cluster reload"};
   }
   if (keyed) {
-    if (!vm.count("key")) throw UsageError{fmt::format("{} needs a KEY", o.command)};
+    const char* what = o.command == "drain" ? "NODE" : "KEY";
+    if (!vm.count("key")) throw UsageError{fmt::format("{} needs a {}", o.command, what)};
     o.key = vm["key"].as<std::string>();
-    if (o.key.empty()) throw UsageError{"KEY is empty"};
+    if (o.key.empty()) throw UsageError{fmt::format("{} is empty", what)};
   } else if (vm.count("key") && o.command != "cluster reload") {
     throw UsageError{fmt::format("{} takes no KEY", o.command)};
   }
@@ -463,7 +468,7 @@ int run(const CtlOptions& o) {
   options.auth_token = o.auth_token;
   // Node-level commands only need the public port.
   options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats" &&
-                        !o.command.starts_with("cluster");
+                        !o.command.starts_with("cluster") && o.command != "drain";
   auto connected = Client::connect(options);
   if (!connected.ok()) return fail(connected.status().to_string());
   Client& client = **connected;
@@ -507,6 +512,22 @@ int run(const CtlOptions& o) {
       outcomes = std::move(*all);
     }
     return print_reload(o, outcomes);
+  }
+  if (o.command == "drain") {
+    auto outcome = client.drain(o.key);
+    if (!outcome.ok()) return fail(outcome.status().to_string());
+    if (o.json) {
+      fmt::print("{{\"id\":{},\"address\":{},\"epoch\":{},\"refused\":{}}}\n",
+                 json_string(outcome->node_id), json_string(outcome->address), outcome->epoch,
+                 outcome->refusal.empty() ? std::string("null") : json_string(outcome->refusal));
+    } else if (outcome->refusal.empty()) {
+      fmt::print("{} {}: draining (asked at epoch {}); its ranges move under the next epoch\n",
+                 outcome->node_id, outcome->address, outcome->epoch);
+    } else {
+      fmt::print("{} {}: drain refused: {}\n", outcome->node_id, outcome->address,
+                 outcome->refusal);
+    }
+    return outcome->refusal.empty() ? kExitOk : kExitDenied;
   }
   if (o.command == "reset") {
     auto existed = client.reset(o.key);
