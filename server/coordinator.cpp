@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <iterator>
 #include <map>
+#include <random>
 
 #include "cluster/node.h"
 #include "protocol/cluster_messages.h"
@@ -216,38 +218,53 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     }
   }
 
-  // Hands the page's records to the shards that own them here; each shard merges its own.
+  // Keeps the page's records for the shards that own them here, until the pull ends.
   void apply(const std::vector<protocol::WireRecord>& records) {
     const unsigned shards = context().shard_count;
-    struct Owned {
-      protocol::WireRecord record;
-      std::vector<std::uint64_t> log;
-    };
-    std::vector<std::vector<Owned>> by_shard(shards);
+    held_.resize(shards);
     for (const protocol::WireRecord& record : records) {
       Owned owned{record, {}};
       owned.record.log_bytes = {};
       for (std::uint32_t i = 0; i < record.log_count; ++i) owned.log.push_back(record.log_at(i));
-      by_shard[shard_for(KeyHash{record.fp_lo, record.fp_hi}, shards)].push_back(std::move(owned));
-    }
-    auto self = shared_from_this();
-    for (unsigned i = 0; i < shards; ++i) {
-      if (by_shard[i].empty()) continue;
-      ++applying_;
-      Shard* shard = context().shards[i].get();
-      asio::post(shard->io(), [self, shard, batch = std::move(by_shard[i])]() {
-        const std::uint64_t now_ns = shard->context().clock->now_ns();
-        for (const Owned& owned : batch) shard->apply_record(owned.record, owned.log, now_ns);
-        asio::post(self->owner_.io_, [self] {
-          --self->applying_;
-          self->maybe_finish();
-        });
-      });
+      held_[shard_for(KeyHash{record.fp_lo, record.fp_hi}, shards)].push_back(std::move(owned));
     }
   }
 
+  // Hands every record pulled to the shard that owns it here, in a random order, a chunk per
+  // post; complete() once all are merged. A source's pages come in its table's order, which is
+  // hash order: merged as they come, each page's keys would crowd a narrow band of this table's
+  // slots (a segment grows by its overall load, not a band's), and the table would evict
+  // records to place them (the 20-kill failover loop saw one node evict 17 of its own keys
+  // that way, and a table test 971 of 5,000 pulled into an empty table).
+  void flush() {
+    auto self = shared_from_this();
+    std::mt19937_64 random(plan_.partitions.empty() ? 1 : plan_.partitions.front() + held_.size());
+    constexpr std::size_t kChunk = 2048;
+    for (std::size_t i = 0; i < held_.size(); ++i) {
+      std::vector<Owned>& all = held_[i];
+      std::shuffle(all.begin(), all.end(), random);
+      Shard* shard = context().shards[i].get();
+      for (std::size_t at = 0; at < all.size(); at += kChunk) {
+        const std::size_t end = std::min(all.size(), at + kChunk);
+        std::vector<Owned> chunk(
+            std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(at)),
+            std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(end)));
+        ++applying_;
+        asio::post(shard->io(), [self, shard, chunk = std::move(chunk)]() {
+          const std::uint64_t now_ns = shard->context().clock->now_ns();
+          for (const Owned& owned : chunk) shard->apply_record(owned.record, owned.log, now_ns);
+          asio::post(self->owner_.io_, [self] {
+            if (--self->applying_ == 0) self->complete();
+          });
+        });
+      }
+    }
+    held_.clear();
+    if (applying_ == 0) complete();
+  }
+
   void maybe_finish() {
-    if (stopped_ || finished_ || shards_.empty() || applying_ != 0) return;
+    if (stopped_ || finished_ || shards_.empty()) return;
     for (const ShardPull& s : shards_) {
       if (!s.done) return;
     }
@@ -270,12 +287,19 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     });
   }
 
+  // The pull is over (all pages in, or no source left): the records got so far are merged, then
+  // the partitions are served.
   void finish(bool pulled) {
     if (finished_) return;
     finished_ = true;
     timer_.cancel();
     close_links();
     (void)pulled;
+    flush();
+  }
+
+  void complete() {
+    if (stopped_) return;
     if (plan_.primary) {
       for (const std::uint32_t p : plan_.partitions) {
         view_->states->set(p, PartitionServing::kServing);
@@ -291,7 +315,12 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
   asio::steady_timer timer_;
   std::shared_ptr<PeerLink> control_;
   std::vector<ShardPull> shards_;
+  struct Owned {
+    protocol::WireRecord record;
+    std::vector<std::uint64_t> log;
+  };
   std::vector<protocol::WireRecord> records_;
+  std::vector<std::vector<Owned>> held_;  // by local shard: every record pulled so far
   std::string host_;
   std::string last_error_;
   std::size_t source_index_ = 0;
