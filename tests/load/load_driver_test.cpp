@@ -429,5 +429,25 @@ TEST_CASE("bare INCR and PING against the fake count every reply as allowed", "[
   }
 }
 
+TEST_CASE("the error window spans the timeline steps with errors, first to last", "[driver]") {
+  LoadReport r;
+  CHECK_FALSE(error_window(r).has_value());
+  r.timeline.resize(40);
+  CHECK_FALSE(error_window(r).has_value());
+  r.timeline[12].errors = 5;  // 1.2 s
+  r.timeline[13].errors = 9;
+  r.timeline[35].errors = 1;  // to the end of 3.5 s, with error-free steps between
+  r.errors = 15;
+  const auto window = error_window(r);
+  REQUIRE(window.has_value());
+  CHECK(window->first_ms == 1200);
+  CHECK(window->end_ms == 3600);
+  LoadOptions o;
+  o.servers = {"127.0.0.1:7420"};
+  CHECK(
+      report_text(o, r).find("errors from 1.2 s to 3.6 s into the run (2400 ms of 100 ms steps)") !=
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace sluice::load

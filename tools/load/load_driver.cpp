@@ -1234,7 +1234,24 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
                        r.audit->max_overshoot_ratio);
   }
   if (!r.first_error.empty()) out += "first error: " + r.first_error + "\n";
+  if (const auto window = error_window(r)) {
+    out += fmt::format("errors from {:.1f} s to {:.1f} s into the run ({} ms of {} ms steps)\n",
+                       static_cast<double>(window->first_ms) / 1000,
+                       static_cast<double>(window->end_ms) / 1000,
+                       window->end_ms - window->first_ms, kTimelineStep.count());
+  }
   return out;
+}
+
+std::optional<ErrorWindow> error_window(const LoadReport& r) {
+  std::optional<ErrorWindow> window;
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) {
+    if (r.timeline[i].errors == 0) continue;
+    const auto at = static_cast<std::uint64_t>(i) * kTimelineStep.count();
+    if (!window) window = ErrorWindow{at, at};
+    window->end_ms = at + kTimelineStep.count();
+  }
+  return window;
 }
 
 }  // namespace sluice::load

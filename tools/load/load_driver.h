@@ -129,6 +129,15 @@ struct LoadReport {
 
 inline constexpr std::chrono::milliseconds kTimelineStep{100};
 
+// The span of the run in which errors happened, in whole timeline steps: from the start of the
+// first step with an error to the end of the last (a failover's gap, as the load saw it);
+// nullopt without errors.
+struct ErrorWindow {
+  std::uint64_t first_ms = 0;
+  std::uint64_t end_ms = 0;
+};
+std::optional<ErrorWindow> error_window(const LoadReport& report);
+
 // Connects, runs until the duration or request bound, drains, and reports. Fails (with nothing
 // run) when the options are invalid or a connection or handshake fails at start.
 client::Result<LoadReport> run_load(const LoadOptions& options);
