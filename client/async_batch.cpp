@@ -148,11 +148,12 @@ void AsyncBatch::on_reply(std::uint32_t id, const Frame& reply) {
       impl_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    // A second REDIRECT from a node whose map is older than ours: it has not adopted the epoch
-    // that moved the key yet (nodes adopt a new map a few milliseconds apart), so it is asked
-    // again after a pause, as for UNAVAILABLE, rather than taken as the answer.
+    // A second REDIRECT under another epoch than our map's: the node and this client do not
+    // agree on the map yet (nodes adopt a new epoch a few milliseconds apart, and a refresh may
+    // have asked a node that had not). It is asked again after a pause, as for UNAVAILABLE,
+    // rather than taken as the answer; a reply above our epoch starts a refresh meanwhile.
     const bool behind = clustered_ && r.status == ItemStatus::kRedirect &&
-                        reply.header.epoch < impl_.map_epoch.load(std::memory_order_relaxed);
+                        reply.header.epoch != impl_.map_epoch.load(std::memory_order_relaxed);
     if (clustered_ && (r.status == ItemStatus::kUnavailable || behind)) {
       if (now == 0) now = steady_now_ns();
       if (now + kMaxRetryPauseNs < deadline_ns_) {

@@ -340,6 +340,19 @@ asio::awaitable<Result<std::int64_t>> Client::keepalive(std::int64_t lease) {
   co_return int_field(*result, "TTL");
 }
 
+asio::awaitable<Result<Client::TimeToLive>> Client::time_to_live(std::int64_t lease) {
+  std::string body = json{{"ID", std::to_string(lease)}}.dump();
+  const Result<std::string> text = co_await post("/v3/lease/timetolive", std::move(body));
+  if (!text) co_return Result<TimeToLive>::failure(text.error());
+  const Result<json> answer = parse_object(*text, "lease timetolive");
+  if (!answer) co_return Result<TimeToLive>::failure(answer.error());
+  TimeToLive out;
+  // An expired lease is answered with TTL -1; the field is absent when it is 0.
+  out.ttl_s = answer->contains("TTL") ? int_field(*answer, "TTL") : 0;
+  out.granted_s = int_field(*answer, "grantedTTL");
+  co_return out;
+}
+
 asio::awaitable<Result<bool>> Client::revoke(std::int64_t lease) {
   std::string body = json{{"ID", std::to_string(lease)}}.dump();
   const Result<std::string> text = co_await post("/v3/lease/revoke", std::move(body));

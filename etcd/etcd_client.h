@@ -114,6 +114,13 @@ class Client {
   // POST /v3/lease/keepalive, once: the TTL etcd now gives the lease, 0 when it has expired
   // (or never existed).
   boost::asio::awaitable<Result<std::int64_t>> keepalive(std::int64_t lease);
+  // POST /v3/lease/timetolive: the whole seconds the lease has left (-1 when it has expired or
+  // never existed) and the TTL it was granted.
+  struct TimeToLive {
+    std::int64_t ttl_s = -1;
+    std::int64_t granted_s = 0;
+  };
+  boost::asio::awaitable<Result<TimeToLive>> time_to_live(std::int64_t lease);
   // POST /v3/lease/revoke.
   boost::asio::awaitable<Result<bool>> revoke(std::int64_t lease);
   // POST /v3/kv/put: the revision of the write. `lease` 0: none.

@@ -54,25 +54,8 @@ void require_sluicectl() {
   REQUIRE(std::filesystem::exists(sluicectl_path()));
 }
 
-struct Run {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-// Runs a shell command line with stderr joined to stdout.
-Run run_command(const std::string& command_line) {
-  const std::string command = command_line + " 2>&1";
-  Run result;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> buffer{};
-  while (const std::size_t n = std::fread(buffer.data(), 1, buffer.size(), pipe)) {
-    result.output.append(buffer.data(), n);
-  }
-  const int raw = ::pclose(pipe);
-  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return result;
-}
+using test::Run;
+using test::run_command;
 
 Run run(const std::string& args) {
   return run_command("'" + sluicectl_path().string() + "' " + args);

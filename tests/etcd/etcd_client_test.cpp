@@ -146,6 +146,12 @@ TEST_CASE("a lease, keys with and without it, ranges of one key and of a prefix,
   const Result<std::int64_t> ttl = run(io, client.keepalive(lease->id));
   REQUIRE(ttl.ok());
   CHECK(*ttl == 2);
+  // Just renewed: 1 or 2 whole seconds left of the 2 granted.
+  const auto left = run(io, client.time_to_live(lease->id));
+  REQUIRE(left.ok());
+  CHECK(left->granted_s == 2);
+  CHECK(left->ttl_s >= 1);
+  CHECK(left->ttl_s <= 2);
   CHECK(*run(io, client.del("/t/members/b")) == 1);
   CHECK(*run(io, client.del("/t/members/b")) == 0);
   CHECK(run(io, client.range("/t/members/", true))->kvs.size() == 1);
@@ -153,6 +159,9 @@ TEST_CASE("a lease, keys with and without it, ranges of one key and of a prefix,
   REQUIRE(run(io, client.revoke(lease->id)).ok());
   CHECK(run(io, client.range("/t/members/", true))->kvs.empty());
   CHECK(*run(io, client.keepalive(lease->id)) == 0);
+  const auto gone = run(io, client.time_to_live(lease->id));
+  REQUIRE(gone.ok());
+  CHECK(gone->ttl_s == -1);
 }
 
 TEST_CASE("put_if_absent writes a key once: a second writer finds it taken", "[etcd]") {

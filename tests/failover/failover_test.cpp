@@ -42,6 +42,14 @@ using protocol::ItemStatus;
 constexpr unsigned kShards = 2;
 constexpr auto kTtl = 2s;  // --lease-ttl (etcd's minimum), the default
 
+// Sanitized Debug builds (tools/test.sh) run the nodes and this client several times slower; a
+// gap is measured to the client's next call of each key, one round over the keys later.
+#if defined(SLUICE_SANITIZED)
+constexpr auto kSlowBuildMargin = 2s;
+#else
+constexpr auto kSlowBuildMargin = 0s;
+#endif
+
 long long ms(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
@@ -174,10 +182,14 @@ class EtcdCluster {
   std::vector<int> runs_;
 };
 
-std::unique_ptr<client::Client> connect_client(const EtcdCluster& cluster, int seed) {
+// `timeout` is each call's deadline: a failover's calls fail fast (connection refused), but a
+// hand-over's wait (UNAVAILABLE while a pull runs, a REDIRECT until every node has the new map)
+// counts against it, and a sanitized Debug build pulls several times slower.
+std::unique_ptr<client::Client> connect_client(const EtcdCluster& cluster, int seed,
+                                               std::chrono::milliseconds timeout = 250ms) {
   client::ClientOptions options;
   options.servers = {cluster.seed(seed)};
-  options.timeout = 250ms;
+  options.timeout = timeout;
   options.connect_timeout = 500ms;
   options.client_name = "failover-test";
   auto connected = client::Client::connect(options);
@@ -390,8 +402,9 @@ TEST_CASE("etcd mode: kill -9 of a primary under load moves its keys to their re
                   "admitted in the 50 ms before the kill)",
                   outcome.gap_ms, outcome.median_key_ms, outcome.lost_counts, outcome.over_limit,
                   outcome.lost_window));
-  // Within TTL + 1 s of the kill.
-  CHECK(outcome.gap_ms <= ms(kTtl + 1s));
+  // Within TTL + 1 s of the kill (2 s more in a sanitized build, whose rounds over the keys are
+  // several times slower).
+  CHECK(outcome.gap_ms <= ms(kTtl + 1s + kSlowBuildMargin));
   const cluster::ClusterMap after = cluster.wait_for({0, 2}, {0, 2});
   CHECK(after.find("node-1") == nullptr);  // its lease took its record with it
   // The killed node comes back: it registers, catches up and is active again.
@@ -587,7 +600,7 @@ TEST_CASE("etcd mode: with etcd down the primaries stop once their leases may ha
 TEST_CASE("etcd mode: draining a node under load loses no request and no count") {
   EtcdCluster cluster(3);
   cluster.wait_for_all();
-  auto client = connect_client(cluster, 0);
+  auto client = connect_client(cluster, 0, 1000ms);
   constexpr std::uint32_t kLimit = 20;
   const std::vector<std::string> keys = key_names(600, "drain:");
   std::vector<KeyLog> logs(keys.size());
@@ -622,6 +635,55 @@ TEST_CASE("etcd mode: draining a node under load loses no request and no count")
       fmt::format("drain under load: {} errors, {} admitted beyond the limit, node-1 out of "
                   "the ring at epoch {}",
                   errors, over, after.epoch()));
+}
+
+TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a node") {
+  require_binary(SLUICECTL_PATH);
+  EtcdCluster cluster(3);
+  const cluster::ClusterMap map = cluster.wait_for_all();
+  const std::string ctl = fmt::format("'{}' --servers {} ", SLUICECTL_PATH, cluster.seed(0));
+  const std::string view =
+      fmt::format("--etcd {} --cluster-name failover cluster", cluster.etcd().url());
+
+  const Run both = run_command(ctl + view);
+  INFO(both.output);
+  CHECK(both.status == 0);
+  CHECK_THAT(both.output, Catch::Contains(fmt::format("etcd {}: cluster failover, revision",
+                                                      cluster.etcd().url())));
+  CHECK_THAT(both.output, Catch::Contains("3 member records"));
+  for (int i = 0; i < 3; ++i) {
+    CHECK_THAT(both.output, Catch::Matches(fmt::format(
+                                "(.|\n)*node-{} +active +{} +[0-9a-f]+ +[0-9] s of 2(.|\n)*", i,
+                                cluster.seed(i))));
+  }
+  CHECK_THAT(both.output, Catch::Contains(fmt::format("cluster epoch {}: 3 nodes", map.epoch())));
+
+  // A dead node's record goes with its lease; etcd's view is there even when the seed is not.
+  cluster.kill9(2);
+  cluster.wait_for({0, 1}, {0, 1});
+  const Run after = run_command(ctl + view + " --json");
+  INFO(after.output);
+  CHECK(after.status == 0);
+  CHECK_THAT(after.output, Catch::Contains("\"id\":\"node-1\",\"state\":\"active\""));
+  CHECK_THAT(after.output, !Catch::Contains("\"id\":\"node-2\""));
+  CHECK_THAT(after.output, Catch::Contains("\"granted_s\":2"));
+  const Run no_seed = run_command(
+      fmt::format("'{}' --servers {} --timeout 300ms {}", SLUICECTL_PATH, cluster.seed(2), view));
+  INFO(no_seed.output);
+  CHECK(no_seed.status == 2);  // the seed is dead
+  CHECK_THAT(no_seed.output, Catch::Contains("2 member records"));
+
+  const Run drain = run_command(ctl + "drain node-1");
+  INFO(drain.output);
+  CHECK(drain.status == 0);
+  CHECK_THAT(drain.output, Catch::Contains("node-1 " + cluster.seed(1) + ": draining"));
+  cluster.wait_for({0}, {0, 1});
+  CHECK_THAT(run_command(ctl + view).output,
+             Catch::Matches(fmt::format("(.|\n)*node-1 +draining +{}(.|\n)*", cluster.seed(1))));
+  // Flags: --etcd needs --cluster-name and the cluster command.
+  CHECK(run_command(ctl + "--etcd " + cluster.etcd().url() + " cluster").status == 2);
+  CHECK(run_command(ctl + "--etcd " + cluster.etcd().url() + " --cluster-name x stats").status ==
+        2);
 }
 
 // The closing note's figures: `kKills` rounds of kill -9, failover, restart, active again, with

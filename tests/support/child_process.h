@@ -15,6 +15,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +31,27 @@ namespace sluice::test {
 inline void require_binary(const std::filesystem::path& path) {
   INFO("missing " << path.string() << ": build every binary (cmake --build build)");
   REQUIRE(std::filesystem::exists(path));
+}
+
+// What a shell command printed (stdout and stderr together) and its exit status (-1: killed).
+struct Run {
+  int status = -1;
+  std::string output;
+};
+
+// Runs a shell command line with stderr joined to stdout, to its end.
+inline Run run_command(const std::string& command_line) {
+  const std::string command = command_line + " 2>&1";
+  Run result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (const std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) {
+    result.output.append(buffer, n);
+  }
+  const int raw = ::pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return result;
 }
 
 // "HOST:PORT" of the public port in sluiced's start-up line (`... listening on 127.0.0.1:7420

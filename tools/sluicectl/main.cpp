@@ -3,8 +3,13 @@
 // (acquire/peek), a cluster file refused by some node (cluster reload) or a drain refused, 2 any
 // error (bad flags included), with the
 // reason on stderr. docs/CLIENT.md shows the output formats.
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
 #include <fmt/core.h>
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <cstdint>
@@ -18,9 +23,11 @@
 
 #include "auth/token.h"
 #include "client/client.h"
+#include "cluster/etcd_members.h"
 #include "core/rule.h"
 #include "core/units.h"
 #include "core/version.h"
+#include "etcd/etcd_client.h"
 #include "tools/load/json_writer.h"
 
 namespace {
@@ -51,6 +58,8 @@ struct CtlOptions {
   bool seed_only = false;  // cluster reload: the node of the first server that answers only
   std::uint64_t timeout_ms = 1000;
   std::string auth_token;  // from --auth-token-file; empty = none
+  std::string etcd;        // cluster: also etcd's view of cluster `cluster_name`
+  std::string cluster_name;
 };
 
 // Thrown only inside flag parsing and turned into exit status 2 by main.
@@ -134,7 +143,11 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
       "no-shard-aware", po::bool_switch(), "send everything through the public port")(
       "seed-only", po::bool_switch(), "cluster reload: only the first server that answers")(
       "auth-token-file", po::value<std::string>(),
-      "FILE holding the node's token (the file sluiced --auth-token-file reads)");
+      "FILE holding the node's token (the file sluiced --auth-token-file reads)")(
+      "etcd", po::value<std::string>()->default_value(""),
+      "cluster: also print etcd's view of the cluster (http://HOST:PORT[,...]; needs "
+      "--cluster-name): each member's record and its lease's TTL left, even with nodes down")(
+      "cluster-name", po::value<std::string>()->default_value(""), "with --etcd: the cluster");
   po::options_description hidden;
   hidden.add_options()("command", po::value<std::string>())("key", po::value<std::string>());
   po::options_description all;
@@ -193,6 +206,12 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
     throw UsageError{fmt::format("{} takes no KEY", o.command)};
   }
 
+  o.etcd = vm["etcd"].as<std::string>();
+  o.cluster_name = vm["cluster-name"].as<std::string>();
+  if (!o.etcd.empty() && (o.command != "cluster" || o.cluster_name.empty())) {
+    throw UsageError{"--etcd is for cluster, with --cluster-name"};
+  }
+  if (o.etcd.empty() && !o.cluster_name.empty()) throw UsageError{"--cluster-name needs --etcd"};
   o.servers = split_servers(vm["servers"].as<std::string>());
   o.json = vm["json"].as<bool>();
   o.shard_aware = !vm["no-shard-aware"].as<bool>();
@@ -459,7 +478,107 @@ int fail(const std::string& message) {
   return kExitError;
 }
 
+int run_nodes(const CtlOptions& o);
+
+// etcd's view of the cluster (docs/OPERATIONS.md, "Watching"): every member record under the
+// cluster's prefix at one revision, with its lease's TTL left. True when etcd answered.
+bool print_etcd_view(const CtlOptions& o) {
+  auto endpoints = sluice::etcd::parse_endpoints(o.etcd);
+  if (!endpoints) {
+    fail("--etcd: " + endpoints.error());
+    return false;
+  }
+  struct Member {
+    std::string key;
+    std::string id, state, address, problem;
+    std::int64_t lease = 0, ttl_s = -1, granted_s = 0;
+  };
+  std::vector<Member> members;
+  std::int64_t revision = 0;
+  std::string error;
+  boost::asio::io_context io;
+  sluice::etcd::Client client(
+      io, sluice::etcd::Client::Config{*endpoints, std::chrono::milliseconds(o.timeout_ms)});
+  boost::asio::co_spawn(
+      io,
+      [&]() -> boost::asio::awaitable<void> {
+        const auto read =
+            co_await client.range(sluice::cluster::members_prefix(o.cluster_name), true);
+        if (!read) {
+          error = read.error();
+          co_return;
+        }
+        revision = read->revision;
+        for (const sluice::etcd::KeyValue& kv : read->kvs) {
+          Member m;
+          m.key = kv.key;
+          m.lease = kv.lease;
+          const auto node = sluice::cluster::decode_member(o.cluster_name, kv.key, kv.value);
+          if (node) {
+            m.id = node->id;
+            m.state = std::string(sluice::cluster::node_state_name(node->state));
+            m.address = node->address;
+          } else {
+            m.problem = node.error();
+          }
+          if (kv.lease != 0) {
+            const auto left = co_await client.time_to_live(kv.lease);
+            if (left) {
+              m.ttl_s = left->ttl_s;
+              m.granted_s = left->granted_s;
+            }
+          }
+          members.push_back(std::move(m));
+        }
+      },
+      boost::asio::detached);
+  io.run();
+  if (!error.empty()) {
+    fail("etcd at " + o.etcd + ": " + error);
+    return false;
+  }
+  if (o.json) {
+    std::string out = fmt::format("{{\"etcd\":{},\"cluster_name\":{},\"revision\":{},\"members\":[",
+                                  json_string(o.etcd), json_string(o.cluster_name), revision);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const Member& m = members[i];
+      out += fmt::format(
+          "{}{{\"key\":{},\"id\":{},\"state\":{},\"address\":{},\"lease\":\"{:x}\","
+          "\"ttl_s\":{},\"granted_s\":{},\"problem\":{}}}",
+          i == 0 ? "" : ",", json_string(m.key), json_string(m.id), json_string(m.state),
+          json_string(m.address), m.lease, m.ttl_s, m.granted_s,
+          m.problem.empty() ? std::string("null") : json_string(m.problem));
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return true;
+  }
+  fmt::print("etcd {}: cluster {}, revision {}, {} member record{}\n", o.etcd, o.cluster_name,
+             revision, members.size(), members.size() == 1 ? "" : "s");
+  if (members.empty()) return true;
+  fmt::print("{:<20} {:<9} {:<22} {:<17} {}\n", "node", "state", "address", "lease", "TTL left");
+  for (const Member& m : members) {
+    if (!m.problem.empty()) {
+      fmt::print("{}: not a member record: {}\n", m.key, m.problem);
+      continue;
+    }
+    const std::string ttl =
+        m.lease == 0 ? "no lease"
+                     : (m.ttl_s < 0 ? "expired" : fmt::format("{} s of {}", m.ttl_s, m.granted_s));
+    fmt::print("{:<20} {:<9} {:<22} {:<17x} {}\n", m.id, m.state, m.address, m.lease, ttl);
+  }
+  return true;
+}
+
 int run(const CtlOptions& o) {
+  // etcd's view first: it is there even when no node answers.
+  const bool etcd_ok = o.etcd.empty() || print_etcd_view(o);
+  if (!o.etcd.empty() && !o.json) std::fputs("\n", stdout);
+  const int status = run_nodes(o);
+  return etcd_ok ? status : kExitError;
+}
+
+int run_nodes(const CtlOptions& o) {
   ClientOptions options;
   options.servers = o.servers;
   options.timeout = std::chrono::milliseconds(o.timeout_ms);
