@@ -68,31 +68,56 @@ void AsyncBatch::run_one(const AcquireRequest& item, bool probe, AcquireCallback
   start(std::span<const AcquireRequest>(&item, 1), probe);
 }
 
+void AsyncBatch::resume_one(const AcquireRequest& item, std::uint64_t deadline_ns,
+                            const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
+                            AcquireCallback* done, BatchCallback* batch_done) {
+  if (done != nullptr) {
+    one_done_ = std::move(*done);
+  } else {
+    done_ = std::move(*batch_done);
+  }
+  probe_ = false;
+  clustered_ = true;
+  deadline_ns_ = deadline_ns;
+  keep_copies(std::span<const AcquireRequest>(&item, 1));
+  results_.assign(1, Result<Decision>(ErrorCode::kClosed, "not sent"));
+  policies_.assign(1, Policy{item.rule.limit, item.rule.period_ms});
+  // The one hold, which absorbed() releases: as if the item's first part had been answered.
+  outstanding_.store(1, std::memory_order_relaxed);
+  std::uint64_t now = 0;
+  absorb(0, answer, reply_epoch, now);
+  absorbed(reply_epoch);
+}
+
+void AsyncBatch::keep_copies(std::span<const AcquireRequest> items) {
+  // The keys are packed in one reused buffer, which is filled before any view into it is taken.
+  std::size_t bytes = 0;
+  for (const AcquireRequest& item : items) bytes += item.key.size();
+  key_bytes_.resize(bytes);
+  copies_.resize(items.size());
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string_view key = items[i].key;
+    if (!key.empty()) std::memcpy(key_bytes_.data() + at, key.data(), key.size());
+    copies_[i] = items[i];
+    copies_[i].key = std::string_view(key_bytes_.data() + at, key.size());
+    at += key.size();
+  }
+  items_ = copies_;
+  redirected_.assign(items.size(), 0);
+  retry_order_.clear();
+  retry_parts_.clear();
+  wait_epoch_ = 0;
+}
+
 void AsyncBatch::start(std::span<const AcquireRequest> items, bool probe) {
   probe_ = probe;
   const std::shared_ptr<const Router> router = impl_.current_router();
   clustered_ = router->clustered();
   if (clustered_) {
-    // A copy that outlives the call, for the items sent again. The keys are packed in one
-    // reused buffer, which is filled before any view into it is taken.
+    // A copy that outlives the call, for the items sent again.
     deadline_ns_ = steady_now_ns() + impl_.timeout_ns;
-    std::size_t bytes = 0;
-    for (const AcquireRequest& item : items) bytes += item.key.size();
-    key_bytes_.resize(bytes);
-    copies_.resize(items.size());
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      const std::string_view key = items[i].key;
-      if (!key.empty()) std::memcpy(key_bytes_.data() + at, key.data(), key.size());
-      copies_[i] = items[i];
-      copies_[i].key = std::string_view(key_bytes_.data() + at, key.size());
-      at += key.size();
-    }
-    items_ = copies_;
-    redirected_.assign(items.size(), 0);
-    retry_order_.clear();
-    retry_parts_.clear();
-    wait_epoch_ = 0;
+    keep_copies(items);
   } else {
     items_ = items;
   }
@@ -139,35 +164,42 @@ void AsyncBatch::on_reply(std::uint32_t id, const Frame& reply) {
   }
   std::uint64_t now = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    const std::uint32_t item = order[p.begin + i];
-    const protocol::AcquireResult& r = scratch_[i];
-    if (clustered_ && r.status == ItemStatus::kRedirect && redirected_[item] == 0) {
-      // Followed once; a second REDIRECT is the item's answer (kNotOwner).
-      redirected_[item] = 1;
-      redirect_wait_.push_back(item);
-      impl_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
-      continue;
-    }
-    // A second REDIRECT under another epoch than our map's: the node and this client do not
-    // agree on the map yet (nodes adopt a new epoch a few milliseconds apart, and a refresh may
-    // have asked a node that had not). It is asked again after a pause, as for UNAVAILABLE,
-    // rather than taken as the answer; a reply above our epoch starts a refresh meanwhile.
-    const bool behind = clustered_ && r.status == ItemStatus::kRedirect &&
-                        reply.header.epoch != impl_.map_epoch.load(std::memory_order_relaxed);
-    if (clustered_ && (r.status == ItemStatus::kUnavailable || behind)) {
-      if (now == 0) now = steady_now_ns();
-      if (now + kMaxRetryPauseNs < deadline_ns_) {
-        unavailable_wait_.push_back(item);
-        continue;
-      }
-    }
-    results_[item] = to_decision(r, policies_[item].quota, policies_[item].window_ms);
+    absorb(order[p.begin + i], scratch_[i], reply.header.epoch, now);
   }
+  absorbed(reply.header.epoch);
+}
+
+void AsyncBatch::absorb(std::uint32_t item, const protocol::AcquireResult& r,
+                        std::uint64_t reply_epoch, std::uint64_t& now) {
+  if (clustered_ && r.status == ItemStatus::kRedirect && redirected_[item] == 0) {
+    // Followed once; a second REDIRECT is the item's answer (kNotOwner).
+    redirected_[item] = 1;
+    redirect_wait_.push_back(item);
+    impl_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // A second REDIRECT under another epoch than our map's: the node and this client do not
+  // agree on the map yet (nodes adopt a new epoch a few milliseconds apart, and a refresh may
+  // have asked a node that had not). It is asked again after a pause, as for UNAVAILABLE,
+  // rather than taken as the answer; a reply above our epoch starts a refresh meanwhile.
+  const bool behind = clustered_ && r.status == ItemStatus::kRedirect &&
+                      reply_epoch != impl_.map_epoch.load(std::memory_order_relaxed);
+  if (clustered_ && (r.status == ItemStatus::kUnavailable || behind)) {
+    if (now == 0) now = steady_now_ns();
+    if (now + kMaxRetryPauseNs < deadline_ns_) {
+      unavailable_wait_.push_back(item);
+      return;
+    }
+  }
+  results_[item] = to_decision(r, policies_[item].quota, policies_[item].window_ms);
+}
+
+void AsyncBatch::absorbed(std::uint64_t reply_epoch) {
   if (!redirect_wait_.empty()) {
-    wait_epoch_ = std::max(wait_epoch_, reply.header.epoch);
+    wait_epoch_ = std::max(wait_epoch_, reply_epoch);
     if (!waiting_for_map_) {
       // A node with a newer map than ours: its items wait for the refresh its reply started.
-      if (reply.header.epoch > impl_.map_epoch.load(std::memory_order_relaxed) &&
+      if (reply_epoch > impl_.map_epoch.load(std::memory_order_relaxed) &&
           impl_.wait_for_map(*this)) {
         waiting_for_map_ = true;
         hold();

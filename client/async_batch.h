@@ -1,9 +1,10 @@
 // Internal: the async batch machinery (acquire_batch_async, probe_batch_async, and in a cluster
-// every acquire). A batch's items are grouped by owner and cut into parts, one frame each,
-// within the owner's max_batch and max_frame; results go back by item index. In a cluster a
-// batch keeps a copy of its items, so that an item answered REDIRECT is sent once more to its
-// owner in the (refreshed) map, and one answered UNAVAILABLE again after a short pause, within
-// the call's deadline. Batches are pooled, so a warm client allocates nothing per batch.
+// the acquires that must go again: answered REDIRECT or UNAVAILABLE, or with a key too long for
+// the copy a connection keeps, ResendCopy). A batch's items are grouped by owner and cut into
+// parts, one frame each, within the owner's max_batch and max_frame; results go back by item index.
+// In a cluster a batch keeps a copy of its items, so that an item answered REDIRECT is sent once
+// more to its owner in the (refreshed) map, and one answered UNAVAILABLE again after a short pause,
+// within the call's deadline. Batches are pooled, so a warm client allocates nothing per batch.
 // docs/CLIENT.md, sections 3 and 5, describes the life of a batch.
 #pragma once
 
@@ -45,6 +46,13 @@ class AsyncBatch final : public ReplySink {
   // One item (a cluster's acquire): exactly one of the callbacks is given, and moved from.
   void run_one(const AcquireRequest& item, bool probe, AcquireCallback* done,
                BatchCallback* batch_done);
+  // I/O thread: takes over a cluster's one-item acquire sent straight to its owner
+  // (Completion::resend) and answered `answer`, REDIRECT or UNAVAILABLE, in a reply of epoch
+  // `reply_epoch`: it goes on as if this batch had sent it, within `deadline_ns`. Callbacks as
+  // for run_one().
+  void resume_one(const AcquireRequest& item, std::uint64_t deadline_ns,
+                  const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
+                  AcquireCallback* done, BatchCallback* batch_done);
 
   void on_reply(std::uint32_t part, const protocol::Frame& reply) override;
   void on_failure(std::uint32_t part, const Status& status) override;
@@ -69,6 +77,13 @@ class AsyncBatch final : public ReplySink {
   static constexpr std::uint32_t kRetryPart = 0x8000'0000u;
 
   void start(std::span<const AcquireRequest> items, bool probe);
+  // A cluster's batch: copies `items` into copies_ (items_ views them) and clears the retries.
+  void keep_copies(std::span<const AcquireRequest> items);
+  // One item's answer: its result, or a wait for the map or for a pause.
+  void absorb(std::uint32_t item, const protocol::AcquireResult& r, std::uint64_t reply_epoch,
+              std::uint64_t& now);
+  // After a reply's items are absorbed: starts the waits they need and releases the reply's hold.
+  void absorbed(std::uint64_t reply_epoch);
   void plan(const Router& router);
   // Appends to `parts` the parts for the items order[first..end), all of owner `owner`.
   void cut(const Router& router, std::size_t owner, const std::vector<std::uint32_t>& order,

@@ -484,12 +484,18 @@ Status Client::Impl::check_key(std::string_view key, const detail::NodeLimits& l
 Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallback* done,
                                     BatchCallback* batch_done, bool probe) {
   const std::shared_ptr<const detail::Router> current = current_router();
-  if (current->clustered()) {
-    // Its key is copied so that a REDIRECT or an UNAVAILABLE can send it again.
+  const bool clustered = current->clustered();
+  if (clustered && request.key.size() > detail::ResendCopy::kKeyBytes) {
+    // A key too long for the connection's copy: a batch keeps it, so that a REDIRECT or an
+    // UNAVAILABLE can send it again.
     batches.take(/*one_item=*/true).run_one(request, probe, done, batch_done);
     return Status();
   }
   const std::size_t owner = current->route(hash_key(request.key));
+  if (owner == detail::Router::kNoOwner) {
+    return Status(ErrorCode::kUnavailable,
+                  "no active node in the cluster map of epoch " + std::to_string(current->epoch()));
+  }
   if (Status key_ok = check_key(request.key, current->owner(owner).limits); !key_ok.ok()) {
     return key_ok;
   }
@@ -501,6 +507,9 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
   completion.probe = probe;
   completion.policy_quota = request.rule.limit;
   completion.policy_window_ms = request.rule.period_ms;
+  // In a cluster the connection keeps a copy, and hands a REDIRECT or an UNAVAILABLE answer
+  // to on_misrouted(), which sends it again.
+  if (clustered && !probe) completion.resend = &request;
   return connection->submit(
       [&request, probe](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
         const std::size_t start = out.size();
@@ -812,6 +821,13 @@ void Client::Impl::on_newer_epoch(Connection& connection, std::uint64_t epoch) {
   if (closed || epoch <= epoch_floor.load(std::memory_order_relaxed)) return;
   epoch_floor.store(epoch, std::memory_order_relaxed);  // once per epoch, not per reply
   request_refresh(connection);
+}
+
+void Client::Impl::on_misrouted(const AcquireRequest& request, std::uint64_t deadline_ns,
+                                const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
+                                AcquireCallback* done, BatchCallback* batch_done) {
+  batches.take(/*one_item=*/true)
+      .resume_one(request, deadline_ns, answer, reply_epoch, done, batch_done);
 }
 
 void Client::Impl::on_ready(Connection& connection) {

@@ -109,6 +109,9 @@ struct Client::Impl final : detail::ConnectionObserver {
   // detail::ConnectionObserver, I/O thread.
   void on_newer_epoch(detail::Connection& connection, std::uint64_t epoch) override;
   void on_ready(detail::Connection& connection) override;
+  void on_misrouted(const AcquireRequest& request, std::uint64_t deadline_ns,
+                    const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
+                    AcquireCallback* done, BatchCallback* batch_done) override;
 
   ClientOptions options;
   std::uint64_t timeout_ns = 0;

@@ -192,6 +192,8 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion,
   p.probe = completion.probe;
   p.policy_quota = completion.policy_quota;
   p.policy_window_ms = completion.policy_window_ms;
+  p.resend.armed = false;
+  if (completion.resend != nullptr) p.resend.keep(*completion.resend);
   ++in_flight_;
 }
 
@@ -507,10 +509,11 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
     return;
   }
   if (!p.callback && !p.batch_callback) return;
-  Result<Decision> decision =
-      reply == nullptr ? Result<Decision>(error)
-      : p.probe        ? probe_echo(*reply)
-                       : decision_from_reply(*reply, results_, p.policy_quota, p.policy_window_ms);
+  Result<Decision> decision = reply == nullptr ? Result<Decision>(error)
+                              : p.probe        ? probe_echo(*reply)
+                                               : Result<Decision>(Decision{});
+  // A false acquire_decision() handed the call to the observer, with its callback.
+  if (reply != nullptr && !p.probe && !acquire_decision(p, *reply, decision)) return;
   if (reply != nullptr && !decision.ok() && decision.status().code() == ErrorCode::kProtocolError) {
     decision = Result<Decision>(ErrorCode::kProtocolError,
                                 std::string(p.probe ? "unexpected reply to PING from "
@@ -524,6 +527,27 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
     p.batch_callback(std::span<const Result<Decision>>(&decision, 1));
     p.batch_callback = nullptr;
   }
+}
+
+bool Connection::acquire_decision(Pending& p, const Frame& reply, Result<Decision>& out) {
+  if (reply.header.opcode != Opcode::kAcquire ||
+      !protocol::parse_acquire_reply(reply.body, results_) || results_.size() != 1) {
+    out = Result<Decision>(ErrorCode::kProtocolError, "unexpected reply to ACQUIRE");
+    return true;
+  }
+  const protocol::AcquireResult& answer = results_[0];
+  if (p.resend.armed && config_.observer != nullptr &&
+      (answer.status == protocol::ItemStatus::kRedirect ||
+       answer.status == protocol::ItemStatus::kUnavailable)) {
+    config_.observer->on_misrouted(p.resend.request(), p.deadline_ns, answer, reply.header.epoch,
+                                   p.callback ? &p.callback : nullptr,
+                                   p.callback ? nullptr : &p.batch_callback);
+    p.callback = nullptr;
+    p.batch_callback = nullptr;
+    return false;
+  }
+  out = to_decision(answer, p.policy_quota, p.policy_window_ms);
+  return true;
 }
 
 void Connection::take_all_pending_locked(std::vector<Pending>& failed) {

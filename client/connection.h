@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <span>
@@ -62,6 +63,34 @@ struct Completion {
   bool probe = false;  // the request is a probe's PING: an echo counts as allowed
   std::uint32_t policy_quota = 0;
   std::uint64_t policy_window_ms = 0;
+  // A cluster's one-item acquire (key at most ResendCopy::kKeyBytes): the connection keeps a
+  // copy, and an answer of REDIRECT or UNAVAILABLE goes to ConnectionObserver::on_misrouted
+  // with the callback instead of to the callback.
+  const AcquireRequest* resend = nullptr;
+};
+
+// The copy a pending call keeps of its request when Completion::resend is given.
+struct ResendCopy {
+  static constexpr std::size_t kKeyBytes = 64;
+  bool armed = false;
+  bool peek = false;
+  std::uint8_t key_size = 0;
+  std::uint32_t cost = 0;
+  Rule rule;
+  char key[kKeyBytes] = {};
+
+  // REQUIRES: request.key.size() <= kKeyBytes.
+  void keep(const AcquireRequest& request) {
+    armed = true;
+    peek = request.peek;
+    key_size = static_cast<std::uint8_t>(request.key.size());
+    cost = request.cost;
+    rule = request.rule;
+    std::memcpy(key, request.key.data(), request.key.size());
+  }
+  AcquireRequest request() const {
+    return AcquireRequest{std::string_view(key, key_size), rule, cost, peek};
+  }
 };
 
 // Memory for one queued Asio operation at a time, so that the hot path allocates nothing
@@ -172,6 +201,12 @@ class ConnectionObserver {
   virtual void on_newer_epoch(Connection& connection, std::uint64_t epoch) = 0;
   // The connection's HELLO was answered (at every connect).
   virtual void on_ready(Connection& connection) = 0;
+  // A call submitted with Completion::resend was answered REDIRECT or UNAVAILABLE (`answer`,
+  // in a reply of epoch `reply_epoch`). The observer takes over its callback (exactly one of
+  // `done` and `batch_done` is given; it is moved from) and answers it by `deadline_ns`.
+  virtual void on_misrouted(const AcquireRequest& request, std::uint64_t deadline_ns,
+                            const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
+                            AcquireCallback* done, BatchCallback* batch_done) = 0;
 
  protected:
   ~ConnectionObserver() = default;
@@ -275,6 +310,7 @@ class Connection {
     bool early = false;  // its deadline is before an older request's (see early_)
     std::uint32_t policy_quota = 0;
     std::uint64_t policy_window_ms = 0;
+    ResendCopy resend;
   };
 
   static constexpr std::uint32_t kHandshakeId = 0;  // HELLO only; never in the table
@@ -313,6 +349,9 @@ class Connection {
   // A connect timed out: counts its calls as timed out, and those still queued as withdrawn.
   void count_timeouts_locked();
   void complete(Pending& pending, const protocol::Frame* reply, const Status& failure);
+  // The decision in a one-item ACQUIRE reply; false, with the callback handed to the
+  // observer, for a call with a ResendCopy answered REDIRECT or UNAVAILABLE.
+  bool acquire_decision(Pending& pending, const protocol::Frame& reply, Result<Decision>& out);
   // The failure paths complete a list detached from failed_: a callback may close the client,
   // which fails calls again (shut_down()) while the outer list is still being walked.
   std::vector<Pending> detach_failed();

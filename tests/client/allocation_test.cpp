@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/connection.h"
 #include "tests/client/test_support.h"
 #include "tests/integration/test_cluster.h"
 
@@ -114,16 +115,18 @@ TEST_CASE("async acquires in flight allocate nothing once warmed up") {
   CHECK(io_after - io_before == 0);
 }
 
-// Through a cluster map every acquire copies its key into a pooled one-item batch, which the
-// pool hands out in whatever order batches came back: a batch that has only seen short keys must
-// not grow for a longer one (CI once caught one allocation this way among 100,000 decisions).
+// Through a cluster map an acquire whose key is too long for the connection's copy (over
+// ResendCopy::kKeyBytes) copies it into a pooled one-item batch, which the pool hands out in
+// whatever order batches came back: a batch that has only seen shorter keys must not grow for a
+// longer one (CI once caught one allocation this way among 100,000 decisions).
 TEST_CASE("a clustered acquire allocates nothing for a key longer than any before it") {
   test::TestCluster cluster(2);
   auto client = connect_or_fail(options_for("127.0.0.1:" + std::to_string(cluster.port(0))));
   REQUIRE(client->node_count() == 2);
   const Rule rule = generous_rule();
-  // Sync calls one at a time: the pool holds a single one-item batch, which sees only "k".
-  for (int i = 0; i < 1000; ++i) REQUIRE(client->acquire("k", rule).ok());
+  // Sync calls one at a time: the pool holds a single one-item batch, which sees only `shorter`.
+  const std::string shorter(detail::ResendCopy::kKeyBytes + 1, 'k');
+  for (int i = 0; i < 1000; ++i) REQUIRE(client->acquire(shorter, rule).ok());
   const std::string longest(protocol::kDefaultMaxKey, 'x');
   const std::uint64_t before = tl_allocations;
   const Result<Decision> decided = client->acquire(longest, rule);

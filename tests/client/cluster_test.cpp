@@ -1,14 +1,17 @@
 // The client against a cluster of in-process nodes (tests/integration/test_cluster.h): routing by
 // the map fetched from one seed, exact counts over nodes, batches split per node and put back in
 // order, following a REDIRECT after the map changes, and a dead node failing only its keys.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "client/client.h"
+#include "client/connection.h"
 #include "tests/client/test_support.h"
 #include "tests/integration/test_cluster.h"
 
@@ -214,6 +217,79 @@ TEST_CASE(
   for (const Result<Decision>& d : results) off += !d.ok() || d->remaining != kLimit - 3;
   CHECK(off == 0);
   CHECK(client->counters().redirects_followed == before);
+}
+
+TEST_CASE(
+    "after a reload, keys too long for the connection's copy and one-item async batches follow "
+    "their redirects too") {
+  TestCluster cluster(3);
+  // `batcher` sends one-item batches of short keys (each kept by the connection that sent it);
+  // `client` acquires keys over ResendCopy::kKeyBytes (each kept by a one-item batch).
+  auto client = connect_or_fail(options_for(seed_of(cluster, 0)));
+  auto batcher = connect_or_fail(options_for(seed_of(cluster, 1)));
+  constexpr int kKeys = 200;
+  const Rule rule = per_minute(10);
+  std::vector<std::string> long_keys;
+  std::vector<std::string> short_keys;
+  for (int k = 0; k < kKeys; ++k) {
+    long_keys.push_back(key_name(k) + ":" + std::string(80, 'x'));
+    short_keys.push_back(key_name(k));
+  }
+  REQUIRE(long_keys[0].size() > detail::ResendCopy::kKeyBytes);
+  REQUIRE(short_keys[0].size() <= detail::ResendCopy::kKeyBytes);
+  for (const std::string& key : long_keys) REQUIRE(client->acquire(key, rule).ok());
+  for (const std::string& key : short_keys) REQUIRE(batcher->acquire(key, rule).ok());
+
+  const int added = cluster.add_node();
+  cluster.write(2, 4);
+  cluster.load(added);
+  cluster.reload_all();
+  REQUIRE(cluster.settled());
+  const cluster::ClusterMap three = cluster.map(1, 3);
+  const cluster::ClusterMap four = cluster.map(2, 4);
+  int moved_long = 0;
+  int moved_short = 0;
+  for (int k = 0; k < kKeys; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    moved_long += owner_of(three, long_keys[i]) != owner_of(four, long_keys[i]);
+    moved_short += owner_of(three, short_keys[i]) != owner_of(four, short_keys[i]);
+  }
+  REQUIRE(moved_long > 0);
+  REQUIRE(moved_short > 0);
+
+  // Both clients still route by epoch 1: their moved keys are answered REDIRECT and reach their
+  // new primary with the count they had. The moved long keys go first: any reply under epoch 2
+  // makes the client refresh its map, after which nothing is redirected.
+  std::stable_partition(long_keys.begin(), long_keys.end(), [&](const std::string& key) {
+    return owner_of(three, key) != owner_of(four, key);
+  });
+  int wrong = 0;
+  for (const std::string& key : long_keys) {
+    const Result<Decision> d = client->acquire(key, rule);
+    wrong += !d.ok() || d->remaining != 8;
+  }
+  CHECK(wrong == 0);
+  CHECK(client->cluster_epoch() == 2);
+  CHECK(client->counters().redirects_followed >= 1);
+
+  CallbackLatch latch;
+  std::vector<Result<Decision>> answers(kKeys, Result<Decision>(ErrorCode::kClosed, "unanswered"));
+  std::vector<AcquireRequest> items;
+  for (const std::string& key : short_keys) items.push_back(AcquireRequest{key, rule});
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    batcher->acquire_batch_async(std::span<const AcquireRequest>(&items[i], 1),
+                                 [&answers, &latch, i](std::span<const Result<Decision>> r) {
+                                   if (r.size() == 1) answers[i] = r[0];
+                                   latch.count_down();
+                                 });
+  }
+  REQUIRE(latch.wait_for(items.size(), kHang));
+  wrong = 0;
+  for (const Result<Decision>& d : answers) wrong += !d.ok() || d->remaining != 8;
+  CHECK(wrong == 0);
+  CHECK(batcher->cluster_epoch() == 2);
+  CHECK(batcher->counters().redirects_followed >= 1);
+  CHECK(batcher->counters().redirects_followed <= static_cast<std::uint64_t>(moved_short));
 }
 
 TEST_CASE("a batch with moved keys follows the redirects within one call") {
