@@ -69,7 +69,9 @@ struct Completion {
   const AcquireRequest* resend = nullptr;
 };
 
-// The copy a pending call keeps of its request when Completion::resend is given.
+// The copy a pending call keeps of its request when Completion::resend is given. Copying one
+// (a pending entry moves when it is answered) copies the key's bytes only when armed, so a call
+// outside a cluster pays for the room, not for the bytes.
 struct ResendCopy {
   static constexpr std::size_t kKeyBytes = 64;
   bool armed = false;
@@ -77,7 +79,22 @@ struct ResendCopy {
   std::uint8_t key_size = 0;
   std::uint32_t cost = 0;
   Rule rule;
-  char key[kKeyBytes] = {};
+  char key[kKeyBytes];
+
+  ResendCopy() = default;
+  ResendCopy(const ResendCopy& other) { *this = other; }
+  ResendCopy& operator=(const ResendCopy& other) {
+    if (this == &other) return *this;
+    armed = other.armed;
+    if (armed) {
+      peek = other.peek;
+      key_size = other.key_size;
+      cost = other.cost;
+      rule = other.rule;
+      std::memcpy(key, other.key, key_size);
+    }
+    return *this;
+  }
 
   // REQUIRES: request.key.size() <= kKeyBytes.
   void keep(const AcquireRequest& request) {
