@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "protocol/frame.h"
@@ -648,6 +649,13 @@ TEST_CASE(
 TEST_CASE("sluicectl cluster prints the nodes, their states and shares, the epoch and the lag") {
   require_sluicectl();
   test::TestCluster cluster(3);
+  // A node's STATS lists its peers from a snapshot its shards publish every 100 ms or so: wait
+  // (at most 5 s) until node-0's lists node-1, so the lag rows below are there to print.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (test::RawClient(cluster.port(0)).stats().count("replication.node-1.up") == 0 &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   const std::string s = "--servers 127.0.0.1:" + std::to_string(cluster.port(1)) + " ";
   Run text = run(s + "cluster");
   INFO(text.output);
