@@ -5,8 +5,10 @@
 #
 #   alone       node A in a cluster file that lists only A: cluster mode (ownership checks,
 #               epochs in every reply), every key A's, no replica. Node B runs too, idle.
+#               sluice-load draws from the list of A's keys (--only-node A), as replicated.
 #   replicated  A and B in one cluster file: sluice-load sends only keys whose primary is A
-#               (--only-node A), so A decides every one and streams it to B.
+#               (--only-node A) among twice as many, so that A has as many keys as alone;
+#               A decides every one and streams it to B.
 #
 # A runs on COMPARE_SERVER_CPU (default 0) and sluice-load on COMPARE_LOAD_CPU (default 1). A
 # 2-core machine has no core of its own for B, so each round runs twice, once per placement of
@@ -92,7 +94,7 @@ start_node() {
 # b_ticks applied load_seconds" to rounds.txt.
 round() {
   local placement="$1" kind="$2" n="$3" a_port b_port file="$WORK/cluster-$1-$2-$3.conf" only=()
-  local b_cpu="$LOAD_CPU"
+  local b_cpu="$LOAD_CPU" keys="$KEYS"
   [[ "$placement" == primary ]] && b_cpu="$SERVER_CPU"
   a_port="$(free_ports $((SHARDS + 1)))"
   b_port="$(free_ports $((SHARDS + 1)))"
@@ -105,8 +107,13 @@ round() {
     printf 'epoch 1\nA 127.0.0.1:%s\nB 127.0.0.1:%s\n' "$a_port" "$b_port" >"$file"
     start_node A "$SERVER_CPU" "$file" "$a_port"
     start_node B "$b_cpu" "$file" "$b_port"
-    only=(--only-node A)
+    # A owns about half of the keys: twice as many keys give it as many as alone (a smaller
+    # key set would favour the replicated run with fewer cache misses in A and the generator).
+    keys=$((KEYS * 2))
   fi
+  # Both runs draw from the list of A's keys (every key when alone): the generator does the
+  # same work per decision in both (drawing a listed key is cheaper than making one).
+  only=(--only-node A)
   # PID_A and PID_B are set by start_node through printf -v.
   # shellcheck disable=SC2154
   local a0 b0 a1 b1
@@ -120,7 +127,7 @@ code = subprocess.run(sys.argv[2:]).returncode
 used = resource.getrusage(resource.RUSAGE_CHILDREN)
 open(sys.argv[1], "w").write(f"{used.ru_utime + used.ru_stime:.3f}\n")
 sys.exit(code)' "$WORK/$run.cpu" "$LOAD" -q --json --backend sluice \
-    --servers "127.0.0.1:$a_port" --connections "$CONNS" --keys "$KEYS" --depth 16 --batch 1 \
+    --servers "127.0.0.1:$a_port" --connections "$CONNS" --keys "$keys" --depth 16 --batch 1 \
     --limit 100 --period 1s --duration "${SECS}s" "${only[@]}" >"$WORK/$run.json" ||
     log "sluice-load ended with status $? in $run (see its errors below)"
   a1="$(cpu_ticks "$PID_A")"
@@ -203,7 +210,7 @@ summary = "\n\n".join(summary)
 context = (f"Commit `{commit}`{' with changes in ' + dirty if dirty else ''}; {shards} shard(s) a node; "
            f"node A on CPU {server_cpu}; sluice-load on CPU {load_cpu}; B as the column says; "
            f"{secs} s a run; 50 connections, depth 16, batch 1, token bucket 100/s over "
-           f"1,000,000 keys; load average {load0} at the start, {load1} at the end.")
+           f"1,000,000 keys of A's (--only-node A; 2,000,000 keys in all when replicated); load average {load0} at the start, {load1} at the end.")
 out = "\n".join(lines + ["", summary, "", context])
 print(out)
 if full == "1":
