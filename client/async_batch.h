@@ -1,11 +1,11 @@
 // Internal: the async batch machinery (acquire_batch_async, probe_batch_async, and in a cluster
-// the acquires that must go again: answered REDIRECT or UNAVAILABLE, or with a key too long for
-// the copy a connection keeps, ResendCopy). A batch's items are grouped by owner and cut into
-// parts, one frame each, within the owner's max_batch and max_frame; results go back by item index.
-// In a cluster a batch keeps a copy of its items, so that an item answered REDIRECT is sent once
-// more to its owner in the (refreshed) map, and one answered UNAVAILABLE again after a short pause,
-// within the call's deadline. Batches are pooled, so a warm client allocates nothing per batch.
-// docs/CLIENT.md, sections 3 and 5, describes the life of a batch.
+// the single acquires that must go again, answered REDIRECT or UNAVAILABLE, and those with a key
+// too long for the copy a connection keeps, ResendCopy). A batch's items are grouped by owner and
+// cut into parts, one frame each, within the owner's max_batch and max_frame; results go back by
+// item index. In a cluster a batch keeps a copy of its items, so that an item answered REDIRECT is
+// sent once more to its owner in the (refreshed) map, and one answered UNAVAILABLE again after a
+// short pause, within the call's deadline. Batches are pooled, so a warm client allocates nothing
+// per batch. docs/CLIENT.md, sections 3 and 5, describes the life of a batch.
 #pragma once
 
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
@@ -36,7 +36,9 @@ std::uint64_t retry_pause_ns(std::uint64_t& state);
 
 // One async batch. Completion is counted with one extra hold for the submitting thread, so the
 // batch cannot finish (and be reused) while that thread still reads it; whoever drops the last
-// hold completes it on the I/O thread. A wait for a map or a pause holds one more.
+// hold completes it on the I/O thread. A wait for a map or a pause holds one more. A batch
+// started by resume_one() has no submitting thread: it runs on the I/O thread, whose one hold
+// stands for the answer it took over.
 class AsyncBatch final : public ReplySink {
  public:
   explicit AsyncBatch(Client::Impl& impl);
@@ -47,7 +49,7 @@ class AsyncBatch final : public ReplySink {
   void run_one(const AcquireRequest& item, bool probe, AcquireCallback* done,
                BatchCallback* batch_done);
   // I/O thread: takes over a cluster's one-item acquire sent straight to its owner
-  // (Completion::resend) and answered `answer`, REDIRECT or UNAVAILABLE, in a reply of epoch
+  // (Completion::keep_request) and answered `answer`, REDIRECT or UNAVAILABLE, in a reply of epoch
   // `reply_epoch`: it goes on as if this batch had sent it, within `deadline_ns`. Callbacks as
   // for run_one().
   void resume_one(const AcquireRequest& item, std::uint64_t deadline_ns,

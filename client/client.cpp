@@ -485,12 +485,13 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
                                     BatchCallback* batch_done, bool probe) {
   const std::shared_ptr<const detail::Router> current = current_router();
   const bool clustered = current->clustered();
-  if (clustered && request.key.size() > detail::ResendCopy::kKeyBytes) {
+  if (clustered && !probe && request.key.size() > detail::ResendCopy::kKeyBytes) {
     // A key too long for the connection's copy: a batch keeps it, so that a REDIRECT or an
     // UNAVAILABLE can send it again.
     batches.take(/*one_item=*/true).run_one(request, probe, done, batch_done);
     return Status();
   }
+  if (request.key.empty()) return Status(ErrorCode::kInvalidKey, "key is empty");
   const std::size_t owner = current->route(hash_key(request.key));
   if (owner == detail::Router::kNoOwner) {
     return Status(ErrorCode::kUnavailable,
@@ -508,8 +509,8 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
   completion.policy_quota = request.rule.limit;
   completion.policy_window_ms = request.rule.period_ms;
   // In a cluster the connection keeps a copy, and hands a REDIRECT or an UNAVAILABLE answer
-  // to on_misrouted(), which sends it again.
-  if (clustered && !probe) completion.resend = &request;
+  // to on_resend_needed(), which sends it again.
+  if (clustered && !probe) completion.keep_request = &request;
   return connection->submit(
       [&request, probe](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
         const std::size_t start = out.size();
@@ -823,9 +824,10 @@ void Client::Impl::on_newer_epoch(Connection& connection, std::uint64_t epoch) {
   request_refresh(connection);
 }
 
-void Client::Impl::on_misrouted(const AcquireRequest& request, std::uint64_t deadline_ns,
-                                const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
-                                AcquireCallback* done, BatchCallback* batch_done) {
+void Client::Impl::on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
+                                    const protocol::AcquireResult& answer,
+                                    std::uint64_t reply_epoch, AcquireCallback* done,
+                                    BatchCallback* batch_done) {
   batches.take(/*one_item=*/true)
       .resume_one(request, deadline_ns, answer, reply_epoch, done, batch_done);
 }

@@ -66,7 +66,10 @@ struct Client::Impl final : detail::ConnectionObserver {
 
   // On failure `done` was not moved from and nothing was queued. Exactly one of `done` and
   // `batch_done` is given. `probe` sends the ACQUIRE frame's bytes as a PING (probe_batch_async
-  // of one item). In a cluster the call becomes a one-item batch, which can follow a REDIRECT.
+  // of one item). In a cluster the connection keeps a copy of the request and hands a REDIRECT
+  // or UNAVAILABLE answer to on_resend_needed(), which goes on in a one-item batch; a key over
+  // ResendCopy::kKeyBytes is a one-item batch from the start. Fails at once (nothing queued)
+  // for an empty key, a map without an active node, or an owner that cannot be reached.
   Status submit_acquire(const AcquireRequest& request, AcquireCallback* done,
                         BatchCallback* batch_done = nullptr, bool probe = false);
   // Blocks the calling thread until the I/O thread answers.
@@ -109,9 +112,9 @@ struct Client::Impl final : detail::ConnectionObserver {
   // detail::ConnectionObserver, I/O thread.
   void on_newer_epoch(detail::Connection& connection, std::uint64_t epoch) override;
   void on_ready(detail::Connection& connection) override;
-  void on_misrouted(const AcquireRequest& request, std::uint64_t deadline_ns,
-                    const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
-                    AcquireCallback* done, BatchCallback* batch_done) override;
+  void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
+                        const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
+                        AcquireCallback* done, BatchCallback* batch_done) override;
 
   ClientOptions options;
   std::uint64_t timeout_ns = 0;

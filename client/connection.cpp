@@ -193,7 +193,7 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion,
   p.policy_quota = completion.policy_quota;
   p.policy_window_ms = completion.policy_window_ms;
   p.resend.armed = false;
-  if (completion.resend != nullptr) p.resend.keep(*completion.resend);
+  if (completion.keep_request != nullptr) p.resend.keep(*completion.keep_request);
   ++in_flight_;
 }
 
@@ -512,8 +512,10 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
   Result<Decision> decision = reply == nullptr ? Result<Decision>(error)
                               : p.probe        ? probe_echo(*reply)
                                                : Result<Decision>(Decision{});
-  // A false acquire_decision() handed the call to the observer, with its callback.
-  if (reply != nullptr && !p.probe && !acquire_decision(p, *reply, decision)) return;
+  if (reply != nullptr && !p.probe &&
+      acquire_decision(p, *reply, decision) == Outcome::kHandedOver) {
+    return;  // the observer answers it
+  }
   if (reply != nullptr && !decision.ok() && decision.status().code() == ErrorCode::kProtocolError) {
     decision = Result<Decision>(ErrorCode::kProtocolError,
                                 std::string(p.probe ? "unexpected reply to PING from "
@@ -529,25 +531,26 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
   }
 }
 
-bool Connection::acquire_decision(Pending& p, const Frame& reply, Result<Decision>& out) {
+Connection::Outcome Connection::acquire_decision(Pending& p, const Frame& reply,
+                                                 Result<Decision>& out) {
   if (reply.header.opcode != Opcode::kAcquire ||
       !protocol::parse_acquire_reply(reply.body, results_) || results_.size() != 1) {
     out = Result<Decision>(ErrorCode::kProtocolError, "unexpected reply to ACQUIRE");
-    return true;
+    return Outcome::kDecided;
   }
   const protocol::AcquireResult& answer = results_[0];
   if (p.resend.armed && config_.observer != nullptr &&
       (answer.status == protocol::ItemStatus::kRedirect ||
        answer.status == protocol::ItemStatus::kUnavailable)) {
-    config_.observer->on_misrouted(p.resend.request(), p.deadline_ns, answer, reply.header.epoch,
-                                   p.callback ? &p.callback : nullptr,
-                                   p.callback ? nullptr : &p.batch_callback);
+    config_.observer->on_resend_needed(p.resend.request(), p.deadline_ns, answer,
+                                       reply.header.epoch, p.callback ? &p.callback : nullptr,
+                                       p.callback ? nullptr : &p.batch_callback);
     p.callback = nullptr;
     p.batch_callback = nullptr;
-    return false;
+    return Outcome::kHandedOver;
   }
   out = to_decision(answer, p.policy_quota, p.policy_window_ms);
-  return true;
+  return Outcome::kDecided;
 }
 
 void Connection::take_all_pending_locked(std::vector<Pending>& failed) {

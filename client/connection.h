@@ -12,7 +12,9 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <cassert>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -49,8 +51,9 @@ class ReplySink {
 };
 
 // Who is told about a request's outcome: a sink (sync calls, batch parts), an acquire callback,
-// or the callback of a one-item batch (which then needs no batch state at all). For the
-// callbacks, the rule's quota and window go into the Decision.
+// or the callback of a one-item batch (which then needs no batch state, unless a cluster's call
+// must go again: keep_request). For the callbacks, the rule's quota and window go into the
+// Decision.
 struct Completion {
   ReplySink* sink = nullptr;
   std::uint32_t part = 0;
@@ -64,12 +67,12 @@ struct Completion {
   std::uint32_t policy_quota = 0;
   std::uint64_t policy_window_ms = 0;
   // A cluster's one-item acquire (key at most ResendCopy::kKeyBytes): the connection keeps a
-  // copy, and an answer of REDIRECT or UNAVAILABLE goes to ConnectionObserver::on_misrouted
+  // copy, and an answer of REDIRECT or UNAVAILABLE goes to ConnectionObserver::on_resend_needed
   // with the callback instead of to the callback.
-  const AcquireRequest* resend = nullptr;
+  const AcquireRequest* keep_request = nullptr;
 };
 
-// The copy a pending call keeps of its request when Completion::resend is given. Copying one
+// The copy a pending call keeps of its request when Completion::keep_request is given. Copying one
 // (a pending entry moves when it is answered) copies the key's bytes only when armed, so a call
 // outside a cluster pays for the room, not for the bytes.
 struct ResendCopy {
@@ -81,9 +84,12 @@ struct ResendCopy {
   Rule rule;
   char key[kKeyBytes];
 
+  static_assert(kKeyBytes <= UINT8_MAX);
+
   ResendCopy() = default;
-  ResendCopy(const ResendCopy& other) { *this = other; }
-  ResendCopy& operator=(const ResendCopy& other) {
+  // noexcept, so that a pending entry's move stays noexcept (vectors of them move, not copy).
+  ResendCopy(const ResendCopy& other) noexcept { *this = other; }
+  ResendCopy& operator=(const ResendCopy& other) noexcept {
     if (this == &other) return *this;
     armed = other.armed;
     if (armed) {
@@ -98,6 +104,7 @@ struct ResendCopy {
 
   // REQUIRES: request.key.size() <= kKeyBytes.
   void keep(const AcquireRequest& request) {
+    assert(request.key.size() <= kKeyBytes);
     armed = true;
     peek = request.peek;
     key_size = static_cast<std::uint8_t>(request.key.size());
@@ -218,12 +225,12 @@ class ConnectionObserver {
   virtual void on_newer_epoch(Connection& connection, std::uint64_t epoch) = 0;
   // The connection's HELLO was answered (at every connect).
   virtual void on_ready(Connection& connection) = 0;
-  // A call submitted with Completion::resend was answered REDIRECT or UNAVAILABLE (`answer`,
+  // A call submitted with Completion::keep_request was answered REDIRECT or UNAVAILABLE (`answer`,
   // in a reply of epoch `reply_epoch`). The observer takes over its callback (exactly one of
   // `done` and `batch_done` is given; it is moved from) and answers it by `deadline_ns`.
-  virtual void on_misrouted(const AcquireRequest& request, std::uint64_t deadline_ns,
-                            const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
-                            AcquireCallback* done, BatchCallback* batch_done) = 0;
+  virtual void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
+                                const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
+                                AcquireCallback* done, BatchCallback* batch_done) = 0;
 
  protected:
   ~ConnectionObserver() = default;
@@ -329,6 +336,8 @@ class Connection {
     std::uint64_t policy_window_ms = 0;
     ResendCopy resend;
   };
+  static_assert(std::is_nothrow_move_constructible_v<Pending>);
+  static_assert(std::is_nothrow_move_assignable_v<Pending>);
 
   static constexpr std::uint32_t kHandshakeId = 0;  // HELLO only; never in the table
 
@@ -366,9 +375,10 @@ class Connection {
   // A connect timed out: counts its calls as timed out, and those still queued as withdrawn.
   void count_timeouts_locked();
   void complete(Pending& pending, const protocol::Frame* reply, const Status& failure);
-  // The decision in a one-item ACQUIRE reply; false, with the callback handed to the
-  // observer, for a call with a ResendCopy answered REDIRECT or UNAVAILABLE.
-  bool acquire_decision(Pending& pending, const protocol::Frame& reply, Result<Decision>& out);
+  // The decision in a one-item ACQUIRE reply, into `out` (kDecided); or, for a call with a
+  // ResendCopy answered REDIRECT or UNAVAILABLE, kHandedOver: its callback went to the observer.
+  enum class Outcome : std::uint8_t { kDecided, kHandedOver };
+  Outcome acquire_decision(Pending& pending, const protocol::Frame& reply, Result<Decision>& out);
   // The failure paths complete a list detached from failed_: a callback may close the client,
   // which fails calls again (shut_down()) while the outer list is still being walked.
   std::vector<Pending> detach_failed();
