@@ -1,0 +1,72 @@
+// The client's blocked-key cache (issue 15; docs/CLIENT.md section 10): once the cluster denies
+// a key under a rule with a finite retry_after, further requests for that key and rule are denied
+// locally until then, at no round trip. Bounded: a fixed number of entries, set at construction;
+// when a key's bucket is full, the entry inserted longest ago goes. Any thread; a mutex per
+// shard of buckets, so unrelated keys rarely meet on one.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/key_hash.h"
+#include "core/rule.h"
+
+namespace sluice::client::detail {
+
+// A key and rule as one 64-bit value: the cache's entry name. Never 0 (0 marks a free entry).
+std::uint64_t blocked_fingerprint(const KeyHash& key, const Rule& rule);
+
+class BlockedCache {
+ public:
+  static constexpr std::size_t kWays = 4;     // entries per bucket
+  static constexpr std::size_t kShards = 64;  // mutexes
+
+  // Room for at least `capacity` entries (rounded up to whole buckets in every shard); 0 turns
+  // the cache off (nothing is kept, nothing is found).
+  explicit BlockedCache(std::size_t capacity);
+
+  // The key and rule are denied until `until_ns` (the client's clock). A later call for the same
+  // fingerprint replaces it.
+  void block(std::uint64_t fingerprint, std::uint64_t until_ns, std::uint64_t now_ns);
+  // How long the fingerprint stays denied after `now_ns`: 0 when it is not blocked (an entry
+  // found expired is freed).
+  std::uint64_t blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns);
+  // Forgets the fingerprint (a RESET of the key, for instance).
+  void unblock(std::uint64_t fingerprint);
+
+  std::size_t capacity() const { return capacity_; }
+  // Entries held now, expired ones included until they are found or replaced.
+  std::size_t size() const { return size_.load(std::memory_order_relaxed); }
+  // Entries dropped to make room for newer ones since construction.
+  std::uint64_t evicted() const { return evicted_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Entry {
+    std::uint64_t fingerprint = 0;  // 0: free
+    std::uint64_t until_ns = 0;
+    std::uint64_t since_ns = 0;  // when it was blocked: the oldest in a full bucket goes
+  };
+  using Bucket = std::array<Entry, kWays>;
+  struct alignas(64) Shard {
+    std::mutex mu;
+    std::vector<Bucket> buckets;
+  };
+
+  Shard& shard_of(std::uint64_t fingerprint) { return shards_[fingerprint >> 58]; }
+  Bucket& bucket_of(Shard& shard, std::uint64_t fingerprint) const {
+    return shard.buckets[fingerprint & bucket_mask_];
+  }
+
+  std::size_t capacity_ = 0;
+  std::uint64_t bucket_mask_ = 0;
+  std::unique_ptr<Shard[]> shards_;
+  std::atomic<std::size_t> size_{0};
+  std::atomic<std::uint64_t> evicted_{0};
+};
+
+}  // namespace sluice::client::detail
