@@ -34,6 +34,16 @@ std::string seed_of(TestCluster& cluster, int node) {
   return "127.0.0.1:" + std::to_string(cluster.port(node));
 }
 
+// Grows a three-node cluster to four: a fourth node, the file of epoch 2 on every node, a
+// reload of all, and every hand-over pull finished.
+void add_fourth_node(TestCluster& cluster) {
+  const int added = cluster.add_node();
+  cluster.write(2, 4);
+  cluster.load(added);
+  cluster.reload_all();
+  REQUIRE(cluster.settled());
+}
+
 // total.allowed of every node, asked over its public port.
 std::vector<std::uint64_t> allowed_per_node(TestCluster& cluster) {
   std::vector<std::uint64_t> out;
@@ -175,11 +185,7 @@ TEST_CASE(
   for (int k = 0; k < kKeys; ++k) REQUIRE(client->acquire(key_name(k), rule).ok());
   REQUIRE(client->cluster_epoch() == 1);
 
-  const int added = cluster.add_node();
-  cluster.write(2, 4);
-  cluster.load(added);
-  cluster.reload_all();
-  REQUIRE(cluster.settled());
+  add_fourth_node(cluster);
   const cluster::ClusterMap three = cluster.map(1, 3);
   const cluster::ClusterMap four = cluster.map(2, 4);
   int moved = 0;
@@ -240,11 +246,7 @@ TEST_CASE(
   for (const std::string& key : long_keys) REQUIRE(client->acquire(key, rule).ok());
   for (const std::string& key : short_keys) REQUIRE(batcher->acquire(key, rule).ok());
 
-  const int added = cluster.add_node();
-  cluster.write(2, 4);
-  cluster.load(added);
-  cluster.reload_all();
-  REQUIRE(cluster.settled());
+  add_fourth_node(cluster);
   const cluster::ClusterMap three = cluster.map(1, 3);
   const cluster::ClusterMap four = cluster.map(2, 4);
   int moved_long = 0;
@@ -307,11 +309,7 @@ TEST_CASE("a batch with moved keys follows the redirects within one call") {
   // A second client, still on epoch 1 after the reload: its RESET of a moved key is redirected.
   auto resetter = connect_or_fail(options_for(seed_of(cluster, 2)));
 
-  const int added = cluster.add_node();
-  cluster.write(2, 4);
-  cluster.load(added);
-  cluster.reload_all();
-  REQUIRE(cluster.settled());
+  add_fourth_node(cluster);
 
   client->acquire_batch(batch, results);
   int wrong = 0;
