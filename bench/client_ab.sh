@@ -52,11 +52,10 @@ run() {
     printf 'epoch 1\nA 127.0.0.1:%s\n' "$port" >"$WORK/cluster.conf"
     cluster=(--cluster "$WORK/cluster.conf" --node-id A)
   fi
-  taskset -c "$SERVER_CPU" "$SLUICED" --bind 127.0.0.1 --port "$port" --shards 1 \
-    --max-memory 1GiB --idle-timeout 0 --huge-pages "${cluster[@]}" >"$WORK/node.log" 2>&1 &
-  pid=$!
-  PIDS+=("$pid")
-  listening "$port" "$pid" || die "sluiced did not start: $(tail -c 300 "$WORK/node.log")"
+  start_sluiced "$WORK/node.log" "$port" "$SERVER_CPU" --shards 1 --max-memory 1GiB \
+    --idle-timeout 0 --huge-pages "${cluster[@]}" ||
+    die "sluiced did not start: $(tail -c 300 "$WORK/node.log")"
+  pid="$STARTED_PID"
   taskset -c "$LOAD_CPU" "${LOADS[$which]}" -q --json --backend sluice \
     --servers "127.0.0.1:$port" --connections 50 --keys 1000000 --depth 16 --batch 1 \
     --limit 100 --period 1s --duration "${SECS}s" >"$WORK/run.json" ||

@@ -39,6 +39,17 @@ listening() { # PORT PID: until something accepts on PORT (at most 10 s), false 
 
 # Every process a script started, until it is seen to exit (PIDS+=("$pid") after starting one).
 PIDS=()
+# start_sluiced LOG PORT CPU ARGS...: $SLUICED on 127.0.0.1:PORT, pinned to CPU, its output in
+# LOG, tracked in PIDS; its pid in STARTED_PID. False when it does not listen within 10 s.
+STARTED_PID=""
+start_sluiced() {
+  local log="$1" port="$2" cpu="$3"
+  shift 3
+  taskset -c "$cpu" "$SLUICED" --bind 127.0.0.1 --port "$port" "$@" >"$log" 2>&1 &
+  STARTED_PID=$!
+  PIDS+=("$STARTED_PID")
+  listening "$port" "$STARTED_PID"
+}
 untrack() { # PID: no longer stopped at exit
   local keep=() p
   for p in "${PIDS[@]}"; do [[ "$p" == "$1" ]] || keep+=("$p"); done

@@ -63,7 +63,7 @@ dirty="$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | aw
   paste -sd' ')"
 
 WORK="$(mktemp -d /tmp/sluice-replication.XXXXXX)"
-# free_ports N, listening PORT PID, and PIDS with untrack, stop_pid and stop_pids.
+# free_ports N, listening PORT PID, start_sluiced, and PIDS with untrack, stop_pid and stop_pids.
 # shellcheck source=bench/lib.sh
 source "$ROOT/bench/lib.sh"
 cleanup() {
@@ -79,14 +79,11 @@ cpu_ticks() { # utime + stime of PID and all its threads, in clock ticks
 
 # start_node NAME CPU FILE: sluiced as node NAME of FILE, pinned to CPU; sets PID_<NAME>.
 start_node() {
-  local name="$1" cpu="$2" file="$3" port="$4" pid
-  taskset -c "$cpu" "$SLUICED" --bind 127.0.0.1 --port "$port" --shards "$SHARDS" \
-    --max-memory 1GiB --idle-timeout 0 --huge-pages --cluster "$file" --node-id "$name" \
-    >"$WORK/$name.log" 2>&1 &
-  pid=$!
-  PIDS+=("$pid")
-  listening "$port" "$pid" || die "sluiced $name did not start: $(tail -c 300 "$WORK/$name.log")"
-  printf -v "PID_$name" '%s' "$pid"
+  local name="$1" cpu="$2" file="$3" port="$4"
+  start_sluiced "$WORK/$name.log" "$port" "$cpu" --shards "$SHARDS" --max-memory 1GiB \
+    --idle-timeout 0 --huge-pages --cluster "$file" --node-id "$name" ||
+    die "sluiced $name did not start: $(tail -c 300 "$WORK/$name.log")"
+  printf -v "PID_$name" '%s' "$STARTED_PID"
 }
 
 # round PLACEMENT KIND N: one run on fresh nodes, B pinned with the load generator (PLACEMENT
