@@ -71,15 +71,24 @@ void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const Acquir
   protocol::finish_acquire_request(out, start);
 }
 
+const protocol::AcquireResult* one_acquire_result(const Frame& reply,
+                                                  std::vector<protocol::AcquireResult>& scratch) {
+  if (reply.header.opcode != Opcode::kAcquire ||
+      !protocol::parse_acquire_reply(reply.body, scratch) || scratch.size() != 1) {
+    return nullptr;
+  }
+  return &scratch[0];
+}
+
 Result<Decision> decision_from_reply(const Frame& reply,
                                      std::vector<protocol::AcquireResult>& scratch,
                                      std::uint32_t policy_quota, std::uint64_t policy_window_ms) {
   if (reply.header.opcode == Opcode::kError) return server_error_status(reply.body);
-  if (reply.header.opcode != Opcode::kAcquire ||
-      !protocol::parse_acquire_reply(reply.body, scratch) || scratch.size() != 1) {
+  const protocol::AcquireResult* answer = one_acquire_result(reply, scratch);
+  if (answer == nullptr) {
     return Result<Decision>(ErrorCode::kProtocolError, "unexpected reply to ACQUIRE");
   }
-  return to_decision(scratch[0], policy_quota, policy_window_ms);
+  return to_decision(*answer, policy_quota, policy_window_ms);
 }
 
 Result<Decision> probe_echo(const Frame& reply) {
@@ -533,12 +542,12 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
 
 Connection::Outcome Connection::acquire_decision(Pending& p, const Frame& reply,
                                                  Result<Decision>& out) {
-  if (reply.header.opcode != Opcode::kAcquire ||
-      !protocol::parse_acquire_reply(reply.body, results_) || results_.size() != 1) {
+  const protocol::AcquireResult* parsed = one_acquire_result(reply, results_);
+  if (parsed == nullptr) {
     out = Result<Decision>(ErrorCode::kProtocolError, "unexpected reply to ACQUIRE");
     return Outcome::kDecided;
   }
-  const protocol::AcquireResult& answer = results_[0];
+  const protocol::AcquireResult& answer = *parsed;
   if (p.resend.armed && config_.observer != nullptr &&
       (answer.status == protocol::ItemStatus::kRedirect ||
        answer.status == protocol::ItemStatus::kUnavailable)) {

@@ -448,6 +448,11 @@ class Connection {
 void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request,
                     const protocol::Framing& framing = {});
 
+// The one item of a one-item ACQUIRE reply, parsed into `scratch`; nullptr for any other frame.
+// The connection's decode path and decision_from_reply() both take replies apart with it.
+const protocol::AcquireResult* one_acquire_result(const protocol::Frame& reply,
+                                                  std::vector<protocol::AcquireResult>& scratch);
+
 // The decision in a one-item ACQUIRE reply (an ERROR frame's status for an ERROR frame).
 // `scratch` is reused between calls.
 Result<Decision> decision_from_reply(const protocol::Frame& reply,
