@@ -84,8 +84,8 @@ class ClusterProcesses {
     std::filesystem::rename(path, file());  // a node rereading it never sees half a file
   }
 
-  // Starts node i (again) on its port; a port lost to another process meanwhile is replaced
-  // only for a node not yet in anyone's map (add_node), else the test fails.
+  // Starts node i (again) on its port; the suite's own tests cannot take it (ports.h), a port
+  // lost to a process outside the suite fails the test with the node's log.
   void start(int i) {
     const auto index = static_cast<std::size_t>(i);
     const std::vector<std::string> args = {

@@ -1,18 +1,26 @@
 // Free loopback ports for servers a test starts as child processes (etcd, sluiced), which must
 // be told their ports up front. Drawn below the kernel's ephemeral range, so that no outgoing
-// connection is given one between the check and the bind; a child may still lose a race for
-// one to another test, and its caller then fails or retries on another block.
+// connection is given one between the check and the bind. Every port handed out is also
+// reserved, for the rest of the test process, by an flock on /tmp/sluice-test-ports/PORT: the
+// blocks of one cluster cannot overlap before their nodes bind them, and tests that ctest runs
+// side by side never hand out the same port (a process's locks go when it exits). Only a
+// process outside the suite can still take one between the check and the child's bind.
 #pragma once
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
+#include <vector>
 
 namespace sluice::test {
 
@@ -31,6 +39,26 @@ inline bool loopback_port_free(std::uint16_t port) {
   return bound;
 }
 
+// Takes the suite's reservation of `port` for this process: false when a test process (this
+// one included) holds it already. The lock's descriptor stays open until the process exits.
+inline bool reserve_port(std::uint16_t port) {
+  static const std::filesystem::path dir = [] {
+    std::filesystem::path d = std::filesystem::temp_directory_path() / "sluice-test-ports";
+    std::error_code ec;
+    std::filesystem::create_directories(d, ec);
+    std::filesystem::permissions(d, std::filesystem::perms::all, ec);
+    return d;
+  }();
+  const std::string path = (dir / std::to_string(port)).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return false;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    return false;
+  }
+  return true;  // held (leaked on purpose) for the rest of the process
+}
+
 // `count` consecutive free ports below the ephemeral range: the first of them.
 inline std::uint16_t free_port_block(unsigned count) {
   int low = 32768;
@@ -43,6 +71,11 @@ inline std::uint16_t free_port_block(unsigned count) {
     bool all = true;
     for (unsigned i = 0; i < count && all; ++i) {
       all = loopback_port_free(static_cast<std::uint16_t>(port + i));
+    }
+    // Reserved one by one: a block whose later ports are taken keeps the earlier ones locked,
+    // a few ports lost to this process only.
+    for (unsigned i = 0; i < count && all; ++i) {
+      all = reserve_port(static_cast<std::uint16_t>(port + i));
     }
     if (all) return port;
   }
