@@ -114,8 +114,9 @@ void AsyncBatch::start(std::span<const AcquireRequest> items, bool probe) {
   probe_ = probe;
   const std::shared_ptr<const Router> router = impl_.current_router();
   clustered_ = router->clustered();
-  if (clustered_) {
-    // A copy that outlives the call, for the items sent again.
+  if (clustered_ || (impl_.local_layer && !probe)) {
+    // A copy that outlives the call: for the items sent again, and for the local layer, which
+    // settles every answer once the batch completes.
     deadline_ns_ = steady_now_ns() + impl_.timeout_ns;
     keep_copies(items);
   } else {
@@ -307,8 +308,8 @@ void AsyncBatch::plan(const Router& router) {
   for (std::size_t i = 0; i < items.size(); ++i) {
     policies_[i] = Policy{items[i].rule.limit, items[i].rule.period_ms};
     owner_[i] = rejected;
-    const std::size_t owner =
-        items[i].key.empty() ? Router::kNoOwner : router.route(hash_key(items[i].key));
+    const KeyHash hash = items[i].key.empty() ? KeyHash{} : hash_key(items[i].key);
+    const std::size_t owner = items[i].key.empty() ? Router::kNoOwner : router.route(hash);
     if (items[i].key.empty()) {
       results_[i] = Result<Decision>(ErrorCode::kInvalidKey, "key is empty");
     } else if (owner == Router::kNoOwner) {
@@ -316,6 +317,10 @@ void AsyncBatch::plan(const Router& router) {
     } else if (Status key_ok = Client::Impl::check_key(items[i].key, router.owner(owner).limits);
                !key_ok.ok()) {
       results_[i] = Result<Decision>(std::move(key_ok));
+    } else if (std::optional<Decision> local =
+                   probe_ ? std::nullopt
+                          : impl_.local_answer(items[i], hash, router.owner(owner))) {
+      results_[i] = *local;  // decided here, not sent
     } else {
       owner_[i] = static_cast<std::uint32_t>(owner);
     }
@@ -379,6 +384,9 @@ void AsyncBatch::release() {
 // vector instead, and the results' vector becomes the next spare. A one-item acquire's result
 // moves into a local the same way.
 void AsyncBatch::complete() {
+  if (impl_.local_layer && !probe_) {
+    for (std::size_t i = 0; i < results_.size(); ++i) impl_.settle(items_[i], results_[i]);
+  }
   if (one_done_) {
     const AcquireCallback done = std::move(one_done_);
     one_done_ = nullptr;
@@ -430,8 +438,9 @@ void Client::Impl::batch_async(std::span<const AcquireRequest> items, bool probe
   // One item: a plain acquire whose callback takes a span of one; no batch state to touch.
   Status queued = submit_acquire(items[0], nullptr, &done, probe);
   if (queued.ok()) return;
-  asio::post(io, [done = std::move(done), queued = std::move(queued)]() mutable {
-    const Result<Decision> refused(std::move(queued));
+  Result<Decision> refused(std::move(queued));
+  if (!probe) settle(items[0], refused);
+  asio::post(io, [done = std::move(done), refused = std::move(refused)]() mutable {
     done(std::span<const Result<Decision>>(&refused, 1));
   });
 }

@@ -35,7 +35,8 @@ BlockedCache::BlockedCache(std::size_t capacity) : shards_(new Shard[kShards]) {
   for (std::size_t s = 0; s < kShards; ++s) shards_[s].buckets.resize(buckets);
 }
 
-void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std::uint64_t now_ns) {
+void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std::uint64_t now_ns,
+                         std::uint64_t key_tag, std::uint32_t cost) {
   if (capacity_ == 0 || until_ns <= now_ns) return;
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
@@ -46,6 +47,8 @@ void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std:
     if (e.fingerprint == fingerprint) {
       e.until_ns = until_ns;
       e.since_ns = now_ns;
+      e.key_tag = key_tag;
+      e.cost = cost;
       return;
     }
     if (e.fingerprint == 0 || e.until_ns <= now_ns) {
@@ -61,16 +64,17 @@ void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std:
   } else if (slot->fingerprint == 0) {
     size_.fetch_add(1, std::memory_order_relaxed);
   }
-  *slot = Entry{fingerprint, until_ns, now_ns};
+  *slot = Entry{fingerprint, until_ns, now_ns, key_tag, cost};
 }
 
-std::uint64_t BlockedCache::blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns) {
+std::uint64_t BlockedCache::blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns,
+                                        std::uint32_t cost) {
   if (capacity_ == 0) return 0;
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
   for (Entry& e : bucket_of(shard, fingerprint)) {
     if (e.fingerprint != fingerprint) continue;
-    if (e.until_ns > now_ns) return e.until_ns - now_ns;
+    if (e.until_ns > now_ns) return cost >= e.cost ? e.until_ns - now_ns : 0;
     e = Entry{};
     size_.fetch_sub(1, std::memory_order_relaxed);
     return 0;
@@ -87,6 +91,20 @@ void BlockedCache::unblock(std::uint64_t fingerprint) {
     e = Entry{};
     size_.fetch_sub(1, std::memory_order_relaxed);
     return;
+  }
+}
+
+void BlockedCache::unblock_key(std::uint64_t key_tag) {
+  if (capacity_ == 0 || key_tag == 0) return;
+  for (std::size_t s = 0; s < kShards; ++s) {
+    std::lock_guard lock(shards_[s].mu);
+    for (Bucket& bucket : shards_[s].buckets) {
+      for (Entry& e : bucket) {
+        if (e.fingerprint == 0 || e.key_tag != key_tag) continue;
+        e = Entry{};
+        size_.fetch_sub(1, std::memory_order_relaxed);
+      }
+    }
   }
 }
 

@@ -20,6 +20,8 @@ namespace sluice::client::detail {
 
 // A key and rule as one 64-bit value: the cache's entry name. Never 0 (0 marks a free entry).
 std::uint64_t blocked_fingerprint(const KeyHash& key, const Rule& rule);
+// The key alone as a 64-bit value, never 0.
+inline std::uint64_t blocked_key_tag(const KeyHash& key) { return key.lo | 1; }
 
 class BlockedCache {
  public:
@@ -30,14 +32,20 @@ class BlockedCache {
   // the cache off (nothing is kept, nothing is found).
   explicit BlockedCache(std::size_t capacity);
 
-  // The key and rule are denied until `until_ns` (the client's clock). A later call for the same
-  // fingerprint replaces it.
-  void block(std::uint64_t fingerprint, std::uint64_t until_ns, std::uint64_t now_ns);
-  // How long the fingerprint stays denied after `now_ns`: 0 when it is not blocked (an entry
-  // found expired is freed).
-  std::uint64_t blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns);
-  // Forgets the fingerprint (a RESET of the key, for instance).
+  // The key and rule are denied until `until_ns` (the client's clock) for requests of `cost`
+  // units or more. A later call for the same fingerprint replaces it. `key_tag`
+  // (blocked_key_tag()) names the key alone, for unblock_key.
+  void block(std::uint64_t fingerprint, std::uint64_t until_ns, std::uint64_t now_ns,
+             std::uint64_t key_tag = 0, std::uint32_t cost = 1);
+  // How long a request of `cost` units stays denied after `now_ns`: 0 when it is not blocked
+  // (an entry found expired is freed; one blocked for a higher cost does not apply).
+  std::uint64_t blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns,
+                            std::uint32_t cost = 1);
+  // Forgets the fingerprint.
   void unblock(std::uint64_t fingerprint);
+  // Forgets every rule of the key `key_tag` names (a RESET of the key): a walk over the whole
+  // cache, so for rare events only.
+  void unblock_key(std::uint64_t key_tag);
 
   std::size_t capacity() const { return capacity_; }
   // Entries held now, expired ones included until they are found or replaced.
@@ -50,6 +58,8 @@ class BlockedCache {
     std::uint64_t fingerprint = 0;  // 0: free
     std::uint64_t until_ns = 0;
     std::uint64_t since_ns = 0;  // when it was blocked: the oldest in a full bucket goes
+    std::uint64_t key_tag = 0;
+    std::uint32_t cost = 1;  // the denied request's: cheaper ones are not answered from here
   };
   using Bucket = std::array<Entry, kWays>;
   struct alignas(64) Shard {

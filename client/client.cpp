@@ -366,7 +366,12 @@ Client::Impl::Impl(ClientOptions opts, asio::io_context* external)
       io(external == nullptr ? *owned_io : *external),
       timer(io),
       batches(*this),
-      in_flight(options.max_in_flight) {
+      in_flight(options.max_in_flight),
+      clock(options.clock != nullptr ? *options.clock : SystemClock::instance()),
+      local_layer(options.failure_policy != FailurePolicy::kReport || options.blocked_keys != 0 ||
+                  options.breaker_failures != 0),
+      blocked(options.blocked_keys),
+      fallback(options.fallback_keys, options.gateways) {
   const auto shortest = std::min(options.timeout, options.connect_timeout);
   tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
                                                std::chrono::milliseconds(10));
@@ -408,6 +413,7 @@ void Client::Impl::shut_down() {
   }
   for (Connection* c : all) c->shut_down();  // fails a refresh under way, which wakes waiters
   timer.cancel();
+  cancel_probes();
   batches.for_each([](detail::AsyncBatch& batch) { batch.cancel_pause(); });
   {
     std::lock_guard lock(map_mu);
@@ -482,23 +488,30 @@ Status Client::Impl::check_key(std::string_view key, const detail::NodeLimits& l
 }
 
 Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallback* done,
-                                    BatchCallback* batch_done, bool probe) {
+                                    BatchCallback* batch_done, bool probe, bool checked_locally) {
   const std::shared_ptr<const detail::Router> current = current_router();
-  const bool clustered = current->clustered();
-  if (clustered && !probe && request.key.size() > detail::ResendCopy::kKeyBytes) {
+  const bool keep = !probe && (current->clustered() || local_layer);
+  if (keep && request.key.size() > detail::ResendCopy::kKeyBytes) {
     // A key too long for the connection's copy: a batch keeps it, so that a REDIRECT or an
-    // UNAVAILABLE can send it again.
+    // UNAVAILABLE can send it again and the local layer can settle its answer.
     batches.take(/*one_item=*/true).run_one(request, probe, done, batch_done);
     return Status();
   }
   if (request.key.empty()) return Status(ErrorCode::kInvalidKey, "key is empty");
-  const std::size_t owner = current->route(hash_key(request.key));
+  const KeyHash hash = hash_key(request.key);
+  const std::size_t owner = current->route(hash);
   if (owner == detail::Router::kNoOwner) {
     return Status(ErrorCode::kUnavailable,
                   "no active node in the cluster map of epoch " + std::to_string(current->epoch()));
   }
   if (Status key_ok = check_key(request.key, current->owner(owner).limits); !key_ok.ok()) {
     return key_ok;
+  }
+  if (keep && !checked_locally && answers_locally(request, hash, current->owner(owner))) {
+    // The blocked cache or a down node may answer it here: a one-item batch asks, and answers
+    // on the I/O thread either way.
+    batches.take(/*one_item=*/true).run_one(request, probe, done, batch_done);
+    return Status();
   }
   Connection* connection = current->connection(owner);
   if (connection == nullptr) return current->owner(owner).unreachable;
@@ -508,9 +521,10 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
   completion.probe = probe;
   completion.policy_quota = request.rule.limit;
   completion.policy_window_ms = request.rule.period_ms;
-  // In a cluster the connection keeps a copy, and hands a REDIRECT or an UNAVAILABLE answer
-  // to on_resend_needed(), which sends it again.
-  if (clustered && !probe) completion.keep_request = &request;
+  // The connection keeps a copy: in a cluster it hands a REDIRECT or an UNAVAILABLE answer to
+  // on_resend_needed(), which sends it again, and every other answer goes through on_decided()
+  // to the local layer.
+  if (keep) completion.keep_request = &request;
   return connection->submit(
       [&request, probe](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
         const std::size_t start = out.size();
@@ -522,14 +536,32 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
 }
 
 Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
+  if (local_layer && !request.key.empty()) {
+    // Answered here when it can be, on the calling thread: no hop to the I/O thread.
+    const std::shared_ptr<const detail::Router> current = current_router();
+    const KeyHash hash = hash_key(request.key);
+    const std::size_t owner = current->route(hash);
+    if (owner != detail::Router::kNoOwner &&
+        check_key(request.key, current->owner(owner).limits).ok()) {
+      if (std::optional<Decision> local = local_answer(request, hash, current->owner(owner))) {
+        return *local;
+      }
+    }
+  }
   DecisionWaiter waiter;
   AcquireCallback done = [&waiter](Result<Decision> r) { waiter.set(std::move(r)); };
-  if (Status queued = submit_acquire(request, &done); !queued.ok()) return queued;
+  if (Status queued = submit_acquire(request, &done, nullptr, false, /*checked_locally=*/true);
+      !queued.ok()) {
+    Result<Decision> refused(std::move(queued));
+    settle(request, refused);
+    return refused;
+  }
   return waiter.wait();
 }
 
 Result<bool> Client::Impl::reset(std::string_view key) {
   const KeyHash hash = hash_key(key);
+  blocked.unblock_key(detail::blocked_key_tag(hash));
   const std::uint64_t deadline = detail::steady_now_ns() + timeout_ns;
   std::uint64_t jitter = deadline | 1;
   bool redirected = false;
@@ -871,6 +903,12 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
         ErrorCode::kInvalidArgument,
         "auth_token is longer than " + std::to_string(protocol::kMaxTokenLength) + " bytes");
   }
+  if (options.gateways == 0 || options.gateways > 65535) {
+    return Status(ErrorCode::kInvalidArgument, "gateways must be 1..65535");
+  }
+  if (options.fallback_keys == 0) {
+    return Status(ErrorCode::kInvalidArgument, "fallback_keys must be at least 1");
+  }
   for (const std::string& server : options.servers) {
     std::string host;
     std::uint16_t port = 0;
@@ -1001,12 +1039,18 @@ Result<Decision> Client::peek(std::string_view key, const Rule& rule, std::uint3
   return impl_->acquire_sync(AcquireRequest{key, rule, cost, true});
 }
 
+Result<Decision> Client::acquire(const AcquireRequest& request) {
+  return impl_->acquire_sync(request);
+}
+
 void Client::acquire_async(const AcquireRequest& request, AcquireCallback done) {
   Status queued = impl_->submit_acquire(request, &done);
   if (queued.ok()) return;
   // Refused before sending: still answer on the I/O thread, as promised.
-  asio::post(impl_->io, [done = std::move(done), queued = std::move(queued)]() mutable {
-    done(Result<Decision>(std::move(queued)));
+  Result<Decision> refused(std::move(queued));
+  impl_->settle(request, refused);
+  asio::post(impl_->io, [done = std::move(done), refused = std::move(refused)]() mutable {
+    done(std::move(refused));
   });
 }
 
@@ -1269,6 +1313,10 @@ ClientCounters Client::counters() const {
   sum.map_refreshes = impl_->map_refreshes.load(std::memory_order_relaxed);
   sum.redirects_followed = impl_->redirects_followed.load(std::memory_order_relaxed);
   sum.unavailable_retries = impl_->unavailable_retries.load(std::memory_order_relaxed);
+  sum.blocked_cache_hits = impl_->blocked_hits.load(std::memory_order_relaxed);
+  sum.fallback_decisions = impl_->fallback_decisions.load(std::memory_order_relaxed);
+  sum.node_down_events = impl_->node_down_events.load(std::memory_order_relaxed);
+  sum.node_up_events = impl_->node_up_events.load(std::memory_order_relaxed);
   return sum;
 }
 

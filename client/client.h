@@ -24,6 +24,7 @@
 
 #include "client/decision.h"
 #include "client/status.h"
+#include "core/clock.h"
 #include "core/rule.h"
 
 namespace boost::asio {
@@ -35,6 +36,19 @@ namespace sluice::client {
 // The longest timeout a client keeps: larger ones (up to std::chrono::milliseconds::max()) are
 // clamped to it, so that deadlines in nanoseconds cannot overflow.
 inline constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24);
+
+// What the client answers when a key's owner cannot: the call timed out, the node cannot be
+// reached, it stayed UNAVAILABLE until the deadline, or its breaker is open (docs/CLIENT.md
+// section 10). Never for the caller's own errors (a bad key or rule, kOverloaded, kClosed).
+enum class FailurePolicy : std::uint8_t {
+  kOpen,    // decided by the local fallback limiter, at the rule's limit / gateways
+  kClosed,  // denied, with retry_after the rule's period
+  kReport,  // the error is returned to the caller
+};
+
+// "open", "closed", "report"; and back (nullopt for anything else).
+std::string_view failure_policy_name(FailurePolicy policy);
+std::optional<FailurePolicy> parse_failure_policy(std::string_view name);
 
 struct ClientOptions {
   // "host:port" of daemons' public ports: seeds, tried in order until one answers HELLO. A node
@@ -61,6 +75,22 @@ struct ClientOptions {
   // ping and stats counts one; an async batch counts one per frame it sends (one per owning
   // shard, more when split at the server's max_batch or max_frame).
   std::size_t max_in_flight = 65536;
+
+  // ---- the local layer (docs/CLIENT.md section 10) -----------------------------------------
+  // The failure policy of every rule whose request does not name its own.
+  FailurePolicy failure_policy = FailurePolicy::kOpen;
+  // How many gateways share each limit, 1..65535: the local fallback admits limit / gateways.
+  std::uint32_t gateways = 1;
+  // Keys (and rules) the local fallback keeps counters for, >= 1; the one used longest ago goes.
+  std::size_t fallback_keys = 65536;
+  // Keys (and rules) the blocked-key cache holds; the one blocked longest ago goes. 0: no cache.
+  std::size_t blocked_keys = 65536;
+  // Consecutive failed calls after which a node is taken as down: its keys go to the failure
+  // policy at once, until a background PING (jittered, 50 to 500 ms apart) answers. 0: never.
+  std::uint32_t breaker_failures = 5;
+  // The wall clock of the local layer (blocked-until times, the local windows); null: the system
+  // clock. It must outlive the client.
+  const Clock* clock = nullptr;
 };
 
 // One item of a batch.
@@ -69,6 +99,8 @@ struct AcquireRequest {
   Rule rule;
   std::uint32_t cost = 1;
   bool peek = false;  // report the decision without consuming anything
+  // Unset: ClientOptions::failure_policy.
+  std::optional<FailurePolicy> failure_policy{};
 };
 
 struct Stat {
@@ -95,6 +127,11 @@ struct ClientCounters {
   std::uint64_t map_refreshes = 0;
   std::uint64_t redirects_followed = 0;   // items answered REDIRECT and sent to their new owner
   std::uint64_t unavailable_retries = 0;  // items answered UNAVAILABLE and sent again
+  // The local layer: decisions made without the cluster, and nodes taken as down and back.
+  std::uint64_t blocked_cache_hits = 0;  // denied by the blocked-key cache
+  std::uint64_t fallback_decisions = 0;  // decided by a failure policy (open or closed)
+  std::uint64_t node_down_events = 0;    // a node's breaker opened
+  std::uint64_t node_up_events = 0;      // a probe found a node answering again
 };
 
 // What one node still has to stream to one peer, from the node's STATS
@@ -178,6 +215,8 @@ class Client {
 
   // Takes `cost` units for `key` under `rule` if available. Blocks for at most the timeout.
   Result<Decision> acquire(std::string_view key, const Rule& rule, std::uint32_t cost = 1);
+  // The same for a request with every field (a peek, a failure policy of its own).
+  Result<Decision> acquire(const AcquireRequest& request);
   // The decision acquire() would give, without consuming anything.
   Result<Decision> peek(std::string_view key, const Rule& rule, std::uint32_t cost = 1);
   // Non-blocking acquire (peek when `request.peek`); `done` runs on the I/O thread.
@@ -198,7 +237,8 @@ class Client {
   // every other Decision field zero; failures are reported as for acquire_batch_async.
   void probe_batch_async(std::span<const AcquireRequest> items, BatchCallback done);
 
-  // Forgets the key's counters; true when the key existed.
+  // Forgets the key's counters; true when the key existed. This client's blocked-key cache
+  // forgets the key too (other clients' caches keep it until its time).
   Result<bool> reset(std::string_view key);
   // Round-trip time of a PING on the seed's public port.
   Result<std::chrono::nanoseconds> ping();

@@ -24,8 +24,11 @@
 #include <vector>
 
 #include "client/async_batch.h"
+#include "client/blocked_cache.h"
 #include "client/client.h"
 #include "client/connection.h"
+#include "client/local_fallback.h"
+#include "client/local_layer.h"
 #include "client/router.h"
 #include "cluster/cluster_map.h"
 
@@ -70,14 +73,41 @@ struct Client::Impl final : detail::ConnectionObserver {
   // or UNAVAILABLE answer to on_resend_needed(), which goes on in a one-item batch; a key over
   // ResendCopy::kKeyBytes is a one-item batch from the start. Fails at once (nothing queued)
   // for an empty key, a map without an active node, or an owner that cannot be reached.
+  // `checked_locally`: the caller asked local_answer() already, and it had none.
   Status submit_acquire(const AcquireRequest& request, AcquireCallback* done,
-                        BatchCallback* batch_done = nullptr, bool probe = false);
+                        BatchCallback* batch_done = nullptr, bool probe = false,
+                        bool checked_locally = false);
   // Blocks the calling thread until the I/O thread answers.
   Result<Decision> acquire_sync(const AcquireRequest& request);
   // async_batch.cpp.
   void batch_async(std::span<const AcquireRequest> items, bool probe, BatchCallback& done);
   // Follows a REDIRECT or an UNAVAILABLE on the calling thread (it may block).
   Result<bool> reset(std::string_view key);
+
+  // ---- the local layer (client/local_layer.cpp; docs/CLIENT.md section 10) -----------------
+
+  // What the layer answers before a request is sent: the blocked cache's denial, or the failure
+  // policy's decision when the owner's node is taken as down; nullopt: send it. Any thread.
+  // REQUIRES: not a probe; `hash` is the key's, routed to `owner`.
+  std::optional<Decision> local_answer(const AcquireRequest& request, const KeyHash& hash,
+                                       const detail::OwnerGroup& owner);
+  // Whether local_answer() would answer (a look, nothing decided or counted).
+  bool answers_locally(const AcquireRequest& request, const KeyHash& hash,
+                       const detail::OwnerGroup& owner);
+  // The owner's answer to `request` (or why there is none): a denial with a finite retry_after
+  // enters the blocked cache, the owner's breaker counts the failure or the success, and a
+  // failure of the owner becomes the failure policy's decision. Decisions made locally pass
+  // unchanged. Any thread.
+  void settle(const AcquireRequest& request, Result<Decision>& result);
+  // The failure policy's decision for `request`; nullopt when the policy is kReport.
+  std::optional<Decision> policy_answer(const AcquireRequest& request, std::uint64_t fingerprint,
+                                        std::uint64_t now_ns);
+  // A node's breaker opened (any thread): probes it on the I/O thread until it answers.
+  void node_down(detail::NodeHealth& health);
+  // I/O thread: the next probe of the node, after its backoff.
+  void schedule_probe(detail::NodeHealth& health);
+  // I/O thread, closing: the probes' timers stop.
+  void cancel_probes();
 
   // ---- the cluster (I/O side) --------------------------------------------------------------
 
@@ -115,6 +145,9 @@ struct Client::Impl final : detail::ConnectionObserver {
   void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
                         const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                         AcquireCallback* done, BatchCallback* batch_done) override;
+  void on_decided(const AcquireRequest& request, Result<Decision>& result) override {
+    settle(request, result);
+  }
 
   ClientOptions options;
   std::uint64_t timeout_ns = 0;
@@ -175,6 +208,20 @@ struct Client::Impl final : detail::ConnectionObserver {
   std::atomic<std::uint64_t> map_refreshes{0};
   std::atomic<std::uint64_t> redirects_followed{0};
   std::atomic<std::uint64_t> unavailable_retries{0};
+
+  // The local layer. `local_layer` is false when it can do nothing (kReport, no cache, no
+  // breaker): requests are then not copied for it.
+  const Clock& clock;
+  bool local_layer = true;
+  detail::BlockedCache blocked;
+  detail::FallbackLimiter fallback;
+  std::atomic<std::uint64_t> blocked_hits{0};
+  std::atomic<std::uint64_t> fallback_decisions{0};
+  std::atomic<std::uint64_t> node_down_events{0};
+  std::atomic<std::uint64_t> node_up_events{0};
+  std::atomic<std::uint32_t> nodes_failing{0};  // nodes with failures counted: settle() looks
+  // I/O thread: one prober per node whose breaker ever opened.
+  std::vector<std::unique_ptr<detail::NodeProber>> probers;
 
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
   std::thread thread;

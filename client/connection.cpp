@@ -531,6 +531,9 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
                                                     : "unexpected reply to ACQUIRE from ") +
                                     config_.name);
   }
+  if (p.resend.armed && config_.observer != nullptr) {
+    config_.observer->on_decided(p.resend.request(), decision);
+  }
   if (p.callback) {
     p.callback(std::move(decision));
     p.callback = nullptr;

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -66,9 +67,10 @@ struct Completion {
   bool probe = false;  // the request is a probe's PING: an echo counts as allowed
   std::uint32_t policy_quota = 0;
   std::uint64_t policy_window_ms = 0;
-  // A cluster's one-item acquire (key at most ResendCopy::kKeyBytes): the connection keeps a
-  // copy, and an answer of REDIRECT or UNAVAILABLE goes to ConnectionObserver::on_resend_needed
-  // with the callback instead of to the callback.
+  // A one-item acquire (key at most ResendCopy::kKeyBytes) in a cluster or with the local layer
+  // on: the connection keeps a copy; an answer of REDIRECT or UNAVAILABLE goes to
+  // ConnectionObserver::on_resend_needed with the callback instead of to the callback, and any
+  // other answer (or failure) through ConnectionObserver::on_decided to the callback.
   const AcquireRequest* keep_request = nullptr;
 };
 
@@ -80,6 +82,7 @@ struct ResendCopy {
   bool armed = false;
   bool peek = false;
   std::uint8_t key_size = 0;
+  std::optional<FailurePolicy> failure_policy;
   std::uint32_t cost = 0;
   Rule rule;
   char key[kKeyBytes];
@@ -95,6 +98,7 @@ struct ResendCopy {
     if (armed) {
       peek = other.peek;
       key_size = other.key_size;
+      failure_policy = other.failure_policy;
       cost = other.cost;
       rule = other.rule;
       std::memcpy(key, other.key, key_size);
@@ -108,12 +112,13 @@ struct ResendCopy {
     armed = true;
     peek = request.peek;
     key_size = static_cast<std::uint8_t>(request.key.size());
+    failure_policy = request.failure_policy;
     cost = request.cost;
     rule = request.rule;
     std::memcpy(key, request.key.data(), request.key.size());
   }
   AcquireRequest request() const {
-    return AcquireRequest{std::string_view(key, key_size), rule, cost, peek};
+    return AcquireRequest{std::string_view(key, key_size), rule, cost, peek, failure_policy};
   }
 };
 
@@ -231,6 +236,9 @@ class ConnectionObserver {
   virtual void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
                                 const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                                 AcquireCallback* done, BatchCallback* batch_done) = 0;
+  // A call submitted with Completion::keep_request is answered `result` (a decision, or why
+  // there is none), just before its callback gets it: the observer may change it.
+  virtual void on_decided(const AcquireRequest& request, Result<Decision>& result) = 0;
 
  protected:
   ~ConnectionObserver() = default;

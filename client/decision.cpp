@@ -25,6 +25,20 @@ std::uint64_t system_unix_ms() {
 
 }  // namespace
 
+std::string_view source_name(DecisionSource source) {
+  switch (source) {
+    case DecisionSource::kCluster:
+      return "cluster";
+    case DecisionSource::kLocalFallback:
+      return "local_fallback";
+    case DecisionSource::kBlockedCache:
+      return "blocked_cache";
+    case DecisionSource::kLease:
+      return "lease";
+  }
+  return "unknown";
+}
+
 std::uint64_t Decision::reset_seconds() const { return ms_to_seconds_ceil(reset_after_ms); }
 
 std::optional<std::uint64_t> Decision::retry_after_seconds() const {

@@ -20,6 +20,17 @@ struct HeaderField {
   friend bool operator==(const HeaderField&, const HeaderField&) = default;
 };
 
+// Where a decision was made (docs/CLIENT.md section 10).
+enum class DecisionSource : std::uint8_t {
+  kCluster = 0,        // the key's owner decided it
+  kLocalFallback = 1,  // the owner could not answer: the rule's failure policy decided here
+  kBlockedCache = 2,   // the key was denied until later: denied again here, with no round trip
+  kLease = 3,          // paid from units leased from the owner
+};
+
+// "cluster", "local_fallback", "blocked_cache", "lease".
+std::string_view source_name(DecisionSource source);
+
 struct Decision {
   bool allowed = false;
   std::uint32_t limit = 0;           // the rule's capacity (burst for the bucket algorithms)
@@ -29,6 +40,7 @@ struct Decision {
   // The rule the decision was made under, for RateLimit-Policy: rule.limit per rule.period_ms.
   std::uint32_t policy_quota = 0;
   std::uint64_t policy_window_ms = 0;
+  DecisionSource source = DecisionSource::kCluster;
 
   bool retry_never() const { return retry_after_ms == kNever; }
 

@@ -14,15 +14,17 @@ std::uint32_t Router::add_owners(const NodeLink& link, bool shard_aware) {
     group.unreachable = link.unreachable.ok() ? Status(ErrorCode::kConnectionFailed,
                                                        link.address + " has no connection")
                                               : link.unreachable;
+    group.health = link.health.get();
     return 1;
   }
   if (shard_aware && !link.shards.empty()) {
     for (const std::vector<Connection*>& shard : link.shards) {
-      owners_.push_back(OwnerGroup{shard, link.limits, link.address, Status()});
+      owners_.push_back(OwnerGroup{shard, link.limits, link.address, Status(), link.health.get()});
     }
     return static_cast<std::uint32_t>(link.shards.size());
   }
-  owners_.push_back(OwnerGroup{link.publics, link.limits, link.address, Status()});
+  owners_.push_back(
+      OwnerGroup{link.publics, link.limits, link.address, Status(), link.health.get()});
   return 1;
 }
 

@@ -36,6 +36,18 @@ struct NodeLimits {
   std::uint16_t max_batch = protocol::kDefaultMaxBatch;
 };
 
+// A node's breaker (docs/CLIENT.md section 10): consecutive failed calls for its keys, and
+// whether it is taken as down, in which case its keys go to the failure policy without being
+// sent until a probe (a PING on its public port) answers. Any thread reads and counts; the I/O
+// thread alone probes.
+struct NodeHealth {
+  std::atomic<std::uint32_t> failures{0};
+  std::atomic<bool> down{false};
+  // I/O thread: the probe.
+  std::uint64_t backoff_ns = 0;
+  bool probing = false;
+};
+
 // One node's connections. Links live as long as the client; only the I/O thread changes them
 // once the client is connected (before that, connect() alone does).
 struct NodeLink {
@@ -47,14 +59,16 @@ struct NodeLink {
   NodeLimits limits;                             // the seed's until its own HELLO is known
   bool hello_known = false;  // limits (and shards, when shard-aware) come from its HELLO
   bool retired = false;      // not in the map's ring: its connections close once idle
+  std::unique_ptr<NodeHealth> health = std::make_unique<NodeHealth>();
 };
 
 // Connections that own the same keys: one shard of a node, or a node's public port.
 struct OwnerGroup {
   std::vector<Connection*> connections;  // empty only when the node is unreachable
   NodeLimits limits;
-  std::string node;    // the node's address, for messages
-  Status unreachable;  // why `connections` is empty
+  std::string node;              // the node's address, for messages
+  Status unreachable;            // why `connections` is empty
+  NodeHealth* health = nullptr;  // its node's (the link's), never null in a router
 };
 
 class Router {

@@ -37,6 +37,37 @@ TEST_CASE("a blocked key counts down to its time and is free at it, not a nanose
   CHECK(cache.size() == 0);
 }
 
+TEST_CASE("a key denied for a cost blocks requests of that cost or more, not cheaper ones",
+          "[blocked-cache]") {
+  BlockedCache cache(1024);
+  const std::uint64_t f = fp("user:1", per_second(5));
+  cache.block(f, 40 * kMs, 0, 0, 3);
+  CHECK(cache.blocked_for(f, 0, 1) == 0);
+  CHECK(cache.blocked_for(f, 0, 2) == 0);
+  CHECK(cache.blocked_for(f, 0, 3) == 40 * kMs);
+  CHECK(cache.blocked_for(f, 10 * kMs, 4) == 30 * kMs);
+  CHECK(cache.size() == 1);  // a cheaper request leaves the entry where it is
+}
+
+TEST_CASE("unblock_key forgets every rule of one key and nothing of the others",
+          "[blocked-cache]") {
+  BlockedCache cache(1024);
+  const Rule five = per_second(5);
+  const Rule six = per_second(6);
+  const std::uint64_t one = blocked_key_tag(hash_key("user:1"));
+  const std::uint64_t two = blocked_key_tag(hash_key("user:2"));
+  REQUIRE(one != two);
+  cache.block(fp("user:1", five), 50 * kMs, 0, one);
+  cache.block(fp("user:1", six), 50 * kMs, 0, one);
+  cache.block(fp("user:2", five), 50 * kMs, 0, two);
+  REQUIRE(cache.size() == 3);
+  cache.unblock_key(one);
+  CHECK(cache.size() == 1);
+  CHECK(cache.blocked_for(fp("user:1", five), 0) == 0);
+  CHECK(cache.blocked_for(fp("user:1", six), 0) == 0);
+  CHECK(cache.blocked_for(fp("user:2", five), 0) == 50 * kMs);
+}
+
 TEST_CASE("the cache is per key and per rule", "[blocked-cache]") {
   BlockedCache cache(1024);
   const Rule five = per_second(5);

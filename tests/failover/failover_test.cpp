@@ -193,6 +193,10 @@ std::unique_ptr<client::Client> connect_client(const EtcdCluster& cluster, int s
   options.timeout = timeout;
   options.connect_timeout = 500ms;
   options.client_name = "failover-test";
+  // Every failure is counted as the error it is: no local answer hides one.
+  options.failure_policy = client::FailurePolicy::kReport;
+  options.blocked_keys = 0;
+  options.breaker_failures = 0;
   auto connected = client::Client::connect(options);
   INFO("connect: " << (connected.ok() ? "" : connected.status().message()));
   REQUIRE(connected.ok());

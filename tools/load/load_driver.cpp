@@ -77,6 +77,13 @@ std::string validate(const LoadOptions& o) {
     return fmt::format("--depth {}: must be 1..100000", o.depth);
   }
   if (o.batch < 1 || o.batch > 65'535) return fmt::format("--batch {}: must be 1..65535", o.batch);
+  if (o.gateways < 1 || o.gateways > 65'535) {
+    return fmt::format("--gateways {}: must be 1..65535", o.gateways);
+  }
+  if (o.backend != BackendKind::kSluice && (o.failure_policy != client::FailurePolicy::kReport ||
+                                            o.gateways != 1 || o.blocked_keys != 0)) {
+    return "--failure-policy, --gateways and --blocked-keys are for --backend sluice";
+  }
   if (o.threads < 1 || o.threads > 256) {
     return fmt::format("--threads {}: must be 1..256", o.threads);
   }
@@ -275,6 +282,9 @@ class Worker {
       copts.client_name = "sluice-load";
       copts.auth_token = o_.auth_token;
       copts.connections_per_shard = per_shard_;
+      copts.failure_policy = o_.failure_policy;
+      copts.gateways = o_.gateways;
+      copts.blocked_keys = o_.blocked_keys;
       auto connected = client::Client::connect(copts, io_);
       if (!connected.ok()) return connected.status();
       client_ = std::move(connected).value();
@@ -363,6 +373,7 @@ class Worker {
     report.allowed += allowed_;
     report.denied += denied_;
     report.errors += errors_;
+    for (std::size_t s = 0; s < by_source_.size(); ++s) report.by_source[s] += by_source_[s];
     report.intended += open_ ? intended_ : sent_;
     report.behind += open_ && intended_ > sent_ ? intended_ - sent_ : 0;
     report.backlog_max += backlog_max_;
@@ -561,6 +572,7 @@ class Worker {
     if (audit) lock = std::unique_lock(ctx_.audit_mu);
     for (std::size_t i = 0; i < results.size(); ++i) {
       const Result<client::Decision>& d = results[i];
+      if (d.ok()) ++by_source_[static_cast<std::size_t>(d->source) & 3];
       if (!d.ok()) {
         note_error(1, t, "Sluice: " + d.status().to_string());
       } else if (d->allowed) {
@@ -938,6 +950,7 @@ class Worker {
 
   std::uint64_t sent_ = 0;
   std::uint64_t allowed_ = 0;
+  std::array<std::uint64_t, 4> by_source_{};
   std::uint64_t denied_ = 0;
   std::uint64_t errors_ = 0;
   std::string first_error_;
@@ -1156,6 +1169,15 @@ std::string report_json(const LoadOptions& o, const LoadReport& r) {
   j.field("allowed", r.allowed);
   j.field("denied", r.denied);
   j.field("errors", r.errors);
+  if (o.backend == BackendKind::kSluice) {
+    j.field("failure_policy", client::failure_policy_name(o.failure_policy));
+    j.field("gateways", o.gateways);
+    j.key("by_source").begin_object();
+    for (std::size_t s = 0; s < r.by_source.size(); ++s) {
+      j.field(client::source_name(static_cast<client::DecisionSource>(s)), r.by_source[s]);
+    }
+    j.end_object();
+  }
   if (o.rate > 0) {
     j.field("intended", r.intended);
     j.field("behind", r.behind);
@@ -1218,6 +1240,15 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
       o.only_node.empty() ? "" : " (primary " + o.only_node + " only)");
   out += fmt::format("sent {}  allowed {}  denied {}  errors {}\n", r.sent, r.allowed, r.denied,
                      r.errors);
+  if (o.backend == BackendKind::kSluice && r.by_source[0] != r.allowed + r.denied) {
+    out += "decided by:";
+    for (std::size_t s = 0; s < r.by_source.size(); ++s) {
+      out += fmt::format(" {} {}", client::source_name(static_cast<client::DecisionSource>(s)),
+                         r.by_source[s]);
+    }
+    out += fmt::format(" (failure policy {}, gateways {})\n",
+                       client::failure_policy_name(o.failure_policy), o.gateways);
+  }
   if (o.rate > 0) {
     out += fmt::format("open loop: intended {}  sent {}  behind {}  backlog max {}{}\n", r.intended,
                        r.sent, r.behind, r.backlog_max,

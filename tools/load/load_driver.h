@@ -14,6 +14,7 @@
 // size. docs/LOAD.md describes the options, the connection mapping and the report.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -22,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "client/client.h"
 #include "client/status.h"
 #include "core/rule.h"
 #include "tools/load/accuracy_audit.h"
@@ -77,6 +79,11 @@ struct LoadOptions {
   // Sluice only: the node's token, sent in every HELLO (--auth-token-file). Empty = none. A
   // Redis run refuses it (validate()).
   std::string auth_token;
+  // Sluice only, the client's local layer (docs/CLIENT.md section 10). By default it stays out
+  // of the way: errors are counted as errors and every decision is the cluster's.
+  client::FailurePolicy failure_policy = client::FailurePolicy::kReport;
+  std::uint32_t gateways = 1;                        // 1..65535
+  std::size_t blocked_keys = 0;                      // the blocked-key cache's entries; 0 = none
   std::chrono::milliseconds connect_timeout{2'000};  // connect + handshake, all connections
   std::chrono::milliseconds drain_timeout{2'000};    // after the bound, for replies in flight
   // Workers spin on io_context::poll() instead of sleeping: each takes a whole core, and no
@@ -110,6 +117,8 @@ struct LoadReport {
   std::uint64_t allowed = 0;
   std::uint64_t denied = 0;
   std::uint64_t errors = 0;  // error replies, failed connections, no reply within the drain
+  // Sluice: allowed + denied by where they were decided, by client::DecisionSource value.
+  std::array<std::uint64_t, 4> by_source{};
   // Open loop (in decisions): what the schedule meant to send before the run stopped, what of
   // it was never sent (intended - sent: the server or the tool could not keep up), and the
   // largest backlog of due but unsent decisions (per thread, summed over threads). A closed

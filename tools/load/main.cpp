@@ -74,6 +74,13 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "drain", po::value<std::string>()->default_value("2s"),
       "wait this long for replies after the bound, with a unit (1ms..1h)")(
       "busy-poll", "worker threads poll their sockets instead of sleeping in epoll_wait")(
+      "failure-policy", po::value<std::string>()->default_value("report"),
+      "sluice: when a key's owner cannot answer, open (a local limiter at limit / gateways "
+      "decides), closed (denied) or report (counted as an error)")(
+      "gateways", po::value<std::string>()->default_value("1"),
+      "sluice: how many gateways share each limit (the local fallback admits limit / N)")(
+      "blocked-keys", po::value<std::string>()->default_value("0"),
+      "sluice: entries of the client's blocked-key cache (0 = none)")(
       "auth-token-file", po::value<std::string>(),
       "FILE holding the node's token (the file sluiced --auth-token-file reads); sluice only")(
       "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr")(
@@ -168,6 +175,14 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   o.drain_timeout =
       std::chrono::milliseconds(duration_flag("drain", text("drain"), 1, kMaxDrainMs));
   o.busy_poll = vm.count("busy-poll") != 0;
+  const auto policy = sluice::client::parse_failure_policy(text("failure-policy"));
+  if (!policy) {
+    throw FlagError{"--failure-policy " + text("failure-policy") +
+                    ": expected open, closed or report"};
+  }
+  o.failure_policy = *policy;
+  o.gateways = static_cast<std::uint32_t>(count_flag("gateways", text("gateways"), 1, 65'535));
+  o.blocked_keys = count_flag("blocked-keys", text("blocked-keys"), 0, 100'000'000);
   if (vm.count("auth-token-file") != 0) {
     // Refused before the file is read: a Redis run would never use it.
     if (o.backend != BackendKind::kSluice) throw FlagError{std::string(kAuthTokenNeedsSluice)};

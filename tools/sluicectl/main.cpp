@@ -60,6 +60,9 @@ struct CtlOptions {
   std::string auth_token;  // from --auth-token-file; empty = none
   std::string etcd;        // cluster: also etcd's view of cluster `cluster_name`
   std::string cluster_name;
+  // acquire, peek: what answers when the key's owner cannot (report: the error, exit 2).
+  sluice::client::FailurePolicy failure_policy = sluice::client::FailurePolicy::kReport;
+  std::uint32_t gateways = 1;
 };
 
 // Thrown only inside flag parsing and turned into exit status 2 by main.
@@ -137,6 +140,11 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
       "burst", po::value<std::string>(),
       "bucket capacity (token_bucket, gcra); default: the limit")(
       "cost", po::value<std::string>()->default_value("1"), "units this request takes")(
+      "failure-policy", po::value<std::string>()->default_value("report"),
+      "acquire, peek: when the key's owner cannot answer, open (a local limiter at limit / "
+      "gateways decides), closed (denied) or report (the error)")(
+      "gateways", po::value<std::string>()->default_value("1"),
+      "with --failure-policy open: how many gateways share the limit (1..65535)")(
       "json", po::bool_switch(), "print one JSON object")(
       "timeout", po::value<std::string>()->default_value("1s"),
       "per call and per connect, with a unit (up to 1h)")(
@@ -225,6 +233,15 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
     }
   }
 
+  const auto policy = sluice::client::parse_failure_policy(vm["failure-policy"].as<std::string>());
+  if (!policy) {
+    throw UsageError{fmt::format("--failure-policy {}: expected open, closed or report",
+                                 vm["failure-policy"].as<std::string>())};
+  }
+  o.failure_policy = *policy;
+  o.gateways = parse_u32("gateways", vm["gateways"].as<std::string>(), 1);
+  if (o.gateways > 65535) throw UsageError{"--gateways must be 1..65535"};
+
   if (ruled) {
     const auto algorithm = sluice::parse_algorithm(vm["algorithm"].as<std::string>());
     if (!algorithm) {
@@ -258,9 +275,10 @@ void print_decision(const CtlOptions& o, const Decision& d) {
   if (o.json) {
     std::string out = fmt::format(
         "{{\"key\":{},\"allowed\":{},\"limit\":{},\"remaining\":{},\"reset_after_ms\":{},"
-        "\"retry_after_ms\":{},\"headers\":{{",
+        "\"retry_after_ms\":{},\"source\":{},\"headers\":{{",
         json_string(o.key), d.allowed, d.limit, d.remaining, d.reset_after_ms,
-        d.retry_never() ? std::string("null") : std::to_string(d.retry_after_ms));
+        d.retry_never() ? std::string("null") : std::to_string(d.retry_after_ms),
+        json_string(sluice::client::source_name(d.source)));
     for (std::size_t i = 0; i < headers.size(); ++i) {
       if (i > 0) out += ',';
       out += json_string(headers[i].name) + ":" + json_string(headers[i].value);
@@ -274,6 +292,7 @@ void print_decision(const CtlOptions& o, const Decision& d) {
   fmt::print("  remaining    {}\n", d.remaining);
   fmt::print("  reset after  {}\n", ms_text(d.reset_after_ms));
   fmt::print("  retry after  {}\n", ms_text(d.retry_after_ms));
+  fmt::print("  source       {}\n", sluice::client::source_name(d.source));
   fmt::print("headers\n");
   for (const auto& h : headers) fmt::print("  {}: {}\n", h.name, h.value);
 }
@@ -585,6 +604,9 @@ int run_nodes(const CtlOptions& o) {
   options.connect_timeout = std::chrono::milliseconds(o.timeout_ms);
   options.client_name = "sluicectl";
   options.auth_token = o.auth_token;
+  options.failure_policy = o.failure_policy;
+  options.gateways = o.gateways;
+  options.blocked_keys = 0;  // one call per process: nothing to remember
   // Node-level commands only need the public port.
   options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats" &&
                         !o.command.starts_with("cluster") && o.command != "drain";

@@ -1,0 +1,270 @@
+// The client's local layer (docs/CLIENT.md section 10): the blocked-key cache in front of the
+// cluster, the breaker per node with its background probe, and the failure policies that
+// answer when a key's owner cannot.
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+
+#include "client/local_layer.h"
+
+#include "client/client_impl.h"
+#include "core/key_hash.h"
+
+namespace sluice::client {
+
+namespace asio = boost::asio;
+
+namespace {
+
+// A down node is probed first after 50 ms, then ever less often up to every 500 ms (each wait
+// jittered by +-25%), so that it takes its traffic back within about 0.6 s of answering again.
+constexpr std::uint64_t kFirstProbeNs = 50'000'000;
+constexpr std::uint64_t kMaxProbeNs = 500'000'000;
+// A probe's PING waits this long at most (or the call timeout, if shorter).
+constexpr std::uint64_t kProbeTimeoutNs = 250'000'000;
+
+// The failures that are the owner's, not the caller's: what a failure policy answers for.
+bool owner_failed(ErrorCode code) {
+  return code == ErrorCode::kTimeout || code == ErrorCode::kConnectionFailed ||
+         code == ErrorCode::kUnavailable;
+}
+
+Decision from_local(const sluice::Decision& d, const Rule& rule) {
+  Decision out;
+  out.allowed = d.allowed;
+  out.limit = d.limit;
+  out.remaining = d.remaining;
+  out.reset_after_ms = ns_to_ms_ceil(d.reset_after_ns);
+  out.retry_after_ms = d.allowed ? 0 : ns_to_ms_ceil(d.retry_after_ns);
+  out.policy_quota = rule.limit;
+  out.policy_window_ms = rule.period_ms;
+  out.source = DecisionSource::kLocalFallback;
+  return out;
+}
+
+}  // namespace
+
+std::string_view failure_policy_name(FailurePolicy policy) {
+  switch (policy) {
+    case FailurePolicy::kOpen:
+      return "open";
+    case FailurePolicy::kClosed:
+      return "closed";
+    case FailurePolicy::kReport:
+      return "report";
+  }
+  return "unknown";
+}
+
+std::optional<FailurePolicy> parse_failure_policy(std::string_view name) {
+  if (name == "open") return FailurePolicy::kOpen;
+  if (name == "closed") return FailurePolicy::kClosed;
+  if (name == "report") return FailurePolicy::kReport;
+  return std::nullopt;
+}
+
+namespace detail {
+
+NodeProber::NodeProber(Client::Impl& impl, NodeHealth& health)
+    : health_(health),
+      impl_(impl),
+      timer_(impl.io),
+      jitter_((reinterpret_cast<std::uintptr_t>(this) ^ steady_now_ns()) | 1) {}
+
+void NodeProber::start() {
+  health_.probing = true;
+  health_.backoff_ns = kFirstProbeNs;
+  arm();
+}
+
+void NodeProber::on_reply(std::uint32_t, const protocol::Frame&) {
+  health_.probing = false;
+  if (health_.failures.exchange(0, std::memory_order_relaxed) != 0) {
+    impl_.nodes_failing.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (health_.down.exchange(false, std::memory_order_relaxed)) {
+    impl_.node_up_events.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void NodeProber::on_failure(std::uint32_t, const Status&) {
+  if (impl_.closed) {
+    health_.probing = false;
+    return;
+  }
+  health_.backoff_ns = std::min(kMaxProbeNs, health_.backoff_ns * 2);
+  arm();
+}
+
+void NodeProber::arm() {
+  // xorshift64, as for the retry pauses: waits differ between clients, nothing more.
+  jitter_ ^= jitter_ << 13;
+  jitter_ ^= jitter_ >> 7;
+  jitter_ ^= jitter_ << 17;
+  const std::uint64_t quarter = health_.backoff_ns / 4;
+  const std::uint64_t wait = health_.backoff_ns - quarter + jitter_ % (2 * quarter + 1);
+  timer_.expires_after(std::chrono::nanoseconds(wait));
+  timer_.async_wait([this](const boost::system::error_code& ec) { on_timer(ec); });
+}
+
+void NodeProber::on_timer(const boost::system::error_code& ec) {
+  if (ec || impl_.closed || !health_.down.load(std::memory_order_relaxed)) {
+    health_.probing = false;  // closing, or a call for its keys succeeded meanwhile
+    return;
+  }
+  NodeLink* link = nullptr;
+  for (auto& l : impl_.links) {
+    if (l->health.get() == &health_) link = l.get();
+  }
+  if (link == nullptr || link->retired) {
+    // Out of the map: no key goes to it any more. Taken as up, should it come back.
+    health_.probing = false;
+    if (health_.failures.exchange(0, std::memory_order_relaxed) != 0) {
+      impl_.nodes_failing.fetch_sub(1, std::memory_order_relaxed);
+    }
+    health_.down.store(false, std::memory_order_relaxed);
+    return;
+  }
+  if (link->publics.empty()) return on_failure(0, Status());
+  Completion completion;
+  completion.sink = this;
+  completion.deadline_ns = steady_now_ns() + std::min(kProbeTimeoutNs, impl_.timeout_ns);
+  Status queued = link->publics.front()->submit(
+      [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        protocol::encode_ping(out, id, std::span<const std::uint8_t>(), false, framing);
+      },
+      completion);
+  if (!queued.ok()) on_failure(0, queued);
+}
+
+}  // namespace detail
+
+std::optional<Decision> Client::Impl::policy_answer(const AcquireRequest& request,
+                                                    std::uint64_t fingerprint,
+                                                    std::uint64_t now_ns) {
+  const FailurePolicy policy = request.failure_policy.value_or(options.failure_policy);
+  if (policy == FailurePolicy::kReport) return std::nullopt;
+  // A rule the owner would have refused is refused here too: no policy makes it valid.
+  if (validate(request.rule, request.cost) != RuleError::kOk) return std::nullopt;
+  fallback_decisions.fetch_add(1, std::memory_order_relaxed);
+  const Rule& rule = request.rule;
+  if (policy == FailurePolicy::kClosed) {
+    Decision denied;
+    denied.limit = rule.capacity();
+    denied.reset_after_ms = rule.period_ms;
+    // Paced, not spun: a caller that retries waits a period.
+    denied.retry_after_ms = rule.limit == 0 ? kNever : rule.period_ms;
+    denied.policy_quota = rule.limit;
+    denied.policy_window_ms = rule.period_ms;
+    denied.source = DecisionSource::kLocalFallback;
+    return denied;
+  }
+  return from_local(fallback.decide(fingerprint, rule, request.cost, request.peek, now_ns), rule);
+}
+
+bool Client::Impl::answers_locally(const AcquireRequest& request, const KeyHash& hash,
+                                   const detail::OwnerGroup& owner) {
+  if (!local_layer) return false;
+  if (owner.health != nullptr && owner.health->down.load(std::memory_order_relaxed)) return true;
+  if (blocked.size() == 0) return false;
+  return blocked.blocked_for(detail::blocked_fingerprint(hash, request.rule), clock.now_ns(),
+                             request.cost) != 0;
+}
+
+std::optional<Decision> Client::Impl::local_answer(const AcquireRequest& request,
+                                                   const KeyHash& hash,
+                                                   const detail::OwnerGroup& owner) {
+  if (!local_layer) return std::nullopt;
+  const bool down = owner.health != nullptr && owner.health->down.load(std::memory_order_relaxed);
+  if (blocked.size() == 0 && !down) return std::nullopt;
+  const std::uint64_t fingerprint = detail::blocked_fingerprint(hash, request.rule);
+  const std::uint64_t now = clock.now_ns();
+  if (const std::uint64_t left = blocked.blocked_for(fingerprint, now, request.cost); left != 0) {
+    blocked_hits.fetch_add(1, std::memory_order_relaxed);
+    Decision denied;
+    denied.limit = request.rule.capacity();
+    denied.retry_after_ms = ns_to_ms_ceil(left);
+    denied.reset_after_ms = denied.retry_after_ms;  // at least; the cache keeps no more
+    denied.policy_quota = request.rule.limit;
+    denied.policy_window_ms = request.rule.period_ms;
+    denied.source = DecisionSource::kBlockedCache;
+    return denied;
+  }
+  if (down) return policy_answer(request, fingerprint, now);
+  return std::nullopt;
+}
+
+void Client::Impl::settle(const AcquireRequest& request, Result<Decision>& result) {
+  if (!local_layer) return;
+  if (result.ok()) {
+    const Decision& d = *result;
+    if (d.source != DecisionSource::kCluster) return;
+    if (nodes_failing.load(std::memory_order_relaxed) != 0) {
+      const std::shared_ptr<const detail::Router> current = current_router();
+      const std::size_t owner = current->route(hash_key(request.key));
+      if (owner != detail::Router::kNoOwner) {
+        detail::NodeHealth& health = *current->owner(owner).health;
+        if (health.failures.exchange(0, std::memory_order_relaxed) != 0) {
+          nodes_failing.fetch_sub(1, std::memory_order_relaxed);
+        }
+        if (health.down.exchange(false, std::memory_order_relaxed)) {
+          node_up_events.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    }
+    if (!d.allowed && !request.peek && d.retry_after_ms != 0 && !d.retry_never() &&
+        blocked.capacity() != 0) {
+      const KeyHash hash = hash_key(request.key);
+      const std::uint64_t now = clock.now_ns();
+      const std::uint64_t wait_ns = d.retry_after_ms * 1'000'000;
+      blocked.block(detail::blocked_fingerprint(hash, request.rule), now + wait_ns, now,
+                    detail::blocked_key_tag(hash), request.cost);
+    }
+    return;
+  }
+  if (!owner_failed(result.status().code())) return;
+  const KeyHash hash = hash_key(request.key);
+  if (options.breaker_failures != 0) {
+    const std::shared_ptr<const detail::Router> current = current_router();
+    const std::size_t owner = current->route(hash);
+    if (owner != detail::Router::kNoOwner) {
+      detail::NodeHealth& health = *current->owner(owner).health;
+      const std::uint32_t failures = health.failures.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (failures == 1) nodes_failing.fetch_add(1, std::memory_order_relaxed);
+      if (failures >= options.breaker_failures &&
+          !health.down.exchange(true, std::memory_order_relaxed)) {
+        node_down_events.fetch_add(1, std::memory_order_relaxed);
+        node_down(health);
+      }
+    }
+  }
+  if (std::optional<Decision> local =
+          policy_answer(request, detail::blocked_fingerprint(hash, request.rule), clock.now_ns())) {
+    result = Result<Decision>(*local);
+  }
+}
+
+void Client::Impl::node_down(detail::NodeHealth& health) {
+  asio::post(io, [this, &health] { schedule_probe(health); });
+}
+
+void Client::Impl::schedule_probe(detail::NodeHealth& health) {
+  if (closed || health.probing || !health.down.load(std::memory_order_relaxed)) return;
+  detail::NodeProber* prober = nullptr;
+  for (auto& p : probers) {
+    if (&p->health() == &health) prober = p.get();
+  }
+  if (prober == nullptr) {
+    prober = probers.emplace_back(std::make_unique<detail::NodeProber>(*this, health)).get();
+  }
+  prober->start();
+}
+
+void Client::Impl::cancel_probes() {
+  for (auto& p : probers) p->cancel();
+}
+
+}  // namespace sluice::client
