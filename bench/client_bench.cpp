@@ -1,13 +1,17 @@
 // The client's own cost per decision, without the socket: building one request (hash the key,
 // pick its shard, encode the one-item ACQUIRE frame into a reused buffer, as
 // Client::acquire_async does under the connection's mutex) and taking one reply apart (decode
-// the frame, parse it, map it to a Decision, as the I/O thread does). The target for each is in
-// docs/BENCHMARKS.md.
+// the frame, parse it, map it to a Decision, as the I/O thread does). And the decisions the
+// local layer makes with no round trip (issue 15), through Client::acquire against a real
+// in-process node: a blocked-cache hit and a local fallback decision once the node is down.
+// The target for each is in docs/BENCHMARKS.md.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include <memory>
 
 #include "client/blocked_cache.h"
 #include "client/client.h"
@@ -15,6 +19,7 @@
 #include "core/key_hash.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
+#include "server/server.h"
 
 namespace {
 
@@ -77,7 +82,7 @@ void BM_ClientDecodeReply(benchmark::State& state) {
 
 // The blocked-key cache's part of a blocked-cache hit (issue 15): hash the key, make its
 // fingerprint with the rule, and find it blocked, over 1,000 blocked keys. The whole hit, through
-// Client::acquire, is BM_BlockedCacheHit once the cache is wired into the client.
+// Client::acquire, is BM_BlockedCacheHit.
 void BM_BlockedCacheLookup(benchmark::State& state) {
   const std::vector<std::string> keys = make_keys(1000);
   const Rule rule{Algorithm::kTokenBucket, 100, 1000, 0};
@@ -96,7 +101,82 @@ void BM_BlockedCacheLookup(benchmark::State& state) {
   if (blocked != static_cast<std::uint64_t>(state.iterations())) state.SkipWithError("not blocked");
 }
 
+// An in-process node on an ephemeral loopback port, two shards, and a client of it with the
+// local layer on (fail_open, the defaults), everything through the public port.
+struct LocalNode {
+  LocalNode() : server(config()) {
+    server.start();
+    client::ClientOptions options;
+    options.servers = {"127.0.0.1:" + std::to_string(server.port())};
+    options.shard_aware = false;
+    options.timeout = std::chrono::milliseconds(50);
+    auto connected = client::Client::connect(options);
+    if (connected.ok()) client = std::move(connected).value();
+  }
+  static server::ServerConfig config() {
+    server::ServerConfig c;
+    c.bind = "127.0.0.1";
+    c.port = 0;
+    c.shards = 2;
+    c.max_memory = 64u << 20;
+    return c;
+  }
+  server::Server server;
+  std::unique_ptr<client::Client> client;
+};
+
+// A blocked-cache hit, whole: Client::acquire of a key the node denied, answered on the calling
+// thread from the cache (route, fingerprint, lookup, the decision), over 1,000 blocked keys.
+void BM_BlockedCacheHit(benchmark::State& state) {
+  LocalNode node;
+  if (!node.client) return state.SkipWithError("no client");
+  const std::vector<std::string> keys = make_keys(1000);
+  const Rule rule{Algorithm::kFixedWindow, 1, 3'600'000, 0};  // one an hour
+  for (const std::string& key : keys) {
+    for (int i = 0; i < 2; ++i) (void)node.client->acquire(key, rule);  // the second is denied
+  }
+  std::size_t i = 0;
+  std::uint64_t hits = 0;
+  for (auto _ : state) {
+    const auto d = node.client->acquire(keys[i++ % keys.size()], rule);
+    hits += d.ok() && d->source == client::DecisionSource::kBlockedCache;
+  }
+  if (hits != static_cast<std::uint64_t>(state.iterations())) {
+    state.SkipWithError("a decision did not come from the blocked cache");
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// A fail_open decision once the node is down and its breaker open: Client::acquire answered by
+// the local fallback limiter on the calling thread (route, breaker, fingerprint, the rule's
+// algorithm on the local table), over 1,000 keys.
+void BM_LocalFallbackDecision(benchmark::State& state) {
+  LocalNode node;
+  if (!node.client) return state.SkipWithError("no client");
+  node.server.stop_now();
+  node.server.wait();
+  const std::vector<std::string> keys = make_keys(1000);
+  const Rule rule{Algorithm::kTokenBucket, 1'000'000, 1000, 0};
+  // Failed calls open the breaker (five, by default); bounded.
+  for (int i = 0; i < 100 && node.client->counters().node_down_events == 0; ++i) {
+    (void)node.client->acquire(keys[0], rule);
+  }
+  if (node.client->counters().node_down_events == 0) return state.SkipWithError("breaker closed");
+  std::size_t i = 0;
+  std::uint64_t local = 0;
+  for (auto _ : state) {
+    const auto d = node.client->acquire(keys[i++ % keys.size()], rule);
+    local += d.ok() && d->source == client::DecisionSource::kLocalFallback;
+  }
+  if (local != static_cast<std::uint64_t>(state.iterations())) {
+    state.SkipWithError("a decision was not the local fallback's");
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 BENCHMARK(BM_ClientBuildAndEncodeRequest);
+BENCHMARK(BM_BlockedCacheHit);
+BENCHMARK(BM_LocalFallbackDecision);
 BENCHMARK(BM_BlockedCacheLookup);
 BENCHMARK(BM_ClientDecodeReply);
 

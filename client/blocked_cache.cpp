@@ -19,20 +19,44 @@ std::uint64_t mix(std::uint64_t x) {
 }  // namespace
 
 std::uint64_t blocked_fingerprint(const KeyHash& key, const Rule& rule) {
-  std::uint64_t h = mix(key.lo ^ std::rotl(key.hi, 29));
-  h = mix(h ^ (static_cast<std::uint64_t>(rule.algorithm) << 56) ^ rule.limit);
-  h = mix(h ^ rule.period_ms);
-  h = mix(h ^ rule.burst);
+  // The rule in two words: limit and burst, then the period (below 2^35 ms) and the algorithm.
+  const std::uint64_t counts = (static_cast<std::uint64_t>(rule.limit) << 32) | rule.burst;
+  const std::uint64_t shape = rule.period_ms ^ (static_cast<std::uint64_t>(rule.algorithm) << 56);
+  std::uint64_t h = mix(key.lo ^ counts);
+  h = mix(h ^ std::rotl(key.hi, 29) ^ shape);
   return h == 0 ? 1 : h;
 }
+
+// Makes a bucket's version odd for the length of a change, even again after it: a reader that
+// saw the same even version before and after its reads saw no change.
+struct BlockedCache::Writing {
+  explicit Writing(Bucket& b) : bucket(b) {
+    bucket.version.store(bucket.version.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  ~Writing() {
+    bucket.version.store(bucket.version.load(std::memory_order_relaxed) + 1,
+                         std::memory_order_release);
+  }
+  Bucket& bucket;
+};
 
 BlockedCache::BlockedCache(std::size_t capacity) : shards_(new Shard[kShards]) {
   if (capacity == 0) return;
   const std::size_t per_shard = (capacity + kShards - 1) / kShards;
-  const std::size_t buckets = std::bit_ceil((per_shard + kWays - 1) / kWays);
-  bucket_mask_ = buckets - 1;
-  capacity_ = buckets * kWays * kShards;
-  for (std::size_t s = 0; s < kShards; ++s) shards_[s].buckets.resize(buckets);
+  buckets_per_shard_ = std::bit_ceil((per_shard + kWays - 1) / kWays);
+  bucket_mask_ = buckets_per_shard_ - 1;
+  capacity_ = buckets_per_shard_ * kWays * kShards;
+  for (std::size_t s = 0; s < kShards; ++s) {
+    shards_[s].buckets = std::make_unique<Bucket[]>(buckets_per_shard_);
+  }
+}
+
+void BlockedCache::clear(Entry& e) {
+  e.fingerprint.store(0, std::memory_order_relaxed);
+  e.key_tag.store(0, std::memory_order_relaxed);
+  size_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std::uint64_t now_ns,
@@ -41,43 +65,62 @@ void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std:
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
   Bucket& bucket = bucket_of(shard, fingerprint);
+  Entry* slot = nullptr;
   Entry* free = nullptr;
-  Entry* oldest = &bucket[0];
-  for (Entry& e : bucket) {
-    if (e.fingerprint == fingerprint) {
-      e.until_ns = until_ns;
-      e.since_ns = now_ns;
-      e.key_tag = key_tag;
-      e.cost = cost;
-      return;
+  Entry* oldest = &bucket.entries[0];
+  for (Entry& e : bucket.entries) {
+    const std::uint64_t f = e.fingerprint.load(std::memory_order_relaxed);
+    if (f == fingerprint) {
+      slot = &e;
+      break;
     }
-    if (e.fingerprint == 0 || e.until_ns <= now_ns) {
+    if (f == 0 || e.until_ns.load(std::memory_order_relaxed) <= now_ns) {
       if (free == nullptr) free = &e;
-    } else if (e.since_ns < oldest->since_ns) {
+    } else if (e.since_ns.load(std::memory_order_relaxed) <
+               oldest->since_ns.load(std::memory_order_relaxed)) {
       oldest = &e;
     }
   }
-  Entry* slot = free;
   if (slot == nullptr) {
-    slot = oldest;
-    evicted_.fetch_add(1, std::memory_order_relaxed);
-  } else if (slot->fingerprint == 0) {
-    size_.fetch_add(1, std::memory_order_relaxed);
+    slot = free;
+    if (slot == nullptr) {
+      slot = oldest;
+      evicted_.fetch_add(1, std::memory_order_relaxed);
+    } else if (slot->fingerprint.load(std::memory_order_relaxed) == 0) {
+      size_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
-  *slot = Entry{fingerprint, until_ns, now_ns, key_tag, cost};
+  const Writing writing(bucket);
+  slot->fingerprint.store(fingerprint, std::memory_order_relaxed);
+  slot->until_ns.store(until_ns, std::memory_order_relaxed);
+  slot->since_ns.store(now_ns, std::memory_order_relaxed);
+  slot->key_tag.store(key_tag, std::memory_order_relaxed);
+  slot->cost.store(cost, std::memory_order_relaxed);
 }
 
 std::uint64_t BlockedCache::blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns,
-                                        std::uint32_t cost) {
+                                        std::uint32_t cost) const {
   if (capacity_ == 0) return 0;
-  Shard& shard = shard_of(fingerprint);
-  std::lock_guard lock(shard.mu);
-  for (Entry& e : bucket_of(shard, fingerprint)) {
-    if (e.fingerprint != fingerprint) continue;
-    if (e.until_ns > now_ns) return cost >= e.cost ? e.until_ns - now_ns : 0;
-    e = Entry{};
-    size_.fetch_sub(1, std::memory_order_relaxed);
-    return 0;
+  const Bucket& bucket = bucket_of(shard_of(fingerprint), fingerprint);
+  // A writer is inside for a few stores: a reader that meets one tries again, a bounded number
+  // of times, and then takes the key as not blocked (it is sent, as without a cache).
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const std::uint32_t before = bucket.version.load(std::memory_order_acquire);
+    if ((before & 1) != 0) continue;
+    std::uint64_t until = 0;
+    std::uint32_t blocked_cost = 0;
+    bool found = false;
+    for (const Entry& e : bucket.entries) {
+      if (e.fingerprint.load(std::memory_order_relaxed) != fingerprint) continue;
+      until = e.until_ns.load(std::memory_order_relaxed);
+      blocked_cost = e.cost.load(std::memory_order_relaxed);
+      found = true;
+      break;
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (bucket.version.load(std::memory_order_relaxed) != before) continue;
+    if (!found || until <= now_ns || cost < blocked_cost) return 0;
+    return until - now_ns;
   }
   return 0;
 }
@@ -86,10 +129,11 @@ void BlockedCache::unblock(std::uint64_t fingerprint) {
   if (capacity_ == 0) return;
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
-  for (Entry& e : bucket_of(shard, fingerprint)) {
-    if (e.fingerprint != fingerprint) continue;
-    e = Entry{};
-    size_.fetch_sub(1, std::memory_order_relaxed);
+  Bucket& bucket = bucket_of(shard, fingerprint);
+  for (Entry& e : bucket.entries) {
+    if (e.fingerprint.load(std::memory_order_relaxed) != fingerprint) continue;
+    const Writing writing(bucket);
+    clear(e);
     return;
   }
 }
@@ -97,12 +141,17 @@ void BlockedCache::unblock(std::uint64_t fingerprint) {
 void BlockedCache::unblock_key(std::uint64_t key_tag) {
   if (capacity_ == 0 || key_tag == 0) return;
   for (std::size_t s = 0; s < kShards; ++s) {
-    std::lock_guard lock(shards_[s].mu);
-    for (Bucket& bucket : shards_[s].buckets) {
-      for (Entry& e : bucket) {
-        if (e.fingerprint == 0 || e.key_tag != key_tag) continue;
-        e = Entry{};
-        size_.fetch_sub(1, std::memory_order_relaxed);
+    Shard& shard = shards_[s];
+    std::lock_guard lock(shard.mu);
+    for (std::size_t b = 0; b < buckets_per_shard_; ++b) {
+      Bucket& bucket = shard.buckets[b];
+      for (Entry& e : bucket.entries) {
+        if (e.fingerprint.load(std::memory_order_relaxed) == 0 ||
+            e.key_tag.load(std::memory_order_relaxed) != key_tag) {
+          continue;
+        }
+        const Writing writing(bucket);
+        clear(e);
       }
     }
   }

@@ -1,8 +1,9 @@
 // The client's blocked-key cache (issue 15; docs/CLIENT.md section 10): once the cluster denies
 // a key under a rule with a finite retry_after, further requests for that key and rule are denied
 // locally until then, at no round trip. Bounded: a fixed number of entries, set at construction;
-// when a key's bucket is full, the entry inserted longest ago goes. Any thread; a mutex per
-// shard of buckets, so unrelated keys rarely meet on one.
+// when a key's bucket is full, the entry blocked longest ago goes. Any thread. Writers take a
+// mutex per shard of buckets; readers take none: each bucket is a seqlock (a version that is odd
+// while a writer changes it), so a lookup is a few loads.
 #pragma once
 
 #include <array>
@@ -11,7 +12,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <vector>
 
 #include "core/key_hash.h"
 #include "core/rule.h"
@@ -38,9 +38,9 @@ class BlockedCache {
   void block(std::uint64_t fingerprint, std::uint64_t until_ns, std::uint64_t now_ns,
              std::uint64_t key_tag = 0, std::uint32_t cost = 1);
   // How long a request of `cost` units stays denied after `now_ns`: 0 when it is not blocked
-  // (an entry found expired is freed; one blocked for a higher cost does not apply).
+  // (or blocked for a higher cost only). Takes no lock and writes nothing.
   std::uint64_t blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns,
-                            std::uint32_t cost = 1);
+                            std::uint32_t cost = 1) const;
   // Forgets the fingerprint.
   void unblock(std::uint64_t fingerprint);
   // Forgets every rule of the key `key_tag` names (a RESET of the key): a walk over the whole
@@ -48,32 +48,41 @@ class BlockedCache {
   void unblock_key(std::uint64_t key_tag);
 
   std::size_t capacity() const { return capacity_; }
-  // Entries held now, expired ones included until they are found or replaced.
+  // Entries held now, expired ones included until they are replaced or unblocked.
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }
   // Entries dropped to make room for newer ones since construction.
   std::uint64_t evicted() const { return evicted_.load(std::memory_order_relaxed); }
 
  private:
+  // Every field is an atomic read without the lock; written only under the shard's mutex,
+  // between the two steps of the bucket's version.
   struct Entry {
-    std::uint64_t fingerprint = 0;  // 0: free
-    std::uint64_t until_ns = 0;
-    std::uint64_t since_ns = 0;  // when it was blocked: the oldest in a full bucket goes
-    std::uint64_t key_tag = 0;
-    std::uint32_t cost = 1;  // the denied request's: cheaper ones are not answered from here
+    std::atomic<std::uint64_t> fingerprint{0};  // 0: free
+    std::atomic<std::uint64_t> until_ns{0};
+    std::atomic<std::uint64_t> since_ns{
+        0};  // when it was blocked: the oldest in a full bucket goes
+    std::atomic<std::uint64_t> key_tag{0};
+    std::atomic<std::uint32_t> cost{1};  // the denied request's: cheaper ones are not answered
   };
-  using Bucket = std::array<Entry, kWays>;
+  struct Bucket {
+    std::atomic<std::uint32_t> version{0};  // odd while a writer is inside
+    std::array<Entry, kWays> entries;
+  };
   struct alignas(64) Shard {
     std::mutex mu;
-    std::vector<Bucket> buckets;
+    std::unique_ptr<Bucket[]> buckets;
   };
+  struct Writing;  // the version steps around a change
 
-  Shard& shard_of(std::uint64_t fingerprint) { return shards_[fingerprint >> 58]; }
+  Shard& shard_of(std::uint64_t fingerprint) const { return shards_[fingerprint >> 58]; }
   Bucket& bucket_of(Shard& shard, std::uint64_t fingerprint) const {
     return shard.buckets[fingerprint & bucket_mask_];
   }
+  void clear(Entry& e);
 
   std::size_t capacity_ = 0;
   std::uint64_t bucket_mask_ = 0;
+  std::size_t buckets_per_shard_ = 0;
   std::unique_ptr<Shard[]> shards_;
   std::atomic<std::size_t> size_{0};
   std::atomic<std::uint64_t> evicted_{0};

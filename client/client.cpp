@@ -472,9 +472,37 @@ void Client::Impl::arm_timer() {
 
 // ---- Impl: routing and calls --------------------------------------------------------------
 
+namespace {
+
+// Router versions, unique in the process: a thread's cache entry can never match a router of
+// another client, even one at the address of a client destroyed since.
+std::atomic<std::uint64_t> router_versions{0};
+
+// One router per thread, of the client it last served.
+struct CachedRouter {
+  std::uint64_t version = 0;  // 0: empty
+  std::shared_ptr<const detail::Router> router;
+};
+thread_local CachedRouter cached;
+
+}  // namespace
+
 void Client::Impl::publish(std::shared_ptr<const detail::Router> next) {
   std::lock_guard lock(router_mu);
   router = std::move(next);
+  router_version.store(router_versions.fetch_add(1, std::memory_order_relaxed) + 1,
+                       std::memory_order_release);
+}
+
+const detail::Router& Client::Impl::cached_router() {
+  // A version read before the router: a publish() in between leaves an older version beside
+  // the newer router, and the next call takes the router again.
+  const std::uint64_t version = router_version.load(std::memory_order_acquire);
+  if (cached.version != version || version == 0) {
+    cached.router = current_router();
+    cached.version = version;
+  }
+  return *cached.router;
 }
 
 Status Client::Impl::check_key(std::string_view key, const detail::NodeLimits& limits) {
@@ -538,12 +566,12 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
 Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
   if (local_layer && !request.key.empty()) {
     // Answered here when it can be, on the calling thread: no hop to the I/O thread.
-    const std::shared_ptr<const detail::Router> current = current_router();
+    const detail::Router& current = cached_router();
     const KeyHash hash = hash_key(request.key);
-    const std::size_t owner = current->route(hash);
+    const std::size_t owner = current.route(hash);
     if (owner != detail::Router::kNoOwner &&
-        check_key(request.key, current->owner(owner).limits).ok()) {
-      if (std::optional<Decision> local = local_answer(request, hash, current->owner(owner))) {
+        check_key(request.key, current.owner(owner).limits).ok()) {
+      if (std::optional<Decision> local = local_answer(request, hash, current.owner(owner))) {
         return *local;
       }
     }

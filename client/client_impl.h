@@ -60,6 +60,10 @@ struct Client::Impl final : detail::ConnectionObserver {
     std::lock_guard lock(router_mu);
     return router;
   }
+  // The router in force, from this thread's cache: one atomic load when it is current, no lock
+  // and no reference count. Valid until this thread's next call of it (on any client), so only
+  // for code that calls no callback meanwhile. Any thread.
+  const detail::Router& cached_router();
   // I/O side.
   void publish(std::shared_ptr<const detail::Router> next);
   // kInvalidKey unless the key fits the owner's max_key.
@@ -169,6 +173,9 @@ struct Client::Impl final : detail::ConnectionObserver {
 
   mutable std::mutex router_mu;
   std::shared_ptr<const detail::Router> router;  // guarded by router_mu; never null once connected
+  // Changes after each publish(), to a value no client of the process had: cached_router()
+  // takes a thread's cached router only when it was cached under the value in force.
+  std::atomic<std::uint64_t> router_version{0};
 
   // The epoch frames carry (the map's), and the highest epoch the client has or has asked for:
   // replies above it start a refresh. Written on the I/O side, read anywhere.

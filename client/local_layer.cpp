@@ -182,7 +182,9 @@ std::optional<Decision> Client::Impl::local_answer(const AcquireRequest& request
   if (blocked.size() == 0 && !down) return std::nullopt;
   const std::uint64_t fingerprint = detail::blocked_fingerprint(hash, request.rule);
   const std::uint64_t now = clock.now_ns();
-  if (const std::uint64_t left = blocked.blocked_for(fingerprint, now, request.cost); left != 0) {
+  if (const std::uint64_t left =
+          blocked.size() == 0 ? 0 : blocked.blocked_for(fingerprint, now, request.cost);
+      left != 0) {
     blocked_hits.fetch_add(1, std::memory_order_relaxed);
     Decision denied;
     denied.limit = request.rule.capacity();

@@ -2,9 +2,11 @@
 // exactly until its time, per key and rule, within a fixed capacity where the oldest goes.
 #include "client/blocked_cache.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <unordered_set>
 
 namespace sluice::client::detail {
@@ -30,10 +32,12 @@ TEST_CASE("a blocked key counts down to its time and is free at it, not a nanose
   CHECK(cache.blocked_for(f, t0 + 100 * kMs) == 200 * kMs);
   CHECK(cache.blocked_for(f, t0 + 300 * kMs - 1) == 1);
   CHECK(cache.blocked_for(f, t0 + 300 * kMs) == 0);
-  CHECK(cache.size() == 0);  // found expired, freed
-  // A time already past blocks nothing.
-  cache.block(f, t0, t0 + 1);
-  CHECK(cache.blocked_for(f, t0 + 1) == 0);
+  CHECK(cache.size() == 1);  // expired: held until it is replaced (lookups write nothing)
+  // A time already past blocks nothing, and changes nothing.
+  cache.block(f, t0 + 350 * kMs, t0 + 400 * kMs);
+  CHECK(cache.blocked_for(f, t0 + 400 * kMs) == 0);
+  CHECK(cache.size() == 1);
+  cache.unblock(f);
   CHECK(cache.size() == 0);
 }
 
@@ -166,6 +170,44 @@ TEST_CASE("fingerprints are never 0 and differ for keys and rules that differ", 
   }
   CHECK(zeros == 0);
   CHECK(seen.size() == 30'000);
+}
+
+TEST_CASE("a lookup during writes to its bucket sees an entry whole or not at all",
+          "[blocked-cache]") {
+  // The smallest cache: one bucket per shard, so keys of one shard share a bucket. A writer
+  // keeps replacing the entries of that bucket; readers must never see one key's time under
+  // another key's name.
+  BlockedCache cache(1);
+  const Rule rule = per_second(1);
+  std::vector<std::uint64_t> same;
+  const std::uint64_t shard = fp("seed", rule) >> 58;
+  for (int i = 0; same.size() < 2 * BlockedCache::kWays && i < 100'000; ++i) {
+    const std::uint64_t f = fp("key:" + std::to_string(i), rule);
+    if ((f >> 58) == shard) same.push_back(f);
+  }
+  REQUIRE(same.size() == 2 * BlockedCache::kWays);
+  // Key j is always blocked until (j + 1) ms: a torn read would show another key's time.
+  const auto until = [](std::size_t j) { return (j + 1) * kMs; };
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (std::uint64_t round = 0; !stop.load(std::memory_order_relaxed) && round < 2'000'000;
+         ++round) {
+      const std::size_t j = round % same.size();
+      cache.block(same[j], until(j), 0);
+    }
+  });
+  std::uint64_t seen = 0;
+  std::uint64_t wrong = 0;
+  for (int i = 0; i < 400'000; ++i) {
+    const std::size_t j = static_cast<std::size_t>(i) % same.size();
+    const std::uint64_t left = cache.blocked_for(same[j], 0);
+    if (left != 0) ++seen;
+    if (left != 0 && left != until(j)) ++wrong;
+  }
+  stop.store(true);
+  writer.join();
+  CHECK(wrong == 0);
+  CHECK(seen > 0);
 }
 
 }  // namespace
