@@ -128,6 +128,19 @@ void NodeProber::on_timer(const boost::system::error_code& ec) {
     health_.down.store(false, std::memory_order_relaxed);
     return;
   }
+  // A quiet client (every other key blocked, or decided locally) would never see the epoch of
+  // the map that hands this node's keys to another: each probe also asks a node that answers
+  // for its map, which the client adopts if it is newer.
+  if (impl_.current_map) {
+    for (auto& other : impl_.links) {
+      if (other.get() == link || other->retired || other->publics.empty() ||
+          other->health->down.load(std::memory_order_relaxed) || !other->publics.front()->ready()) {
+        continue;
+      }
+      impl_.request_refresh(*other->publics.front());
+      break;
+    }
+  }
   if (link->publics.empty()) return on_failure(0, Status());
   Completion completion;
   completion.sink = this;

@@ -451,6 +451,131 @@ TEST_CASE("etcd mode: kill -9 of a primary under load moves its keys to their re
   CHECK(back.epoch() > after.epoch());
 }
 
+// Issue 15 on top of the failover: a gateway's client with the fail_open policy (its defaults
+// otherwise: the breaker, the blocked-key cache) keeps answering through a kill -9 of a primary.
+TEST_CASE(
+    "etcd mode: through a kill -9 failover a fail_open client's callers see no error and "
+    "no call slower than its deadline") {
+  EtcdCluster cluster(3);
+  const cluster::ClusterMap before = cluster.wait_for_all();
+  constexpr int kVictim = 1;
+  constexpr std::uint32_t kLimit = 100;  // an hour: half of it used before the kill
+  constexpr int kWarmRounds = kLimit / 2;
+  client::ClientOptions options;
+  options.servers = {cluster.seed(0)};
+  options.timeout = kCallDeadline;
+  options.connect_timeout = 500ms;
+  options.client_name = "failover-fail-open";
+  options.failure_policy = client::FailurePolicy::kOpen;  // gateways = 1: the local limit is L
+  auto connected = client::Client::connect(options);
+  REQUIRE(connected.ok());
+  client::Client& client = **connected;
+
+  const std::vector<std::string> keys = key_names(600, "open:");
+  const Rule rule = hourly(kLimit);
+  const std::vector<Rule> rules(keys.size(), rule);
+  std::vector<int> primary(keys.size());
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    primary[k] = node_number(before.primary_of(hash_key(keys[k]))->id);
+  }
+  settle(client, keys, rules);
+
+  struct Seen {
+    std::uint64_t admitted = 0;
+    std::uint64_t local = 0;                         // decisions of the local fallback
+    std::uint64_t errors = 0;                        // must stay 0
+    std::optional<Clock::time_point> cluster_again;  // after the kill
+    std::vector<Clock::time_point> admitted_at;      // before the kill
+  };
+  std::vector<Seen> seen(keys.size());
+  long long slowest_ms = 0;
+  std::string first_error;
+  const auto round = [&](std::optional<Clock::time_point> killed_at) {
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      const auto start = Clock::now();
+      const auto d = client.acquire(keys[k], rule);
+      const auto end = Clock::now();
+      slowest_ms = std::max(slowest_ms, ms(end - start));
+      if (!d.ok()) {
+        ++seen[k].errors;
+        if (first_error.empty()) first_error = d.status().to_string();
+        continue;
+      }
+      seen[k].admitted += d->allowed ? 1 : 0;
+      if (d->allowed && !killed_at) seen[k].admitted_at.push_back(end);
+      seen[k].local += d->source == client::DecisionSource::kLocalFallback ? 1 : 0;
+      if (killed_at && d->source == client::DecisionSource::kCluster && !seen[k].cluster_again) {
+        seen[k].cluster_again = end;
+      }
+    }
+  };
+  // Half the limit, over at least a second (so that the replicas have every count).
+  const auto warm_until = Clock::now() + 1000ms;
+  for (int r = 0; r < kWarmRounds; ++r) round(std::nullopt);
+  while (Clock::now() < warm_until) std::this_thread::sleep_for(10ms);
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    INFO("key " << keys[k]);
+    REQUIRE(seen[k].admitted == static_cast<std::uint64_t>(kWarmRounds));
+  }
+  const auto killed_at = Clock::now();
+  cluster.kill9(kVictim);
+  for (int r = 0; r < 100'000; ++r) {
+    round(killed_at);
+    bool all_back = true;
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      if (primary[k] == kVictim && !seen[k].cluster_again) all_back = false;
+    }
+    if ((all_back && Clock::now() - killed_at > 500ms) || Clock::now() - killed_at > 15s) break;
+  }
+  // Then enough rounds for every key to use up what the cluster still admits: the counts are
+  // final, and what lies beyond L is the fallback window's whole cost.
+  for (std::uint32_t r = 0; r < kLimit; ++r) round(killed_at);
+
+  std::uint64_t victim_keys = 0;
+  std::uint64_t local_decisions = 0;
+  std::uint64_t over = 0;
+  std::uint64_t most_over = 0;
+  long long gap_ms = 0;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    INFO("key " << keys[k] << " of " << node_id(primary[k]));
+    CHECK(seen[k].errors == 0);
+    if (primary[k] != kVictim) {
+      CHECK(seen[k].local == 0);  // the other nodes' keys never leave the cluster
+      CHECK(seen[k].admitted <= kLimit);
+      continue;
+    }
+    ++victim_keys;
+    local_decisions += seen[k].local;
+    INFO("admitted " << seen[k].admitted << ", local " << seen[k].local << "; node down events "
+                     << client.counters().node_down_events << ", up "
+                     << client.counters().node_up_events << ", blocked hits "
+                     << client.counters().blocked_cache_hits << ", epoch "
+                     << client.cluster_epoch());
+    REQUIRE(seen[k].cluster_again.has_value());
+    gap_ms = std::max(gap_ms, ms(*seen[k].cluster_again - killed_at));
+    // The fallback window: the cluster's count (the replica's, what it was sent), plus what the
+    // local limiter admitted while the owner could not answer, at most L with one gateway; and
+    // what the dead primary admitted after its last replicated batch (50 ms is generous).
+    const auto lost = static_cast<std::uint64_t>(
+        std::count_if(seen[k].admitted_at.begin(), seen[k].admitted_at.end(),
+                      [&](Clock::time_point t) { return t >= killed_at - 50ms; }));
+    CHECK(seen[k].admitted <= 2 * kLimit + lost);
+    const std::uint64_t beyond = seen[k].admitted > kLimit ? seen[k].admitted - kLimit : 0;
+    over += beyond;
+    most_over = std::max(most_over, beyond);
+  }
+  INFO("first error: " << first_error);
+  CHECK(slowest_ms <= ms(kCallDeadline + 100ms));
+  REQUIRE(victim_keys > 0);
+  CHECK(local_decisions > 0);  // the outage was seen, and answered locally
+  report(fmt::format(
+      "fail_open through kill -9: 0 errors; slowest call {} ms (deadline {} ms); the dead node's "
+      "{} keys answered {} times by the local fallback, back with the cluster {} ms after the "
+      "kill; over-admission {} units beyond L={} over those keys (at most {} on one key)",
+      slowest_ms, kCallDeadline.count(), victim_keys, local_decisions, gap_ms, over, kLimit,
+      most_over));
+}
+
 TEST_CASE("etcd mode: a primary paused past its lease answers nothing as primary when it resumes") {
   EtcdCluster cluster(3);
   const cluster::ClusterMap before = cluster.wait_for_all();
