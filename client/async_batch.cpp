@@ -385,7 +385,11 @@ void AsyncBatch::release() {
 // moves into a local the same way.
 void AsyncBatch::complete() {
   if (impl_.local_layer && !probe_) {
-    for (std::size_t i = 0; i < results_.size(); ++i) impl_.settle(items_[i], results_[i]);
+    const std::uint64_t started =
+        deadline_ns_ > impl_.timeout_ns ? deadline_ns_ - impl_.timeout_ns : 0;
+    for (std::size_t i = 0; i < results_.size(); ++i) {
+      impl_.finish(items_[i], results_[i], started);
+    }
   }
   if (one_done_) {
     const AcquireCallback done = std::move(one_done_);
@@ -439,7 +443,7 @@ void Client::Impl::batch_async(std::span<const AcquireRequest> items, bool probe
   Status queued = submit_acquire(items[0], nullptr, &done, probe);
   if (queued.ok()) return;
   Result<Decision> refused(std::move(queued));
-  if (!probe) settle(items[0], refused);
+  if (!probe) finish(items[0], refused, 0);
   asio::post(io, [done = std::move(done), refused = std::move(refused)]() mutable {
     done(std::span<const Result<Decision>>(&refused, 1));
   });

@@ -369,7 +369,7 @@ Client::Impl::Impl(ClientOptions opts, asio::io_context* external)
       in_flight(options.max_in_flight),
       clock(options.clock != nullptr ? *options.clock : SystemClock::instance()),
       local_layer(options.failure_policy != FailurePolicy::kReport || options.blocked_keys != 0 ||
-                  options.breaker_failures != 0),
+                  options.breaker_failures != 0 || options.metrics),
       blocked(options.blocked_keys),
       fallback(options.fallback_keys, options.gateways) {
   const auto shortest = std::min(options.timeout, options.connect_timeout);
@@ -572,6 +572,7 @@ Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
     if (owner != detail::Router::kNoOwner &&
         check_key(request.key, current.owner(owner).limits).ok()) {
       if (std::optional<Decision> local = local_answer(request, hash, current.owner(owner))) {
+        if (options.metrics) metrics.count_decision(request.rule, *local);
         return *local;
       }
     }
@@ -581,7 +582,7 @@ Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
   if (Status queued = submit_acquire(request, &done, nullptr, false, /*checked_locally=*/true);
       !queued.ok()) {
     Result<Decision> refused(std::move(queued));
-    settle(request, refused);
+    finish(request, refused, 0);
     return refused;
   }
   return waiter.wait();
@@ -1076,7 +1077,7 @@ void Client::acquire_async(const AcquireRequest& request, AcquireCallback done) 
   if (queued.ok()) return;
   // Refused before sending: still answer on the I/O thread, as promised.
   Result<Decision> refused(std::move(queued));
-  impl_->settle(request, refused);
+  impl_->finish(request, refused, 0);
   asio::post(impl_->io, [done = std::move(done), refused = std::move(refused)]() mutable {
     done(std::move(refused));
   });
@@ -1346,6 +1347,13 @@ ClientCounters Client::counters() const {
   sum.node_down_events = impl_->node_down_events.load(std::memory_order_relaxed);
   sum.node_up_events = impl_->node_up_events.load(std::memory_order_relaxed);
   return sum;
+}
+
+ClientMetrics Client::metrics() const {
+  ClientMetrics out = impl_->metrics.snapshot();
+  out.node_down_events = impl_->node_down_events.load(std::memory_order_relaxed);
+  out.node_up_events = impl_->node_up_events.load(std::memory_order_relaxed);
+  return out;
 }
 
 const ServerInfo& Client::server_info() const { return impl_->info; }

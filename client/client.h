@@ -11,6 +11,7 @@
 // docs/CLIENT.md describes the threading model, the routing, the errors and the header fields.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -91,6 +92,8 @@ struct ClientOptions {
   // The wall clock of the local layer (blocked-until times, the local windows); null: the system
   // clock. It must outlive the client.
   const Clock* clock = nullptr;
+  // Count decisions, errors and latencies for metrics().
+  bool metrics = true;
 };
 
 // One item of a batch.
@@ -168,6 +171,39 @@ struct ClusterInfo {
   std::uint32_t vnodes_per_node = 0;
   std::vector<ClusterNodeInfo> nodes;  // sorted by id
   std::optional<std::size_t> self;     // the answering node's index in `nodes`, if a member
+};
+
+// Rules metrics() tells apart; decisions of further rules are counted together.
+inline constexpr std::size_t kMaxMetricRules = 64;
+
+// The decisions made under one rule: decisions[source][allowed], by DecisionSource value, then
+// denied (0) and allowed (1).
+struct RuleDecisions {
+  Rule rule;
+  std::array<std::array<std::uint64_t, 2>, 4> decisions{};
+};
+
+// Calls the cluster answered within `upper_us` microseconds (exclusive) and above the previous
+// bucket's bound.
+struct LatencyBucket {
+  std::uint64_t upper_us = 0;  // UINT64_MAX for the last bucket
+  std::uint64_t count = 0;
+};
+
+// What the client counted since connect(), for a gateway to export (Client::metrics()).
+struct ClientMetrics {
+  std::vector<RuleDecisions> rules;  // every rule seen, up to kMaxMetricRules; in no order
+  std::uint64_t other_rules = 0;     // decisions of the rules beyond those
+  // Acquires and peeks that returned an error, by code (codes with none are left out).
+  std::vector<std::pair<ErrorCode, std::uint64_t>> errors;
+  std::uint64_t node_down_events = 0;  // a node's breaker opened
+  std::uint64_t node_up_events = 0;    // a probe found it answering again
+  // The decisions the cluster made, by their latency from submission to answer: the non-empty
+  // buckets of a log-linear histogram (one microsecond wide up to 16 us, then four per power
+  // of two), in order.
+  std::vector<LatencyBucket> cluster_latency;
+  std::uint64_t cluster_calls = 0;
+  std::uint64_t cluster_latency_sum_us = 0;
 };
 
 // One node's answer to RELOAD (static cluster mode: reread the cluster file).
@@ -269,6 +305,10 @@ class Client {
 
   // The client's own counters, summed over its connections. Any thread.
   ClientCounters counters() const;
+  // Decisions by rule, source and outcome, errors, node events and latencies, counted since
+  // connect() (all zero with ClientOptions::metrics off). Any thread; not cheap (it sums
+  // every stripe of counters): for a scrape every few seconds, not per call.
+  ClientMetrics metrics() const;
 
   const ServerInfo& server_info() const;
   const ClientOptions& options() const;

@@ -29,6 +29,7 @@
 #include "client/connection.h"
 #include "client/local_fallback.h"
 #include "client/local_layer.h"
+#include "client/metrics.h"
 #include "client/router.h"
 #include "cluster/cluster_map.h"
 
@@ -103,6 +104,12 @@ struct Client::Impl final : detail::ConnectionObserver {
   // failure of the owner becomes the failure policy's decision. Decisions made locally pass
   // unchanged. Any thread.
   void settle(const AcquireRequest& request, Result<Decision>& result);
+  // settle(), then the result is counted (metrics); `started_ns` (steady_now_ns(), 0: unknown)
+  // gives the latency of a decision the cluster made. Any thread.
+  void finish(const AcquireRequest& request, Result<Decision>& result, std::uint64_t started_ns);
+  // Counts a result for metrics().
+  void count(const AcquireRequest& request, const Result<Decision>& result,
+             std::uint64_t started_ns);
   // The failure policy's decision for `request`; nullopt when the policy is kReport.
   std::optional<Decision> policy_answer(const AcquireRequest& request, std::uint64_t fingerprint,
                                         std::uint64_t now_ns);
@@ -149,8 +156,9 @@ struct Client::Impl final : detail::ConnectionObserver {
   void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
                         const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                         AcquireCallback* done, BatchCallback* batch_done) override;
-  void on_decided(const AcquireRequest& request, Result<Decision>& result) override {
-    settle(request, result);
+  void on_decided(const AcquireRequest& request, Result<Decision>& result,
+                  std::uint64_t started_ns) override {
+    finish(request, result, started_ns);
   }
 
   ClientOptions options;
@@ -222,6 +230,7 @@ struct Client::Impl final : detail::ConnectionObserver {
   bool local_layer = true;
   detail::BlockedCache blocked;
   detail::FallbackLimiter fallback;
+  detail::Metrics metrics;
   std::atomic<std::uint64_t> blocked_hits{0};
   std::atomic<std::uint64_t> fallback_decisions{0};
   std::atomic<std::uint64_t> node_down_events{0};

@@ -532,7 +532,11 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
                                     config_.name);
   }
   if (p.resend.armed && config_.observer != nullptr) {
-    config_.observer->on_decided(p.resend.request(), decision);
+    // Its deadline is its submission plus the timeout: a call with a deadline of its own is a
+    // batch's, which keeps no copy here.
+    const std::uint64_t started =
+        p.deadline_ns > config_.timeout_ns ? p.deadline_ns - config_.timeout_ns : 0;
+    config_.observer->on_decided(p.resend.request(), decision, started);
   }
   if (p.callback) {
     p.callback(std::move(decision));

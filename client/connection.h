@@ -237,8 +237,10 @@ class ConnectionObserver {
                                 const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                                 AcquireCallback* done, BatchCallback* batch_done) = 0;
   // A call submitted with Completion::keep_request is answered `result` (a decision, or why
-  // there is none), just before its callback gets it: the observer may change it.
-  virtual void on_decided(const AcquireRequest& request, Result<Decision>& result) = 0;
+  // there is none), just before its callback gets it: the observer may change it. It was
+  // submitted at `started_ns` (steady_now_ns()).
+  virtual void on_decided(const AcquireRequest& request, Result<Decision>& result,
+                          std::uint64_t started_ns) = 0;
 
  protected:
   ~ConnectionObserver() = default;

@@ -262,6 +262,23 @@ void Client::Impl::settle(const AcquireRequest& request, Result<Decision>& resul
   }
 }
 
+void Client::Impl::finish(const AcquireRequest& request, Result<Decision>& result,
+                          std::uint64_t started_ns) {
+  settle(request, result);
+  count(request, result, started_ns);
+}
+
+void Client::Impl::count(const AcquireRequest& request, const Result<Decision>& result,
+                         std::uint64_t started_ns) {
+  if (!options.metrics) return;
+  if (!result.ok()) return metrics.count_error(result.status().code());
+  metrics.count_decision(request.rule, *result);
+  if (started_ns != 0 && result->source == DecisionSource::kCluster) {
+    const std::uint64_t now = detail::steady_now_ns();
+    if (now > started_ns) metrics.record_latency_ns(now - started_ns);
+  }
+}
+
 void Client::Impl::node_down(detail::NodeHealth& health) {
   asio::post(io, [this, &health] { schedule_probe(health); });
 }

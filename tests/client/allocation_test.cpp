@@ -206,6 +206,23 @@ TEST_CASE("100,000 decisions through client and server allocate nothing in the w
   CHECK(steady_state_allocations(*client).process == 0);
 }
 
+// The same with the client's local layer as a gateway has it by default (fail_open, the
+// blocked-key cache, the breaker, metrics): every decision is copied, settled and counted, and
+// nothing is allocated.
+TEST_CASE("100,000 decisions with the local layer on allocate nothing in the whole process") {
+  TestServer server;
+  ClientOptions options = options_for(server.address());
+  const ClientOptions defaults;
+  options.failure_policy = defaults.failure_policy;
+  options.blocked_keys = defaults.blocked_keys;
+  options.breaker_failures = defaults.breaker_failures;
+  options.metrics = defaults.metrics;
+  options.clock = &server.clock();
+  auto client = connect_or_fail(options);
+  CHECK(steady_state_allocations(*client).process == 0);
+  CHECK(client->metrics().cluster_calls >= 100'000);
+}
+
 // The same through a three-node cluster: the client routes by the map (every acquire is a
 // one-item batch that could follow a REDIRECT) to each key's primary and its shard there, and
 // allocates nothing. The nodes stream every change to a replica each millisecond; a flush

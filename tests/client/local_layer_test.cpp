@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/metrics.h"
 #include "tests/client/test_support.h"
 #include "tests/support/fault_proxy.h"
 
@@ -36,6 +37,7 @@ ClientOptions layered(const std::string& address, ManualClock& clock, FailurePol
   options.failure_policy = policy;
   options.blocked_keys = ClientOptions{}.blocked_keys;
   options.breaker_failures = ClientOptions{}.breaker_failures;
+  options.metrics = true;
   options.clock = &clock;
   return options;
 }
@@ -248,6 +250,83 @@ TEST_CASE(
   REQUIRE(after_reset.ok());
   CHECK(after_reset->source == DecisionSource::kCluster);
   CHECK(after_reset->allowed);
+}
+
+TEST_CASE(
+    "metrics count decisions by rule, source and outcome, errors, node events and the "
+    "cluster's latencies",
+    "[local-layer]") {
+  TestServer server;
+  test::FaultProxy proxy(server.server().port());
+  auto client = connect_or_fail(layered(proxy.address(), server.clock(), FailurePolicy::kOpen));
+  const Rule two = per_minute(2);
+  const Rule five = fixed(5, 60'000);
+  for (int i = 0; i < 4; ++i) REQUIRE(client->acquire("m", two).ok());  // 2 allowed, 1 + 1 cache
+  for (int i = 0; i < 3; ++i) REQUIRE(client->acquire("n", five).ok());
+  AcquireRequest report{"m", five};
+  report.failure_policy = FailurePolicy::kReport;
+  proxy.black_hole();
+  REQUIRE_FALSE(client->acquire(report).ok());                           // a timeout, reported
+  for (int i = 0; i < 2; ++i) REQUIRE(client->acquire("o", five).ok());  // the fallback's
+
+  const ClientMetrics m = client->metrics();
+  REQUIRE(m.rules.size() == 2);
+  const auto of = [&](const Rule& rule) -> const RuleDecisions& {
+    for (const RuleDecisions& r : m.rules) {
+      if (r.rule == rule) return r;
+    }
+    FAIL("no metrics for a rule");
+    return m.rules.front();
+  };
+  const auto at = [](DecisionSource s) { return static_cast<std::size_t>(s); };
+  const RuleDecisions& m_two = of(two);
+  CHECK(m_two.decisions[at(DecisionSource::kCluster)][1] == 2);
+  CHECK(m_two.decisions[at(DecisionSource::kCluster)][0] == 1);
+  CHECK(m_two.decisions[at(DecisionSource::kBlockedCache)][0] == 1);
+  const RuleDecisions& m_five = of(five);
+  CHECK(m_five.decisions[at(DecisionSource::kCluster)][1] == 3);
+  CHECK(m_five.decisions[at(DecisionSource::kLocalFallback)][1] == 2);
+  CHECK(m.other_rules == 0);
+  REQUIRE(m.errors.size() == 1);
+  CHECK(m.errors[0].first == ErrorCode::kTimeout);
+  CHECK(m.errors[0].second == 1);
+  // Six decisions came from the cluster (the denial included): each in the histogram once.
+  CHECK(m.cluster_calls == 6);
+  std::uint64_t in_buckets = 0;
+  std::uint64_t bound = 0;
+  for (const LatencyBucket& b : m.cluster_latency) {
+    CHECK(b.upper_us > bound);  // in order
+    bound = b.upper_us;
+    in_buckets += b.count;
+  }
+  CHECK(in_buckets == 6);
+  CHECK(m.node_down_events == client->counters().node_down_events);
+}
+
+TEST_CASE("latency buckets are one microsecond wide up to 16 us, then four per power of two",
+          "[local-layer]") {
+  using detail::latency_bucket;
+  using detail::latency_bucket_upper_us;
+  for (std::uint64_t us = 0; us < 16; ++us) {
+    CHECK(latency_bucket(us) == us);
+    CHECK(latency_bucket_upper_us(us) == us + 1);
+  }
+  CHECK(latency_bucket(16) == 16);
+  CHECK(latency_bucket_upper_us(16) == 20);
+  CHECK(latency_bucket(19) == 16);
+  CHECK(latency_bucket(20) == 17);
+  CHECK(latency_bucket(31) == 19);
+  CHECK(latency_bucket(32) == 20);
+  CHECK(latency_bucket_upper_us(20) == 40);
+  // Every value lands in the bucket whose bounds hold it.
+  for (std::uint64_t us = 1; us < (1ull << 27); us = us * 3 / 2 + 1) {
+    const std::size_t b = latency_bucket(us);
+    INFO("us " << us << " bucket " << b);
+    CHECK(us < latency_bucket_upper_us(b));
+    if (b > 0) CHECK(us >= latency_bucket_upper_us(b - 1));
+  }
+  CHECK(latency_bucket(UINT64_MAX) == detail::kLatencyBuckets - 1);
+  CHECK(latency_bucket_upper_us(detail::kLatencyBuckets - 1) == UINT64_MAX);
 }
 
 TEST_CASE("the local layer's options are checked at connect", "[local-layer]") {

@@ -83,11 +83,12 @@ inline ClientOptions options_for(const std::string& address, bool shard_aware = 
   options.connect_timeout = std::chrono::milliseconds(2000);
   options.shard_aware = shard_aware;
   options.client_name = "client_tests";
-  // The transport alone: failures come back as errors, nothing is answered locally. The local
-  // layer's tests (local_layer_test.cpp) turn it on, on the server's clock.
+  // The transport alone: failures come back as errors, nothing is answered locally or counted.
+  // The local layer's tests (local_layer_test.cpp) turn it on, on the server's clock.
   options.failure_policy = FailurePolicy::kReport;
   options.blocked_keys = 0;
   options.breaker_failures = 0;
+  options.metrics = false;
   return options;
 }
 
