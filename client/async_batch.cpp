@@ -114,7 +114,10 @@ void AsyncBatch::start(std::span<const AcquireRequest> items, bool probe) {
   probe_ = probe;
   const std::shared_ptr<const Router> router = impl_.current_router();
   clustered_ = router->clustered();
-  if (clustered_ || (impl_.local_layer && !probe)) {
+  const bool own_policy = std::any_of(items.begin(), items.end(), [](const AcquireRequest& r) {
+    return r.failure_policy.has_value();
+  });
+  if (clustered_ || (!probe && (impl_.local_layer || own_policy))) {
     // A copy that outlives the call: for the items sent again, and for the local layer, which
     // settles every answer once the batch completes.
     deadline_ns_ = steady_now_ns() + impl_.timeout_ns;
@@ -151,6 +154,7 @@ void AsyncBatch::submit(const Router& router, std::uint32_t id) {
 
 void AsyncBatch::on_reply(std::uint32_t id, const Frame& reply) {
   const Part p = part_at(id);
+  impl_.note_call(p.health, false);
   const std::vector<std::uint32_t>& order = order_of(id);
   const std::size_t count = p.end - p.begin;
   if (probe_) {
@@ -215,6 +219,7 @@ void AsyncBatch::absorbed(std::uint64_t reply_epoch) {
 
 void AsyncBatch::on_failure(std::uint32_t id, const Status& status) {
   const Part p = part_at(id);
+  if (Client::Impl::owner_failure(status)) impl_.note_call(p.health, true);
   const std::vector<std::uint32_t>& order = order_of(id);
   const bool retry = (id & kRetryPart) != 0;
   for (std::uint32_t i = p.begin; i < p.end; ++i) {
@@ -317,10 +322,10 @@ void AsyncBatch::plan(const Router& router) {
     } else if (Status key_ok = Client::Impl::check_key(items[i].key, router.owner(owner).limits);
                !key_ok.ok()) {
       results_[i] = Result<Decision>(std::move(key_ok));
-    } else if (std::optional<Decision> local =
+    } else if (std::optional<Result<Decision>> local =
                    probe_ ? std::nullopt
                           : impl_.local_answer(items[i], hash, router.owner(owner))) {
-      results_[i] = *local;  // decided here, not sent
+      results_[i] = std::move(*local);  // decided here, not sent
     } else {
       owner_[i] = static_cast<std::uint32_t>(owner);
     }
@@ -347,7 +352,7 @@ void AsyncBatch::cut(const Router& router, std::size_t owner,
       limits.max_frame > kFrameOverhead * 2 ? limits.max_frame - kFrameOverhead : limits.max_frame;
   std::uint32_t i = first;
   while (i < end) {
-    Part part{owner, i, i};
+    Part part{owner, i, i, router.owner(owner).health};
     std::size_t bytes = 0;
     while (part.end < end && part.end - part.begin < max_items) {
       const std::size_t item_bytes = items_[order[part.end]].key.size() + kItemOverhead;
@@ -384,7 +389,7 @@ void AsyncBatch::release() {
 // vector instead, and the results' vector becomes the next spare. A one-item acquire's result
 // moves into a local the same way.
 void AsyncBatch::complete() {
-  if (impl_.local_layer && !probe_) {
+  if (items_.data() == copies_.data() && !probe_) {  // copied: the layer may settle them
     const std::uint64_t started =
         deadline_ns_ > impl_.timeout_ns ? deadline_ns_ - impl_.timeout_ns : 0;
     for (std::size_t i = 0; i < results_.size(); ++i) {

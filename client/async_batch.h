@@ -70,6 +70,7 @@ class AsyncBatch final : public ReplySink {
     std::size_t owner = 0;    // the router's owner index
     std::uint32_t begin = 0;  // into order_ (a first part) or retry_order_ (a retry)
     std::uint32_t end = 0;
+    NodeHealth* health = nullptr;  // the owner's node's breaker: a frame counts once
   };
   struct Policy {
     std::uint32_t quota = 0;

@@ -404,6 +404,7 @@ Client::Impl::~Impl() {
 
 void Client::Impl::shut_down() {
   closed = true;
+  closing.store(true, std::memory_order_relaxed);
   // Its own copy of the list: the timer's walk over snapshot() may be under way further up the
   // stack.
   std::vector<Connection*> all;
@@ -518,7 +519,8 @@ Status Client::Impl::check_key(std::string_view key, const detail::NodeLimits& l
 Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallback* done,
                                     BatchCallback* batch_done, bool probe, bool checked_locally) {
   const std::shared_ptr<const detail::Router> current = current_router();
-  const bool keep = !probe && (current->clustered() || local_layer);
+  const bool keep =
+      !probe && (current->clustered() || local_layer || request.failure_policy.has_value());
   if (keep && request.key.size() > detail::ResendCopy::kKeyBytes) {
     // A key too long for the connection's copy: a batch keeps it, so that a REDIRECT or an
     // UNAVAILABLE can send it again and the local layer can settle its answer.
@@ -542,7 +544,10 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
     return Status();
   }
   Connection* connection = current->connection(owner);
-  if (connection == nullptr) return current->owner(owner).unreachable;
+  if (connection == nullptr) {
+    note_call(current->owner(owner).health, true);
+    return current->owner(owner).unreachable;
+  }
   Completion completion;
   completion.callback = done;
   completion.batch_callback = batch_done;
@@ -553,7 +558,7 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
   // on_resend_needed(), which sends it again, and every other answer goes through on_decided()
   // to the local layer.
   if (keep) completion.keep_request = &request;
-  return connection->submit(
+  Status queued = connection->submit(
       [&request, probe](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
         const std::size_t start = out.size();
         detail::encode_acquire(out, id, request, framing);
@@ -561,19 +566,23 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
         if (probe) protocol::set_opcode(out, start, protocol::Opcode::kPing);
       },
       completion);
+  // Refused at once by a connection that is down (waiting to reconnect): the node's failure.
+  if (!queued.ok() && owner_failure(queued)) note_call(connection->health(), true);
+  return queued;
 }
 
 Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
-  if (local_layer && !request.key.empty()) {
+  if ((local_layer || closing.load(std::memory_order_relaxed)) && !request.key.empty()) {
     // Answered here when it can be, on the calling thread: no hop to the I/O thread.
     const detail::Router& current = cached_router();
     const KeyHash hash = hash_key(request.key);
     const std::size_t owner = current.route(hash);
     if (owner != detail::Router::kNoOwner &&
         check_key(request.key, current.owner(owner).limits).ok()) {
-      if (std::optional<Decision> local = local_answer(request, hash, current.owner(owner))) {
-        if (options.metrics) metrics.count_decision(request.rule, *local);
-        return *local;
+      if (std::optional<Result<Decision>> local =
+              local_answer(request, hash, current.owner(owner))) {
+        count(request, *local, 0);
+        return std::move(*local);
       }
     }
   }
@@ -667,6 +676,7 @@ detail::NodeLink& Client::Impl::add_link(std::string id, std::string address) {
     const unsigned publics = options.shard_aware ? 1 : options.connections_per_shard;
     for (unsigned k = 0; k < publics; ++k) {
       link->publics.push_back(&add_connection(link->address, *endpoint, protocol::kPublicPort));
+      link->publics.back()->set_health(link->health.get());
       link->publics.back()->begin_connect();
     }
   }
@@ -688,6 +698,7 @@ bool Client::Impl::learn_hello(detail::NodeLink& link) {
       for (unsigned k = 0; k < options.connections_per_shard; ++k) {
         group.push_back(&add_connection(format_host_port(host, hello.shard_ports[i]), endpoint,
                                         static_cast<std::uint16_t>(i)));
+        group.back()->set_health(link.health.get());
         group.back()->begin_connect();  // all handshakes overlap
       }
     }
@@ -988,6 +999,7 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
         seed->publics.back()->begin_connect();
       }
     }
+    for (Connection* c : seed->publics) c->set_health(seed->health.get());
     impl->links.push_back(std::move(seed));
     impl->learn_hello(*impl->links.front());  // its shard connections start connecting
   }
@@ -1315,6 +1327,7 @@ std::uint64_t Client::cluster_epoch() const {
 std::size_t Client::node_count() const { return impl_->current_router()->node_count(); }
 
 void Client::close() {
+  impl_->closing.store(true, std::memory_order_relaxed);
   if (impl_->owned_io) {
     // Refused here, before close() returns: a call made after it must not reach the server
     // through a write the I/O thread has yet to start.

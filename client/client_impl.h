@@ -94,16 +94,22 @@ struct Client::Impl final : detail::ConnectionObserver {
   // What the layer answers before a request is sent: the blocked cache's denial, or the failure
   // policy's decision when the owner's node is taken as down; nullopt: send it. Any thread.
   // REQUIRES: not a probe; `hash` is the key's, routed to `owner`.
-  std::optional<Decision> local_answer(const AcquireRequest& request, const KeyHash& hash,
-                                       const detail::OwnerGroup& owner);
+  // After close(): kClosed. With kReport and the owner down: kUnavailable at once.
+  std::optional<Result<Decision>> local_answer(const AcquireRequest& request, const KeyHash& hash,
+                                               const detail::OwnerGroup& owner);
   // Whether local_answer() would answer (a look, nothing decided or counted).
   bool answers_locally(const AcquireRequest& request, const KeyHash& hash,
                        const detail::OwnerGroup& owner);
   // The owner's answer to `request` (or why there is none): a denial with a finite retry_after
-  // enters the blocked cache, the owner's breaker counts the failure or the success, and a
-  // failure of the owner becomes the failure policy's decision. Decisions made locally pass
-  // unchanged. Any thread.
+  // enters the blocked cache, and a failure of the owner becomes the failure policy's decision.
+  // Decisions made locally pass unchanged. Any thread.
   void settle(const AcquireRequest& request, Result<Decision>& result);
+  // A call to the node of `health` (null: none known) was answered, or failed as the owner's
+  // failures do: its breaker counts it, and opens after ClientOptions::breaker_failures
+  // failures in a row. A batch's frame counts once, whatever its items. Any thread.
+  void note_call(detail::NodeHealth* health, bool failed);
+  // Whether a call's failure is its owner's (a timeout, a connection failure, UNAVAILABLE).
+  static bool owner_failure(const Status& status);
   // settle(), then the result is counted (metrics); `started_ns` (steady_now_ns(), 0: unknown)
   // gives the latency of a decision the cluster made. Any thread.
   void finish(const AcquireRequest& request, Result<Decision>& result, std::uint64_t started_ns);
@@ -156,8 +162,9 @@ struct Client::Impl final : detail::ConnectionObserver {
   void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
                         const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                         AcquireCallback* done, BatchCallback* batch_done) override;
-  void on_decided(const AcquireRequest& request, Result<Decision>& result,
-                  std::uint64_t started_ns) override {
+  void on_decided(const AcquireRequest& request, Result<Decision>& result, std::uint64_t started_ns,
+                  detail::NodeHealth* health) override {
+    note_call(health, !result.ok() && owner_failure(result.status()));
     finish(request, result, started_ns);
   }
 
@@ -228,6 +235,8 @@ struct Client::Impl final : detail::ConnectionObserver {
   // breaker): requests are then not copied for it.
   const Clock& clock;
   bool local_layer = true;
+  // Set by close() (any thread) and shut_down(): no call is answered locally after it.
+  std::atomic<bool> closing{false};
   detail::BlockedCache blocked;
   detail::FallbackLimiter fallback;
   detail::Metrics metrics;
@@ -235,7 +244,6 @@ struct Client::Impl final : detail::ConnectionObserver {
   std::atomic<std::uint64_t> fallback_decisions{0};
   std::atomic<std::uint64_t> node_down_events{0};
   std::atomic<std::uint64_t> node_up_events{0};
-  std::atomic<std::uint32_t> nodes_failing{0};  // nodes with failures counted: settle() looks
   // I/O thread: one prober per node whose breaker ever opened.
   std::vector<std::unique_ptr<detail::NodeProber>> probers;
 

@@ -151,10 +151,16 @@ Status Connection::admit_locked() {
     case State::kDisconnected: {
       const std::uint64_t now = steady_now_ns();
       if (now < next_attempt_ns_) {
-        return Status(
-            ErrorCode::kConnectionFailed,
-            "not connected to " + config_.name + " (" + last_error_.message() + "); retrying in " +
-                std::to_string((next_attempt_ns_ - now + kNsPerMs - 1) / kNsPerMs) + " ms");
+        // A refusal that is the caller's (a wrong token, a peer that is not Sluice) keeps its
+        // code: no failure policy may take it for an outage.
+        const ErrorCode code = last_error_.code() == ErrorCode::kUnauthenticated ||
+                                       last_error_.code() == ErrorCode::kProtocolError
+                                   ? last_error_.code()
+                                   : ErrorCode::kConnectionFailed;
+        return Status(code, "not connected to " + config_.name + " (" + last_error_.message() +
+                                "); retrying in " +
+                                std::to_string((next_attempt_ns_ - now + kNsPerMs - 1) / kNsPerMs) +
+                                " ms");
       }
       state_ = State::kConnecting;
       asio::post(io_, [this] { start_connect(); });
@@ -536,7 +542,7 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
     // batch's, which keeps no copy here.
     const std::uint64_t started =
         p.deadline_ns > config_.timeout_ns ? p.deadline_ns - config_.timeout_ns : 0;
-    config_.observer->on_decided(p.resend.request(), decision, started);
+    config_.observer->on_decided(p.resend.request(), decision, started, health_);
   }
   if (p.callback) {
     p.callback(std::move(decision));

@@ -34,6 +34,8 @@
 
 namespace sluice::client::detail {
 
+struct NodeHealth;  // client/router.h
+
 inline std::uint64_t steady_now_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())
@@ -238,9 +240,9 @@ class ConnectionObserver {
                                 AcquireCallback* done, BatchCallback* batch_done) = 0;
   // A call submitted with Completion::keep_request is answered `result` (a decision, or why
   // there is none), just before its callback gets it: the observer may change it. It was
-  // submitted at `started_ns` (steady_now_ns()).
+  // submitted at `started_ns` (steady_now_ns()), on a connection to the node of `health`.
   virtual void on_decided(const AcquireRequest& request, Result<Decision>& result,
-                          std::uint64_t started_ns) = 0;
+                          std::uint64_t started_ns, NodeHealth* health) = 0;
 
  protected:
   ~ConnectionObserver() = default;
@@ -270,6 +272,10 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   const ConnectionConfig& config() const { return config_; }
+  // The breaker of the node this connection goes to (null: none), passed to on_decided. Set
+  // once on the I/O side, before any call is routed to the connection.
+  void set_health(NodeHealth* health) { health_ = health; }
+  NodeHealth* health() const { return health_; }
 
   // Queues one request: `encode(out, request_id, framing)` appends exactly one frame to `out`,
   // its header in `framing` (framing_locked()). Connects
@@ -398,6 +404,7 @@ class Connection {
 
   boost::asio::io_context& io_;
   const ConnectionConfig config_;
+  NodeHealth* health_ = nullptr;
   const std::function<void()> arm_timer_;
 
   mutable std::mutex mu_;

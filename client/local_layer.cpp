@@ -82,9 +82,7 @@ void NodeProber::start() {
 
 void NodeProber::on_reply(std::uint32_t, const protocol::Frame&) {
   health_.probing = false;
-  if (health_.failures.exchange(0, std::memory_order_relaxed) != 0) {
-    impl_.nodes_failing.fetch_sub(1, std::memory_order_relaxed);
-  }
+  health_.failures.store(0, std::memory_order_relaxed);
   if (health_.down.exchange(false, std::memory_order_relaxed)) {
     impl_.node_up_events.fetch_add(1, std::memory_order_relaxed);
   }
@@ -122,9 +120,7 @@ void NodeProber::on_timer(const boost::system::error_code& ec) {
   if (link == nullptr || link->retired) {
     // Out of the map: no key goes to it any more. Taken as up, should it come back.
     health_.probing = false;
-    if (health_.failures.exchange(0, std::memory_order_relaxed) != 0) {
-      impl_.nodes_failing.fetch_sub(1, std::memory_order_relaxed);
-    }
+    health_.failures.store(0, std::memory_order_relaxed);
     health_.down.store(false, std::memory_order_relaxed);
     return;
   }
@@ -180,6 +176,7 @@ std::optional<Decision> Client::Impl::policy_answer(const AcquireRequest& reques
 
 bool Client::Impl::answers_locally(const AcquireRequest& request, const KeyHash& hash,
                                    const detail::OwnerGroup& owner) {
+  if (closing.load(std::memory_order_relaxed)) return true;  // kClosed, on the I/O thread
   if (!local_layer) return false;
   if (owner.health != nullptr && owner.health->down.load(std::memory_order_relaxed)) return true;
   if (blocked.size() == 0) return false;
@@ -187,9 +184,13 @@ bool Client::Impl::answers_locally(const AcquireRequest& request, const KeyHash&
                              request.cost) != 0;
 }
 
-std::optional<Decision> Client::Impl::local_answer(const AcquireRequest& request,
-                                                   const KeyHash& hash,
-                                                   const detail::OwnerGroup& owner) {
+std::optional<Result<Decision>> Client::Impl::local_answer(const AcquireRequest& request,
+                                                           const KeyHash& hash,
+                                                           const detail::OwnerGroup& owner) {
+  // close() wins over every local answer, as over the cluster's.
+  if (closing.load(std::memory_order_relaxed)) {
+    return Result<Decision>(ErrorCode::kClosed, "client is shutting down");
+  }
   if (!local_layer) return std::nullopt;
   const bool down = owner.health != nullptr && owner.health->down.load(std::memory_order_relaxed);
   if (blocked.size() == 0 && !down) return std::nullopt;
@@ -206,30 +207,47 @@ std::optional<Decision> Client::Impl::local_answer(const AcquireRequest& request
     denied.policy_quota = request.rule.limit;
     denied.policy_window_ms = request.rule.period_ms;
     denied.source = DecisionSource::kBlockedCache;
-    return denied;
+    return Result<Decision>(denied);
   }
-  if (down) return policy_answer(request, fingerprint, now);
-  return std::nullopt;
+  if (!down) return std::nullopt;
+  if (std::optional<Decision> policy = policy_answer(request, fingerprint, now)) {
+    return Result<Decision>(*policy);
+  }
+  if (validate(request.rule, request.cost) != RuleError::kOk) return std::nullopt;  // the node's
+  // kReport: the error at once, not after a deadline spent on a node taken as down.
+  return Result<Decision>(ErrorCode::kUnavailable,
+                          owner.node + " is taken as down (its breaker is open after " +
+                              std::to_string(options.breaker_failures) +
+                              " failed calls); a background probe will find it when it answers");
 }
 
+void Client::Impl::note_call(detail::NodeHealth* health, bool failed) {
+  if (health == nullptr) return;
+  if (!failed) {
+    // One relaxed load per answer while the node is healthy.
+    if (health->failures.load(std::memory_order_relaxed) == 0) return;
+    health->failures.store(0, std::memory_order_relaxed);
+    if (health->down.exchange(false, std::memory_order_relaxed)) {
+      node_up_events.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (options.breaker_failures == 0) return;
+  const std::uint32_t failures = health->failures.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (failures >= options.breaker_failures &&
+      !health->down.exchange(true, std::memory_order_relaxed)) {
+    node_down_events.fetch_add(1, std::memory_order_relaxed);
+    node_down(*health);
+  }
+}
+
+bool Client::Impl::owner_failure(const Status& status) { return owner_failed(status.code()); }
+
 void Client::Impl::settle(const AcquireRequest& request, Result<Decision>& result) {
-  if (!local_layer) return;
+  if (!local_layer && !request.failure_policy) return;
   if (result.ok()) {
     const Decision& d = *result;
     if (d.source != DecisionSource::kCluster) return;
-    if (nodes_failing.load(std::memory_order_relaxed) != 0) {
-      const std::shared_ptr<const detail::Router> current = current_router();
-      const std::size_t owner = current->route(hash_key(request.key));
-      if (owner != detail::Router::kNoOwner) {
-        detail::NodeHealth& health = *current->owner(owner).health;
-        if (health.failures.exchange(0, std::memory_order_relaxed) != 0) {
-          nodes_failing.fetch_sub(1, std::memory_order_relaxed);
-        }
-        if (health.down.exchange(false, std::memory_order_relaxed)) {
-          node_up_events.fetch_add(1, std::memory_order_relaxed);
-        }
-      }
-    }
     if (!d.allowed && !request.peek && d.retry_after_ms != 0 && !d.retry_never() &&
         blocked.capacity() != 0) {
       const KeyHash hash = hash_key(request.key);
@@ -242,20 +260,6 @@ void Client::Impl::settle(const AcquireRequest& request, Result<Decision>& resul
   }
   if (!owner_failed(result.status().code())) return;
   const KeyHash hash = hash_key(request.key);
-  if (options.breaker_failures != 0) {
-    const std::shared_ptr<const detail::Router> current = current_router();
-    const std::size_t owner = current->route(hash);
-    if (owner != detail::Router::kNoOwner) {
-      detail::NodeHealth& health = *current->owner(owner).health;
-      const std::uint32_t failures = health.failures.fetch_add(1, std::memory_order_relaxed) + 1;
-      if (failures == 1) nodes_failing.fetch_add(1, std::memory_order_relaxed);
-      if (failures >= options.breaker_failures &&
-          !health.down.exchange(true, std::memory_order_relaxed)) {
-        node_down_events.fetch_add(1, std::memory_order_relaxed);
-        node_down(health);
-      }
-    }
-  }
   if (std::optional<Decision> local =
           policy_answer(request, detail::blocked_fingerprint(hash, request.rule), clock.now_ns())) {
     result = Result<Decision>(*local);

@@ -186,14 +186,16 @@ TEST_CASE("a lookup during writes to its bucket sees an entry whole or not at al
     if ((f >> 58) == shard) same.push_back(f);
   }
   REQUIRE(same.size() == 2 * BlockedCache::kWays);
-  // Key j is always blocked until (j + 1) ms: a torn read would show another key's time.
-  const auto until = [](std::size_t j) { return (j + 1) * kMs; };
+  // Key j is always blocked until kFar + j: a torn read would show another key's time. Each
+  // block is at a later `now`, so the bucket's oldest entry goes each time (all four ways turn).
+  constexpr std::uint64_t kFar = std::uint64_t{1} << 40;
+  const auto until = [](std::size_t j) { return kFar + j; };
   std::atomic<bool> stop{false};
   std::thread writer([&] {
     for (std::uint64_t round = 0; !stop.load(std::memory_order_relaxed) && round < 2'000'000;
          ++round) {
       const std::size_t j = round % same.size();
-      cache.block(same[j], until(j), 0);
+      cache.block(same[j], until(j), round + 1);
     }
   });
   std::uint64_t seen = 0;

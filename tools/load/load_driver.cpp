@@ -285,6 +285,11 @@ class Worker {
       copts.failure_policy = o_.failure_policy;
       copts.gateways = o_.gateways;
       copts.blocked_keys = o_.blocked_keys;
+      // report: the client as before its local layer (nothing copied, settled or counted
+      // for it), so that the cluster alone is measured.
+      const bool report = o_.failure_policy == client::FailurePolicy::kReport;
+      copts.breaker_failures = report ? 0 : client::ClientOptions{}.breaker_failures;
+      copts.metrics = false;
       auto connected = client::Client::connect(copts, io_);
       if (!connected.ok()) return connected.status();
       client_ = std::move(connected).value();

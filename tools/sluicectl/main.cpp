@@ -607,6 +607,8 @@ int run_nodes(const CtlOptions& o) {
   options.failure_policy = o.failure_policy;
   options.gateways = o.gateways;
   options.blocked_keys = 0;  // one call per process: nothing to remember
+  options.metrics = false;
+  if (o.failure_policy == sluice::client::FailurePolicy::kReport) options.breaker_failures = 0;
   // Node-level commands only need the public port.
   options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats" &&
                         !o.command.starts_with("cluster") && o.command != "drain";
