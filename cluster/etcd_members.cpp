@@ -36,13 +36,54 @@ std::string member_key(std::string_view cluster, std::string_view node_id) {
   return members_prefix(cluster) + std::string(node_id);
 }
 
-std::string encode_member_value(const ClusterNode& node) {
-  return fmt::format("{} {} state={} address={}", kFormat, kMemberRecordVersion,
-                     node_state_name(node.state), node.address);
+std::string encode_member_value(const ClusterNode& node,
+                                const std::vector<std::uint16_t>& shard_ports) {
+  std::string out = fmt::format("{} {} state={} address={}", kFormat, kMemberRecordVersion,
+                                node_state_name(node.state), node.address);
+  for (std::size_t i = 0; i < shard_ports.size(); ++i) {
+    out += fmt::format("{}{}", i == 0 ? " shards=" : ",", shard_ports[i]);
+  }
+  return out;
 }
+
+namespace {
+
+// "P0,P1,...": ports 1..65535, at least one, at most kMaxRecordShards; or why not.
+Expected<std::vector<std::uint16_t>> parse_shard_ports(std::string_view text) {
+  std::vector<std::uint16_t> ports;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t comma = text.find(',', at);
+    const std::size_t end = comma == std::string_view::npos ? text.size() : comma;
+    const std::string_view word = text.substr(at, end - at);
+    std::uint32_t port = 0;
+    bool digits = !word.empty() && word.size() <= 5;
+    for (const char c : word) {
+      if (c < '0' || c > '9') digits = false;
+      if (digits) port = port * 10 + static_cast<std::uint32_t>(c - '0');
+    }
+    if (!digits || port == 0 || port > 65535) {
+      return Unexpected{fmt::format("shard port {} (expected 1..65535)", quote_for_message(word))};
+    }
+    if (ports.size() == kMaxRecordShards) {
+      return Unexpected{fmt::format("more than {} shard ports", kMaxRecordShards)};
+    }
+    ports.push_back(static_cast<std::uint16_t>(port));
+    at = end + 1;
+  }
+  return ports;
+}
+
+}  // namespace
 
 Expected<ClusterNode> decode_member(std::string_view cluster, std::string_view key,
                                     std::string_view value) {
+  auto record = decode_member_record(cluster, key, value);
+  if (!record) return Unexpected{record.error()};
+  return std::move(record->node);
+}
+
+Expected<MemberRecord> decode_member_record(std::string_view cluster, std::string_view key,
+                                            std::string_view value) {
   const std::string prefix = members_prefix(cluster);
   if (!key.starts_with(prefix)) {
     return Unexpected{fmt::format("key {} is not under {}", quote_for_message(key), prefix)};
@@ -71,6 +112,7 @@ Expected<ClusterNode> decode_member(std::string_view cluster, std::string_view k
   }
   std::optional<NodeState> state;
   bool has_address = false;
+  std::optional<std::vector<std::uint16_t>> shard_ports;
   for (std::size_t i = 2; i < words.size(); ++i) {
     const std::string_view word = words[i];
     const std::size_t equals = word.find('=');
@@ -92,13 +134,18 @@ Expected<ClusterNode> decode_member(std::string_view cluster, std::string_view k
       if (!address) return bad(address.error());
       node.address = std::string(text);
       has_address = true;
+    } else if (name == "shards") {
+      if (shard_ports) return bad("shards given twice");
+      auto ports = parse_shard_ports(text);
+      if (!ports) return bad(ports.error());
+      shard_ports = std::move(*ports);
     }
     // Any other field is a later version's: ignored.
   }
   if (!state) return bad("no state");
   if (!has_address) return bad("no address");
   node.state = *state;
-  return node;
+  return MemberRecord{std::move(node), shard_ports.value_or(std::vector<std::uint16_t>{})};
 }
 
 MembersView members_view(std::string_view cluster, const std::vector<MemberEntry>& entries,

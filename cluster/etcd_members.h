@@ -30,12 +30,29 @@ std::string members_prefix(std::string_view cluster);
 // "/sluice/NAME/members/ID".
 std::string member_key(std::string_view cluster, std::string_view node_id);
 
-// The value a node keeps under its key. REQUIRES: node.state is joining, active or draining.
-std::string encode_member_value(const ClusterNode& node);
-// The node a key and its value describe, in cluster `cluster`, or why not: a key outside the
+// The most shard ports a record lists (sluiced's --shards is at most this).
+inline constexpr std::size_t kMaxRecordShards = 1024;
+
+// A member's record: the node, and the ports its shards listen on (shard i at shard_ports[i];
+// empty when the record does not say, as a node before them wrote it).
+struct MemberRecord {
+  ClusterNode node;
+  std::vector<std::uint16_t> shard_ports;
+  friend bool operator==(const MemberRecord&, const MemberRecord&) = default;
+};
+
+// The value a node keeps under its key:
+//   sluice-member 1 state=STATE address=HOST:PORT[ shards=P0,P1,...]
+// REQUIRES: node.state is joining, active or draining; at most kMaxRecordShards ports.
+std::string encode_member_value(const ClusterNode& node,
+                                const std::vector<std::uint16_t>& shard_ports = {});
+// The record a key and its value describe, in cluster `cluster`, or why not: a key outside the
 // cluster's prefix, an invalid id, another format or version, a missing or bad state or
-// address. The state `down` is never written to etcd (an absent key is a dead node), so it is
-// refused too.
+// address, a bad list of shard ports. The state `down` is never written to etcd (an absent key
+// is a dead node), so it is refused too.
+Expected<MemberRecord> decode_member_record(std::string_view cluster, std::string_view key,
+                                            std::string_view value);
+// Its node alone.
 Expected<ClusterNode> decode_member(std::string_view cluster, std::string_view key,
                                     std::string_view value);
 

@@ -108,7 +108,7 @@ asio::awaitable<bool> EtcdMembership::open_session() {
   // lease has not expired yet (a restart after kill -9 waits up to the TTL), or another node
   // with the same id, which keeps it for as long as it lives.
   const std::string joining = cluster::encode_member_value(
-      {config_.node_id, config_.address, cluster::NodeState::kJoining});
+      {config_.node_id, config_.address, cluster::NodeState::kJoining}, config_.shard_ports);
   const auto waited_since = now();
   while (current(session_) && !lost_) {
     const auto put = co_await client_.put_if_absent(key_, joining, lease_);
@@ -158,7 +158,8 @@ asio::awaitable<void> EtcdMembership::keepalive_loop(std::uint64_t session) {
 }
 
 asio::awaitable<bool> EtcdMembership::write_state(cluster::NodeState state, std::uint64_t session) {
-  const std::string value = cluster::encode_member_value({config_.node_id, config_.address, state});
+  const std::string value =
+      cluster::encode_member_value({config_.node_id, config_.address, state}, config_.shard_ports);
   while (current(session) && !lost_) {
     const auto put = co_await client_.put(key_, value, lease_);
     if (put) {

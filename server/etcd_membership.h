@@ -34,6 +34,7 @@ struct MembershipConfig {
   std::string cluster;  // cluster::check_cluster_name()
   std::string node_id;
   std::string address;  // HOST:PORT other nodes and clients reach this node's public port at
+  std::vector<std::uint16_t> shard_ports;  // shard i's port, in the record beside the address
   std::chrono::seconds ttl{2};
   // The fence closes this long before the lease could expire (LeaseFence).
   std::chrono::milliseconds margin{250};

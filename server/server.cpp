@@ -411,6 +411,7 @@ void Server::start() {
   std::optional<MembershipConfig> membership;
   if (!config.etcd.empty()) {
     membership = etcd_membership_config(config, context.public_port);
+    membership->shard_ports = context.shard_ports;
     // Until the first member set is read, nobody owns anything; until the lease is granted,
     // the node decides nothing as primary.
     context.leased = true;

@@ -36,6 +36,31 @@ TEST_CASE("a member's value round-trips for every state a node writes", "[etcd-m
         "sluice-member 1 state=active address=[::1]:7420");
 }
 
+TEST_CASE("a record lists its shards' ports after the address, and reads back with them",
+          "[etcd-members]") {
+  const ClusterNode node{"node-a", "10.0.0.1:7420", NodeState::kActive};
+  const std::string value = encode_member_value(node, {7421, 7422, 65535});
+  CHECK(value == "sluice-member 1 state=active address=10.0.0.1:7420 shards=7421,7422,65535");
+  const auto record = decode_member_record("eu-1", member_key("eu-1", "node-a"), value);
+  REQUIRE(record.has_value());
+  CHECK(record->node == node);
+  CHECK(record->shard_ports == std::vector<std::uint16_t>{7421, 7422, 65535});
+  // A record without them (a node before them) reads with none.
+  const auto older =
+      decode_member_record("eu-1", member_key("eu-1", "node-a"), encode_member_value(node));
+  REQUIRE(older.has_value());
+  CHECK(older->shard_ports.empty());
+  // The most a record may list, and one more.
+  std::vector<std::uint16_t> most(kMaxRecordShards, 9000);
+  CHECK(decode_member_record("eu-1", member_key("eu-1", "node-a"), encode_member_value(node, most))
+            .has_value());
+  most.push_back(9000);
+  const auto too_many =
+      decode_member_record("eu-1", member_key("eu-1", "node-a"), encode_member_value(node, most));
+  REQUIRE_FALSE(too_many.has_value());
+  CHECK(too_many.error().find("more than 1024 shard ports") != std::string::npos);
+}
+
 TEST_CASE("a later version's fields are ignored, in any order", "[etcd-members]") {
   const auto decoded =
       decode_member("eu-1", "/sluice/eu-1/members/node-b",
@@ -70,6 +95,12 @@ TEST_CASE("a bad key or value is refused with a message that says what is wrong"
       {nullptr, "sluice-member 1 state=active  address=h:1", "field \"\" is not name=value"},
       {nullptr, "sluice-member 1 state=active address=h:1 junk", "field \"junk\""},
       {nullptr, "sluice-member 1 =x state=active address=h:1", "field \"=x\""},
+      {nullptr, "sluice-member 1 state=active address=h:1 shards=", "shard port \"\""},
+      {nullptr, "sluice-member 1 state=active address=h:1 shards=7421,", "shard port \"\""},
+      {nullptr, "sluice-member 1 state=active address=h:1 shards=0", "shard port \"0\""},
+      {nullptr, "sluice-member 1 state=active address=h:1 shards=65536", "shard port \"65536\""},
+      {nullptr, "sluice-member 1 state=active address=h:1 shards=7a", "shard port \"7a\""},
+      {nullptr, "sluice-member 1 state=active address=h:1 shards=1 shards=2", "shards given twice"},
   };
   for (const auto& c : cases) {
     const std::string k = c.key != nullptr ? c.key : key;

@@ -829,9 +829,10 @@ TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a n
                                                       cluster.etcd().url())));
   CHECK_THAT(both.output, Catch::Contains("3 member records"));
   for (int i = 0; i < 3; ++i) {
+    // Its shards listen on the ports after the public one (no --shard-base-port).
     CHECK_THAT(both.output, Catch::Matches(fmt::format(
-                                "(.|\n)*node-{} +active +{} +[0-9a-f]+ +[0-9] s of 2(.|\n)*", i,
-                                cluster.seed(i))));
+                                "(.|\n)*node-{} +active +{} +{},{} +[0-9a-f]+ +[0-9] s of 2(.|\n)*",
+                                i, cluster.seed(i), cluster.port(i) + 1, cluster.port(i) + 2)));
   }
   CHECK_THAT(both.output, Catch::Contains(fmt::format("cluster epoch {}: 3 nodes", map.epoch())));
 
@@ -842,6 +843,8 @@ TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a n
   INFO(after.output);
   CHECK(after.status == 0);
   CHECK_THAT(after.output, Catch::Contains("\"id\":\"node-1\",\"state\":\"active\""));
+  CHECK_THAT(after.output, Catch::Contains(fmt::format("\"shard_ports\":[{},{}]",
+                                                       cluster.port(1) + 1, cluster.port(1) + 2)));
   CHECK_THAT(after.output, !Catch::Contains("\"id\":\"node-2\""));
   CHECK_THAT(after.output, Catch::Contains("\"granted_s\":2"));
   const Run no_seed = run_command(

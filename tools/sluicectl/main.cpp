@@ -509,7 +509,7 @@ bool print_etcd_view(const CtlOptions& o) {
   }
   struct Member {
     std::string key;
-    std::string id, state, address, problem;
+    std::string id, state, address, shards, problem;  // shards: "P0,P1,..." or ""
     std::int64_t lease = 0, ttl_s = -1, granted_s = 0;
   };
   std::vector<Member> members;
@@ -532,13 +532,17 @@ bool print_etcd_view(const CtlOptions& o) {
           Member m;
           m.key = kv.key;
           m.lease = kv.lease;
-          const auto node = sluice::cluster::decode_member(o.cluster_name, kv.key, kv.value);
-          if (node) {
-            m.id = node->id;
-            m.state = std::string(sluice::cluster::node_state_name(node->state));
-            m.address = node->address;
+          const auto record =
+              sluice::cluster::decode_member_record(o.cluster_name, kv.key, kv.value);
+          if (record) {
+            m.id = record->node.id;
+            m.state = std::string(sluice::cluster::node_state_name(record->node.state));
+            m.address = record->node.address;
+            for (std::size_t i = 0; i < record->shard_ports.size(); ++i) {
+              m.shards += fmt::format("{}{}", i == 0 ? "" : ",", record->shard_ports[i]);
+            }
           } else {
-            m.problem = node.error();
+            m.problem = record.error();
           }
           if (kv.lease != 0) {
             const auto left = co_await client.time_to_live(kv.lease);
@@ -562,10 +566,10 @@ bool print_etcd_view(const CtlOptions& o) {
     for (std::size_t i = 0; i < members.size(); ++i) {
       const Member& m = members[i];
       out += fmt::format(
-          "{}{{\"key\":{},\"id\":{},\"state\":{},\"address\":{},\"lease\":\"{:x}\","
-          "\"ttl_s\":{},\"granted_s\":{},\"problem\":{}}}",
+          "{}{{\"key\":{},\"id\":{},\"state\":{},\"address\":{},\"shard_ports\":[{}],"
+          "\"lease\":\"{:x}\",\"ttl_s\":{},\"granted_s\":{},\"problem\":{}}}",
           i == 0 ? "" : ",", json_string(m.key), json_string(m.id), json_string(m.state),
-          json_string(m.address), m.lease, m.ttl_s, m.granted_s,
+          json_string(m.address), m.shards, m.lease, m.ttl_s, m.granted_s,
           m.problem.empty() ? std::string("null") : json_string(m.problem));
     }
     out += "]}\n";
@@ -575,7 +579,8 @@ bool print_etcd_view(const CtlOptions& o) {
   fmt::print("etcd {}: cluster {}, revision {}, {} member record{}\n", o.etcd, o.cluster_name,
              revision, members.size(), members.size() == 1 ? "" : "s");
   if (members.empty()) return true;
-  fmt::print("{:<20} {:<9} {:<22} {:<17} {}\n", "node", "state", "address", "lease", "TTL left");
+  fmt::print("{:<20} {:<9} {:<22} {:<16} {:<17} {}\n", "node", "state", "address", "shards",
+             "lease", "TTL left");
   for (const Member& m : members) {
     if (!m.problem.empty()) {
       fmt::print("{}: not a member record: {}\n", m.key, m.problem);
@@ -584,7 +589,8 @@ bool print_etcd_view(const CtlOptions& o) {
     const std::string ttl =
         m.lease == 0 ? "no lease"
                      : (m.ttl_s < 0 ? "expired" : fmt::format("{} s of {}", m.ttl_s, m.granted_s));
-    fmt::print("{:<20} {:<9} {:<22} {:<17x} {}\n", m.id, m.state, m.address, m.lease, ttl);
+    fmt::print("{:<20} {:<9} {:<22} {:<16} {:<17x} {}\n", m.id, m.state, m.address,
+               m.shards.empty() ? "-" : m.shards, m.lease, ttl);
   }
   return true;
 }
