@@ -28,12 +28,14 @@ std::uint64_t blocked_fingerprint(const KeyHash& key, const Rule& rule) {
 }
 
 // Makes a bucket's version odd for the length of a change, even again after it: a reader that
-// saw the same even version before and after its reads saw no change.
+// saw the same even version before and after its reads saw no change. Without fences (which
+// ThreadSanitizer does not model): the writer stores the entry's fields with release, so a
+// reader whose acquire load sees any of them sees the odd version too when it reads the
+// version again after them.
 struct BlockedCache::Writing {
   explicit Writing(Bucket& b) : bucket(b) {
     bucket.version.store(bucket.version.load(std::memory_order_relaxed) + 1,
                          std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
   }
   ~Writing() {
     bucket.version.store(bucket.version.load(std::memory_order_relaxed) + 1,
@@ -54,8 +56,8 @@ BlockedCache::BlockedCache(std::size_t capacity) : shards_(new Shard[kShards]) {
 }
 
 void BlockedCache::clear(Entry& e) {
-  e.fingerprint.store(0, std::memory_order_relaxed);
-  e.key_tag.store(0, std::memory_order_relaxed);
+  e.fingerprint.store(0, std::memory_order_release);
+  e.key_tag.store(0, std::memory_order_release);
   size_.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -91,11 +93,11 @@ void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std:
     }
   }
   const Writing writing(bucket);
-  slot->fingerprint.store(fingerprint, std::memory_order_relaxed);
-  slot->until_ns.store(until_ns, std::memory_order_relaxed);
-  slot->since_ns.store(now_ns, std::memory_order_relaxed);
-  slot->key_tag.store(key_tag, std::memory_order_relaxed);
-  slot->cost.store(cost, std::memory_order_relaxed);
+  slot->fingerprint.store(fingerprint, std::memory_order_release);
+  slot->until_ns.store(until_ns, std::memory_order_release);
+  slot->since_ns.store(now_ns, std::memory_order_release);
+  slot->key_tag.store(key_tag, std::memory_order_release);
+  slot->cost.store(cost, std::memory_order_release);
 }
 
 std::uint64_t BlockedCache::blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns,
@@ -111,13 +113,13 @@ std::uint64_t BlockedCache::blocked_for(std::uint64_t fingerprint, std::uint64_t
     std::uint32_t blocked_cost = 0;
     bool found = false;
     for (const Entry& e : bucket.entries) {
-      if (e.fingerprint.load(std::memory_order_relaxed) != fingerprint) continue;
-      until = e.until_ns.load(std::memory_order_relaxed);
-      blocked_cost = e.cost.load(std::memory_order_relaxed);
+      if (e.fingerprint.load(std::memory_order_acquire) != fingerprint) continue;
+      until = e.until_ns.load(std::memory_order_acquire);
+      blocked_cost = e.cost.load(std::memory_order_acquire);
       found = true;
       break;
     }
-    std::atomic_thread_fence(std::memory_order_acquire);
+    // Acquire loads above keep this one after them.
     if (bucket.version.load(std::memory_order_relaxed) != before) continue;
     if (!found || until <= now_ns || cost < blocked_cost) return 0;
     return until - now_ns;
