@@ -69,4 +69,15 @@ std::uint64_t sliding_window_idle_at_ns(const Rule& rule, const CounterState& st
 std::uint64_t token_bucket_idle_at_ns(const Rule& rule, const CounterState& state);
 std::uint64_t gcra_idle_at_ns(const Rule& rule, const CounterState& state);
 
+// Per algorithm, give_back() of `units` (see algorithms.h); each beside the algorithm whose state
+// it changes. The rule admits something. Returns the units credited.
+std::uint32_t fixed_window_credit(const Rule& rule, CounterState& state, std::uint32_t units,
+                                  std::uint32_t stamp);
+std::uint32_t sliding_window_credit(const Rule& rule, CounterState& state, std::uint32_t units,
+                                    std::uint32_t stamp);
+std::uint32_t token_bucket_credit(const Rule& rule, CounterState& state, std::uint32_t units,
+                                  std::uint64_t now_ns);
+std::uint32_t gcra_credit(const Rule& rule, CounterState& state, std::uint32_t units,
+                          std::uint64_t now_ns);
+
 }  // namespace sluice::detail

@@ -1,6 +1,8 @@
 // decide() and idle_at_ns() dispatch on the rule's algorithm.
 #include "core/algorithms.h"
 
+#include <algorithm>
+
 #include "core/algorithm_detail.h"
 
 namespace sluice {
@@ -35,6 +37,76 @@ std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state) {
       return detail::gcra_idle_at_ns(rule, state);
     case Algorithm::kSlidingLog:
       break;  // see sliding_log_idle_at_ns()
+  }
+  return 0;
+}
+
+namespace {
+
+// The stamp of a window algorithm's state: its window's number, low 32 bits.
+std::uint32_t window_stamp(const Rule& rule, const CounterState& state) {
+  const bool windowed =
+      rule.algorithm == Algorithm::kFixedWindow || rule.algorithm == Algorithm::kSlidingWindow;
+  return windowed ? detail::lo32(state.a) : 0;
+}
+
+// The units a grant can take: one peek says what is left; then the grant itself.
+template <typename Decide>
+LeaseGrant grant(const Request& request, Decide decide_now) {
+  LeaseGrant out;
+  const Decision one = decide_now(Request{request.now_ns, 1, /*peek=*/true});
+  if (!one.allowed) {
+    out.decision = one;
+    return out;
+  }
+  // `remaining` counts whole units after one: one more than it is available now.
+  const std::uint64_t available = std::uint64_t{one.remaining} + 1;
+  auto granted = static_cast<std::uint32_t>(std::min<std::uint64_t>(request.cost, available));
+  Decision taken = decide_now(Request{request.now_ns, granted, false});
+  if (!taken.allowed && granted > 1) {
+    // An algorithm whose rounding says more than it admits at once: take one unit, which fits.
+    granted = 1;
+    taken = decide_now(Request{request.now_ns, 1, false});
+  }
+  if (!taken.allowed) {
+    out.decision = taken;
+    return out;
+  }
+  out.decision = taken;
+  out.granted = granted;
+  return out;
+}
+
+}  // namespace
+
+LeaseGrant lease(const Rule& rule, CounterState& state, const Request& request) {
+  if (detail::admits_nothing(rule) || rule.algorithm == Algorithm::kSlidingLog) {
+    return LeaseGrant{detail::never_decision(rule), 0, 0};
+  }
+  LeaseGrant out = grant(request, [&](const Request& r) { return decide(rule, state, r); });
+  out.stamp = out.granted != 0 ? window_stamp(rule, state) : 0;
+  return out;
+}
+
+LeaseGrant sliding_log_lease(const Rule& rule, SlidingLog& log, const Request& request) {
+  if (detail::admits_nothing(rule)) return LeaseGrant{detail::never_decision(rule), 0, 0};
+  return grant(request, [&](const Request& r) { return sliding_log(rule, log, r); });
+}
+
+std::uint32_t give_back(const Rule& rule, CounterState& state, std::uint32_t units,
+                        std::uint32_t stamp, std::uint64_t now_ns) {
+  if (units == 0 || detail::admits_nothing(rule)) return 0;
+  switch (rule.algorithm) {
+    case Algorithm::kFixedWindow:
+      return detail::fixed_window_credit(rule, state, units, stamp);
+    case Algorithm::kSlidingWindow:
+      return detail::sliding_window_credit(rule, state, units, stamp);
+    case Algorithm::kTokenBucket:
+      return detail::token_bucket_credit(rule, state, units, now_ns);
+    case Algorithm::kGcra:
+      return detail::gcra_credit(rule, state, units, now_ns);
+    case Algorithm::kSlidingLog:
+      break;  // never given back (algorithms.h)
   }
   return 0;
 }

@@ -65,4 +65,31 @@ Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request);
 Decision sliding_log_answer(const Rule& rule, const SlidingLog& log, const Request& request);
 std::uint64_t sliding_log_idle_at_ns(const Rule& rule, const SlidingLog& log);
 
+// Leases (issue 15; docs/ALGORITHMS.md, "Leases"): a client takes several units at once, spends
+// them locally, and gives back the ones it did not spend.
+struct LeaseGrant {
+  // For granted >= 1: the decision of an acquire of `granted` units (allowed). For none: the
+  // decision of a one-unit acquire (denied), with its retry_after.
+  Decision decision;
+  std::uint32_t granted = 0;
+  // What give_back() needs to tell whether the units still count against the key: the
+  // window's number (low 32 bits of window + 1) for the window algorithms, 0 for the others.
+  std::uint32_t stamp = 0;
+};
+
+// Takes up to `request.cost` units, as many as are available at `request.now_ns` (0 when none
+// is); `request.peek` is ignored (a lease always takes). Not for Algorithm::kSlidingLog.
+LeaseGrant lease(const Rule& rule, CounterState& state, const Request& request);
+LeaseGrant sliding_log_lease(const Rule& rule, SlidingLog& log, const Request& request);
+
+// Gives back `units` unspent units of a lease stamped `stamp`, at `now_ns`: credited while they
+// still count against the key (fixed and sliding window: the units' window is still the one
+// counted, or the one before it for the sliding window's weighted count; token bucket and
+// GCRA: always, never beyond a full bucket), dropped otherwise. Returns how many it credited.
+// Crediting only undoes what the lease took: the state afterwards admits no more than if the
+// units had never been taken. A sliding log cannot tell leased entries from spent ones, so its
+// leased units are never given back: they count until they expire.
+std::uint32_t give_back(const Rule& rule, CounterState& state, std::uint32_t units,
+                        std::uint32_t stamp, std::uint64_t now_ns);
+
 }  // namespace sluice

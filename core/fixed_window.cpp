@@ -1,4 +1,6 @@
 // Fixed window. State: a = window id + 1 (0 = fresh), b = units admitted in that window.
+#include <algorithm>
+
 #include "core/algorithm_detail.h"
 #include "core/algorithms.h"
 
@@ -52,6 +54,16 @@ Decision fixed_window(const Rule& rule, CounterState& state, const Request& requ
 
 std::uint64_t detail::fixed_window_idle_at_ns(const Rule& rule, const CounterState& state) {
   return detail::saturate_ns(fresh_at(state, rule.period_ns()));
+}
+
+std::uint32_t detail::fixed_window_credit(const Rule&, CounterState& state, std::uint32_t units,
+                                          std::uint32_t stamp) {
+  // The units were counted in the window the stamp names; any other window's count never had
+  // them (and a lapsed one no longer matters).
+  if (state.a == 0 || detail::lo32(state.a) != stamp) return 0;
+  const std::uint64_t credited = std::min<std::uint64_t>(units, state.b);
+  state.b -= credited;
+  return static_cast<std::uint32_t>(credited);
 }
 
 }  // namespace sluice

@@ -1,5 +1,7 @@
 // Sliding window counter. State: a = window id + 1 (0 = fresh), b = units admitted in that
 // window (low 32 bits) | units admitted in the window before it (high 32 bits).
+#include <algorithm>
+
 #include "core/algorithm_detail.h"
 #include "core/algorithms.h"
 
@@ -101,6 +103,26 @@ Decision sliding_window(const Rule& rule, CounterState& state, const Request& re
 
 std::uint64_t detail::sliding_window_idle_at_ns(const Rule& rule, const CounterState& state) {
   return detail::saturate_ns(fresh_at(state, rule.period_ns()));
+}
+
+std::uint32_t detail::sliding_window_credit(const Rule&, CounterState& state, std::uint32_t units,
+                                            std::uint32_t stamp) {
+  if (state.a == 0) return 0;
+  std::uint64_t current = detail::lo32(state.b);
+  std::uint64_t previous = detail::hi32(state.b);
+  std::uint64_t credited = 0;
+  if (detail::lo32(state.a) == stamp) {
+    // Still the stored window (now, or as the previous one of a window not stored yet).
+    credited = std::min<std::uint64_t>(units, current);
+    current -= credited;
+  } else if (detail::lo32(state.a) == stamp + 1) {
+    // A later request rolled the window on: the units are in the previous count now.
+    credited = std::min<std::uint64_t>(units, previous);
+    previous -= credited;
+  }
+  state.b =
+      detail::pack32(static_cast<std::uint32_t>(current), static_cast<std::uint32_t>(previous));
+  return static_cast<std::uint32_t>(credited);
 }
 
 }  // namespace sluice

@@ -2,6 +2,8 @@
 // `used` is how many tokens the bucket lacks (0 = full, so a zeroed state is a full bucket).
 // While used > 0 the refill position is last_ns + frac / limit ns, exactly: one token is
 // credited every period / limit ns after it, with no rounding, so the rate never drifts.
+#include <algorithm>
+
 #include "core/algorithm_detail.h"
 #include "core/algorithms.h"
 
@@ -87,6 +89,22 @@ Decision token_bucket(const Rule& rule, CounterState& state, const Request& requ
 
 std::uint64_t detail::token_bucket_idle_at_ns(const Rule& rule, const CounterState& state) {
   return detail::saturate_ns(full_at(load(state), rule.limit, rule.period_ns()));
+}
+
+std::uint32_t detail::token_bucket_credit(const Rule& rule, CounterState& state,
+                                          std::uint32_t units, std::uint64_t now_ns) {
+  Bucket b = refill(state, now_ns, rule.limit, rule.period_ns());
+  const std::uint64_t credited = std::min<std::uint64_t>(units, b.used);
+  if (credited == 0) return 0;
+  b.used -= credited;
+  if (b.used == 0) {
+    state = CounterState{};  // full: where the refill stood no longer matters
+  } else {
+    state.a = b.last;
+    state.b =
+        detail::pack32(static_cast<std::uint32_t>(b.used), static_cast<std::uint32_t>(b.frac));
+  }
+  return static_cast<std::uint32_t>(credited);
 }
 
 }  // namespace sluice
