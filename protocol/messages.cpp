@@ -106,16 +106,28 @@ void write_list_header(std::uint8_t* p, std::size_t count) {
 }
 
 // Writes one ACQUIRE item; `key` is already wire_key()'d. Returns the byte after it.
+// A give-back item carries its lease's stamp after the key.
+std::size_t acquire_item_size(const AcquireItem& item, std::string_view key) {
+  return kAcquireItemFixedSize + key.size() + (item.give_back ? 4 : 0);
+}
+
 std::uint8_t* write_acquire_item(std::uint8_t* p, const AcquireItem& item, std::string_view key) {
   p[0] = static_cast<std::uint8_t>(item.rule.algorithm);
-  p[1] = item.peek ? kItemFlagPeek : 0;
+  p[1] = static_cast<std::uint8_t>((item.peek ? kItemFlagPeek : 0) |
+                                   (item.lease ? kItemFlagLease : 0) |
+                                   (item.give_back ? kItemFlagGiveBack : 0));
   encode_fixed16(p + 2, static_cast<std::uint16_t>(key.size()));
   encode_fixed32(p + 4, item.rule.limit);
   encode_fixed32(p + 8, item.rule.burst);
   encode_fixed32(p + 12, item.cost);
   encode_fixed64(p + 16, item.rule.period_ms);
   append_bytes(p + kAcquireItemFixedSize, key);
-  return p + kAcquireItemFixedSize + key.size();
+  p += kAcquireItemFixedSize + key.size();
+  if (item.give_back) {
+    encode_fixed32(p, item.stamp);
+    p += 4;
+  }
+  return p;
 }
 
 }  // namespace
@@ -295,7 +307,7 @@ void add_acquire_item(Bytes& out, std::size_t frame_start, const AcquireItem& it
   encode_fixed16(count_field, static_cast<std::uint16_t>(count + 1));
 
   const std::string_view key = wire_key(item.key);
-  write_acquire_item(append(out, kAcquireItemFixedSize + key.size()), item, key);
+  write_acquire_item(append(out, acquire_item_size(item, key)), item, key);
 }
 
 void finish_acquire_request(Bytes& out, std::size_t frame_start) { finish_frame(out, frame_start); }
@@ -304,7 +316,7 @@ void encode_acquire_request(Bytes& out, std::uint32_t request_id,
                             std::span<const AcquireItem> items, const Framing& framing) {
   std::size_t body_length = kListHeaderSize;
   for (const AcquireItem& item : items) {
-    body_length += kAcquireItemFixedSize + wire_key(item.key).size();
+    body_length += acquire_item_size(item, wire_key(item.key));
   }
   std::uint8_t* p = append_frame(out, framing, Opcode::kAcquire, 0, request_id, body_length);
   write_list_header(p, items.size());
@@ -333,8 +345,13 @@ ParseResult parse_acquire_request(std::span<const std::uint8_t> body, std::uint1
         !in.read_u64(item.rule.period_ms)) {
       return ParseResult::failure("ACQUIRE items run past the body");
     }
-    if ((flags & ~kItemFlagPeek) != 0) {
+    if ((flags & ~(kItemFlagPeek | kItemFlagLease | kItemFlagGiveBack)) != 0) {
       return ParseResult::failure("unknown ACQUIRE item flag bits set");
+    }
+    // At most one of peek, lease and give back.
+    if ((flags & (flags - 1)) != 0) {
+      return ParseResult::failure(
+          "ACQUIRE item flags: peek, lease and give back exclude each other");
     }
     if (!in.read_string(key_len, item.key)) {
       return ParseResult::failure("ACQUIRE item key runs past the body");
@@ -342,6 +359,11 @@ ParseResult parse_acquire_request(std::span<const std::uint8_t> body, std::uint1
     // An unknown algorithm is kept as is: the server answers that item with kInvalidRule.
     item.rule.algorithm = static_cast<Algorithm>(algorithm);
     item.peek = (flags & kItemFlagPeek) != 0;
+    item.lease = (flags & kItemFlagLease) != 0;
+    item.give_back = (flags & kItemFlagGiveBack) != 0;
+    if (item.give_back && !in.read_u32(item.stamp)) {
+      return ParseResult::failure("ACQUIRE give-back item stamp runs past the body");
+    }
     out.push_back(item);
   }
   if (!in.at_end()) return trailing_bytes();
@@ -356,9 +378,10 @@ void encode_acquire_reply(Bytes& out, std::uint32_t request_id,
   p += kListHeaderSize;
   for (const AcquireResult& result : results) {
     p[0] = static_cast<std::uint8_t>(result.status);
-    p[1] = 0;
-    p[2] = 0;
-    p[3] = 0;
+    // `granted`, 24 bits, least significant byte first (as every field).
+    p[1] = static_cast<std::uint8_t>(result.granted);
+    p[2] = static_cast<std::uint8_t>(result.granted >> 8);
+    p[3] = static_cast<std::uint8_t>(result.granted >> 16);
     encode_fixed32(p + 4, result.limit);
     encode_fixed32(p + 8, result.remaining);
     encode_fixed64(p + 12, result.reset_after_ms);
@@ -379,19 +402,18 @@ ParseResult parse_acquire_reply(std::span<const std::uint8_t> body,
   out.resize(count);
   for (AcquireResult& result : out) {
     std::uint8_t status = 0;
-    std::uint8_t reserved[3] = {};
+    std::uint8_t granted[3] = {};
     in.read_u8(status);
-    in.read_u8(reserved[0]);
-    in.read_u8(reserved[1]);
-    in.read_u8(reserved[2]);
+    in.read_u8(granted[0]);
+    in.read_u8(granted[1]);
+    in.read_u8(granted[2]);
     in.read_u32(result.limit);
     in.read_u32(result.remaining);
     in.read_u64(result.reset_after_ms);
     in.read_u64(result.retry_after_ms);
     if (!is_known_item_status(status)) return ParseResult::failure("unknown ACQUIRE item status");
-    if ((reserved[0] | reserved[1] | reserved[2]) != 0) {
-      return ParseResult::failure("reserved ACQUIRE result bytes not zero");
-    }
+    result.granted =
+        granted[0] | (std::uint32_t{granted[1]} << 8) | (std::uint32_t{granted[2]} << 16);
     result.status = static_cast<ItemStatus>(status);
   }
   if (!in.at_end()) return trailing_bytes();

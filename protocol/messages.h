@@ -90,12 +90,21 @@ void encode_ping(Bytes& out, std::uint32_t request_id, std::span<const std::uint
 // ---- ACQUIRE -------------------------------------------------------------------------------
 
 inline constexpr std::uint8_t kItemFlagPeek = 0x01;
+// Protocol 4 (docs/PROTOCOL.md, "Leases"): at most one of these, never with peek.
+inline constexpr std::uint8_t kItemFlagLease = 0x02;     // take up to `cost` units
+inline constexpr std::uint8_t kItemFlagGiveBack = 0x04;  // give back `cost` units of a lease
+inline constexpr std::uint8_t kFirstLeaseVersion = 4;
+// The most units one lease item may ask for (its result's `granted` has 24 bits).
+inline constexpr std::uint32_t kMaxLeaseUnits = (1u << 24) - 1;
 
 struct AcquireItem {
   std::string_view key;
   Rule rule;
   std::uint32_t cost = 1;
   bool peek = false;
+  bool lease = false;      // take up to `cost` units, as many as are available
+  bool give_back = false;  // give back `cost` unspent units of the lease stamped `stamp`
+  std::uint32_t stamp = 0;
 };
 
 enum class ItemStatus : std::uint8_t {
@@ -117,6 +126,9 @@ struct AcquireResult {
   std::uint32_t remaining = 0;
   std::uint64_t reset_after_ms = 0;
   std::uint64_t retry_after_ms = 0;  // kNever (UINT64_MAX) = never
+  // A lease item: the units granted (when at least 1, retry_after_ms holds the lease's stamp);
+  // a give-back item: the units credited. 0 for any other item.
+  std::uint32_t granted = 0;
   friend constexpr bool operator==(const AcquireResult&, const AcquireResult&) = default;
 };
 

@@ -16,6 +16,16 @@ namespace sluice::server {
 
 using protocol::ErrorCode;
 
+namespace {
+
+ItemKind kind_of(const protocol::AcquireItem& item) {
+  if (item.lease) return ItemKind::kLease;
+  if (item.give_back) return ItemKind::kGiveBack;
+  return ItemKind::kDecide;
+}
+
+}  // namespace
+
 Dispatcher::Dispatcher(Shard& shard)
     : shard_(shard), requires_authentication_(requires_authentication(shard.context().config)) {}
 
@@ -152,6 +162,11 @@ void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
       ++invalid;
       continue;
     }
+    if ((item.lease || item.give_back) && item.cost > protocol::kMaxLeaseUnits) {
+      result.status = protocol::ItemStatus::kInvalidRule;  // `granted` has 24 bits
+      ++invalid;
+      continue;
+    }
     if (item.key.empty() || item.key.size() > context.config.max_key) {
       result.status = protocol::ItemStatus::kInvalidKey;
       ++invalid;
@@ -160,8 +175,9 @@ void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
     const KeyHash hash = hash_key(item.key);
     const unsigned owner = shard_for(hash, context.shard_count);
     if (owner != shard_.index()) {
-      staging[owner].push_back(
-          HandoverItem{hash, item.rule, item.cost, item.peek, static_cast<std::uint32_t>(i)});
+      staging[owner].push_back(HandoverItem{hash, item.rule, item.cost, item.peek,
+                                            static_cast<std::uint32_t>(i), kind_of(item),
+                                            item.stamp});
       handed_over = true;
       continue;
     }
@@ -176,8 +192,8 @@ void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
         [&](std::size_t k) {
           const std::uint32_t i = local_items_[k];
           const protocol::AcquireItem& item = acquire_items_[i];
-          acquire_results_[i] =
-              shard_.acquire_local(acquire_hashes_[i], item.rule, item.cost, item.peek, now_ns);
+          acquire_results_[i] = shard_.acquire_local(acquire_hashes_[i], item.rule, item.cost,
+                                                     item.peek, now_ns, kind_of(item), item.stamp);
         });
   }
   if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);

@@ -364,7 +364,8 @@ asio::awaitable<void> Shard::sweep_loop() {
 }
 
 protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& rule,
-                                             std::uint32_t cost, bool peek, std::uint64_t now_ns) {
+                                             std::uint32_t cost, bool peek, std::uint64_t now_ns,
+                                             ItemKind kind, std::uint32_t stamp) {
   if (view_ != nullptr) {
     // A node never counts a key it is not the serving primary of (docs/ARCHITECTURE.md).
     std::uint32_t owner = 0;
@@ -383,6 +384,15 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
       return result;
     }
   }
+  if (kind == ItemKind::kLease) return lease_local(hash, rule, cost, now_ns);
+  if (kind == ItemKind::kGiveBack) {
+    protocol::AcquireResult result;
+    result.status = protocol::ItemStatus::kAllowed;
+    result.limit = rule.capacity();
+    result.granted = table_.give_back(hash, rule, cost, stamp, now_ns);
+    if (result.granted != 0 && view_ != nullptr) replicator_.note(hash);
+    return result;
+  }
   const TableAnswer answer = table_.acquire(hash, rule, Request{now_ns, cost, peek});
   if (answer.outcome == TableOutcome::kNoMemory) {
     protocol::AcquireResult result;  // all four numbers 0, as for the other failed items
@@ -397,6 +407,43 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
     // Only an admission changes a record's state (a denial leaves it as it was).
     if (answer.decision.allowed && view_ != nullptr) replicator_.note(hash);
   }
+  return result;
+}
+
+protocol::AcquireResult Shard::lease_local(const KeyHash& hash, const Rule& rule,
+                                           std::uint32_t want, std::uint64_t now_ns) {
+  // What is left (a one-unit peek: its remaining plus one), then the grant, as
+  // sluice::lease() does on a bare state.
+  TableAnswer answer = table_.acquire(hash, rule, Request{now_ns, 1, /*peek=*/true});
+  std::uint32_t granted = 0;
+  if (answer.outcome == TableOutcome::kOk && answer.decision.allowed) {
+    granted = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(want, std::uint64_t{answer.decision.remaining} + 1));
+    answer = table_.acquire(hash, rule, Request{now_ns, granted, false});
+    if (answer.outcome == TableOutcome::kOk && !answer.decision.allowed && granted > 1) {
+      granted = 1;  // rounding that says more than fits at once: one unit fits
+      answer = table_.acquire(hash, rule, Request{now_ns, 1, false});
+    }
+  }
+  protocol::AcquireResult result;
+  if (answer.outcome == TableOutcome::kNoMemory) {
+    result.status = protocol::ItemStatus::kNoMemory;
+    return result;
+  }
+  result = protocol::to_result(answer.decision);
+  if (!answer.decision.allowed) {
+    result.status = protocol::ItemStatus::kDenied;
+    counters_[Stat::kDenied].add();
+    return result;
+  }
+  result.status = protocol::ItemStatus::kAllowed;
+  result.granted = granted;
+  // The stamp: the window the units came from (a window algorithm), for their give-back.
+  const bool windowed =
+      rule.algorithm == Algorithm::kFixedWindow || rule.algorithm == Algorithm::kSlidingWindow;
+  result.retry_after_ms = windowed ? static_cast<std::uint32_t>(now_ns / rule.period_ns() + 1) : 0;
+  counters_[Stat::kAllowed].add();
+  if (view_ != nullptr) replicator_.note(hash);
   return result;
 }
 
@@ -624,8 +671,8 @@ void Shard::run_task(HandoverTask* task) {
         items.size(), [&](std::size_t k) { return items[k].hash; },
         [&](std::size_t k) {
           const HandoverItem& item = items[k];
-          frame.acquire_results[item.index] =
-              acquire_local(item.hash, item.rule, item.cost, item.peek, now_ns);
+          frame.acquire_results[item.index] = acquire_local(
+              item.hash, item.rule, item.cost, item.peek, now_ns, item.kind, item.stamp);
         });
   } else {
     check_lease();

@@ -60,12 +60,18 @@ struct PendingFrame {
 
 // One item for the owning shard: the key is already hashed, so the task does not point into
 // the connection's input buffer.
+// What an ACQUIRE item asks: a decision (or a peek), a lease, or a lease's give-back
+// (protocol 4, docs/PROTOCOL.md "Leases").
+enum class ItemKind : std::uint8_t { kDecide, kLease, kGiveBack };
+
 struct HandoverItem {
   KeyHash hash;
   Rule rule;
   std::uint32_t cost = 1;
   bool peek = false;
   std::uint32_t index = 0;  // slot in the PendingFrame's results
+  ItemKind kind = ItemKind::kDecide;
+  std::uint32_t stamp = 0;  // a give-back's lease stamp
 };
 
 // The unit of cross-shard work: all the items of one frame that one other shard owns. It goes
@@ -154,10 +160,16 @@ class Shard {
 
   // ---- shard thread only -------------------------------------------------------------------
 
-  // One decision on this shard's table; counts allowed/denied.
+  // One decision on this shard's table; counts allowed/denied. A lease takes up to `cost` units
+  // (granted in the result, its stamp in retry_after_ms); a give-back credits `cost` units of the
+  // lease stamped `stamp` (credited in `granted`).
   protocol::AcquireResult acquire_local(const KeyHash& hash, const Rule& rule, std::uint32_t cost,
-                                        bool peek, std::uint64_t now_ns);
+                                        bool peek, std::uint64_t now_ns,
+                                        ItemKind kind = ItemKind::kDecide, std::uint32_t stamp = 0);
   protocol::ResetStatus reset_local(const KeyHash& hash, std::uint64_t now_ns);
+  // acquire_local() of a lease, past the routing checks.
+  protocol::AcquireResult lease_local(const KeyHash& hash, const Rule& rule, std::uint32_t want,
+                                      std::uint64_t now_ns);
   // Decides a batch on this shard's table: CounterTable::for_each_prefetched. In a cluster
   // every decision is noted for replication, so the replicator's slot for each key is
   // prefetched with its record.

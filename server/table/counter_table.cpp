@@ -881,6 +881,29 @@ TableAnswer CounterTable::acquire_once(const KeyHash& key, const Rule& rule,
   return update_existing(probe, rule, request);
 }
 
+std::uint32_t CounterTable::give_back(const KeyHash& key, const Rule& rule, std::uint32_t units,
+                                      std::uint32_t stamp, std::uint64_t now_ns) {
+  if (rule.algorithm == Algorithm::kSlidingLog) return 0;  // never taken back (algorithms.h)
+  const Probe probe = find(key);
+  if (!probe.found) return 0;
+  Segment& seg = segments_[probe.segment];
+  Record& r = at(seg, probe.pos);
+  if (is_expired(r.meta, now_ns) || tag_of(r.meta) != static_cast<std::uint8_t>(rule.algorithm)) {
+    return 0;
+  }
+  const std::uint32_t credited = sluice::give_back(rule, r.state, units, stamp, now_ns);
+  if (credited == 0) return 0;
+  const std::uint64_t idle_at = idle_at_ns(rule, r.state);
+  if (r.state == CounterState{} || idle_at <= now_ns) {
+    erase(seg, probe.pos);  // as fresh as an absent key
+    return credited;
+  }
+  CounterState copy = r.state;
+  const Decision now = decide(rule, copy, Request{now_ns, 1, /*peek=*/true});
+  r.meta = make_meta(tag_of(r.meta), now_ns, idle_at, now);
+  return credited;
+}
+
 bool CounterTable::reset(const KeyHash& key, std::uint64_t now_ns) {
   const Probe probe = find(key);
   if (!probe.found) return false;

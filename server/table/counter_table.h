@@ -88,6 +88,13 @@ class CounterTable {
   // TableConfig::sliding_log_cap.
   TableAnswer acquire(const KeyHash& key, const Rule& rule, const Request& request);
 
+  // Gives back `units` unspent units of a lease stamped `stamp` (sluice::give_back): credited
+  // to the key's record while they still count, the record's expiry moved to match; nothing
+  // for an absent or expired key, one stored under another algorithm, or a sliding log.
+  // Returns the units credited.
+  std::uint32_t give_back(const KeyHash& key, const Rule& rule, std::uint32_t units,
+                          std::uint32_t stamp, std::uint64_t now_ns);
+
   // Forgets the key. Returns whether it was stored (and not yet expired).
   bool reset(const KeyHash& key, std::uint64_t now_ns);
 

@@ -56,6 +56,9 @@ void check_same_items(const std::vector<AcquireItem>& got, const std::vector<Acq
     CHECK(got[i].rule == want[i].rule);
     CHECK(got[i].cost == want[i].cost);
     CHECK(got[i].peek == want[i].peek);
+    CHECK(got[i].lease == want[i].lease);
+    CHECK(got[i].give_back == want[i].give_back);
+    CHECK(got[i].stamp == want[i].stamp);
   }
 }
 
@@ -467,10 +470,70 @@ TEST_CASE("a malformed ACQUIRE request body fails to parse as kMalformedFrame") 
     fails(acquire_body(1, acquire_item_bytes(2, "abc")));
   }
   SECTION("unknown item flag bits") {
-    for (int bit = 1; bit < 8; ++bit) {
+    for (int bit = 3; bit < 8; ++bit) {
       fails(acquire_body(1, acquire_item_bytes(3, "abc", static_cast<std::uint8_t>(1u << bit))));
     }
   }
+  SECTION("two of peek, lease and give back") {
+    for (const std::uint8_t flags : {0x03, 0x05, 0x06, 0x07}) {
+      Bytes item_bytes = acquire_item_bytes(3, "abc", flags);
+      item_bytes.insert(item_bytes.end(), {0, 0, 0, 0});  // a stamp, in case it is read
+      fails(acquire_body(1, item_bytes));
+    }
+  }
+  SECTION("a give-back item without its stamp") {
+    fails(acquire_body(1, acquire_item_bytes(3, "abc", kItemFlagGiveBack)));
+    Bytes short_stamp = acquire_item_bytes(3, "abc", kItemFlagGiveBack);
+    short_stamp.insert(short_stamp.end(), {1, 2, 3});
+    fails(acquire_body(1, short_stamp));
+  }
+}
+
+TEST_CASE("lease and give-back items round-trip, a give-back with its stamp after the key") {
+  AcquireItem lease = item("hot", Algorithm::kTokenBucket, 1000, 1000, 0, kMaxLeaseUnits);
+  lease.lease = true;
+  AcquireItem back = item("hot", Algorithm::kFixedWindow, 1000, 1000, 0, 7);
+  back.give_back = true;
+  back.stamp = 0xA1B2C3D4;
+  const std::vector<AcquireItem> items = {lease, back, item("plain", Algorithm::kGcra, 1, 1)};
+  Bytes out;
+  encode_acquire_request(out, 9, items);
+  const Frame frame = decode_whole(out);
+  // 4 (list) + 24 + 3 + 24 + 3 + 4 (the stamp) + 24 + 5.
+  CHECK(frame.body.size() == 4 + 27 + 31 + 29);
+  std::vector<AcquireItem> parsed;
+  REQUIRE(parse_acquire_request(frame.body, kDefaultMaxBatch, parsed));
+  check_same_items(parsed, items);
+  // The stamp's bytes, least significant first, right after the key.
+  const std::size_t stamp_at = 4 + 27 + 24 + 3;
+  CHECK(frame.body[stamp_at] == 0xD4);
+  CHECK(frame.body[stamp_at + 3] == 0xA1);
+  // The item flags byte.
+  CHECK(frame.body[4 + 1] == kItemFlagLease);
+  CHECK(frame.body[4 + 27 + 1] == kItemFlagGiveBack);
+  // Incremental encoding writes the same bytes.
+  Bytes incremental;
+  const std::size_t start = begin_acquire_request(incremental, 9);
+  for (const AcquireItem& each : items) add_acquire_item(incremental, start, each);
+  finish_acquire_request(incremental, start);
+  CHECK(incremental == out);
+}
+
+TEST_CASE("a result's granted units travel in 24 bits after its status") {
+  const std::vector<AcquireResult> results = {
+      {ItemStatus::kAllowed, 100, 90, 500, 42, 10},
+      {ItemStatus::kAllowed, 100, 0, 500, 0, kMaxLeaseUnits},
+      {ItemStatus::kDenied, 100, 0, 500, 80, 0},
+  };
+  Bytes out;
+  encode_acquire_reply(out, 1, results);
+  const Frame frame = decode_whole(out);
+  CHECK(frame.body[4 + 1] == 10);
+  CHECK(frame.body[4 + 28 + 1] == 0xFF);
+  CHECK(frame.body[4 + 28 + 3] == 0xFF);
+  std::vector<AcquireResult> parsed;
+  REQUIRE(parse_acquire_reply(frame.body, parsed));
+  CHECK(parsed == results);
 }
 
 TEST_CASE("an ACQUIRE reply round-trips, including never") {
@@ -513,7 +576,7 @@ TEST_CASE("a malformed ACQUIRE reply body fails to parse") {
   Bytes unknown_status = body;
   unknown_status[4] = 7;  // 5 and 6 are REDIRECT and UNAVAILABLE (protocol 3)
   CHECK_FALSE(parse_acquire_reply(unknown_status, parsed));
-  for (const std::size_t offset : {2, 3, 5, 6, 7}) {  // list reserved, result reserved
+  for (const std::size_t offset : {2, 3}) {  // list reserved
     Bytes reserved = body;
     reserved[offset] = 1;
     CHECK_FALSE(parse_acquire_reply(reserved, parsed));
