@@ -75,9 +75,10 @@ std::uint32_t fixed_window_credit(const Rule& rule, CounterState& state, std::ui
                                   std::uint32_t stamp);
 std::uint32_t sliding_window_credit(const Rule& rule, CounterState& state, std::uint32_t units,
                                     std::uint32_t stamp);
+// The buckets' credits: `since_ns` is an upper bound of the time since the grant.
 std::uint32_t token_bucket_credit(const Rule& rule, CounterState& state, std::uint32_t units,
-                                  std::uint64_t now_ns);
+                                  std::uint64_t since_ns, std::uint64_t now_ns);
 std::uint32_t gcra_credit(const Rule& rule, CounterState& state, std::uint32_t units,
-                          std::uint64_t now_ns);
+                          std::uint64_t since_ns, std::uint64_t now_ns);
 
 }  // namespace sluice::detail

@@ -43,13 +43,6 @@ std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state) {
 
 namespace {
 
-// The stamp of a window algorithm's state: its window's number, low 32 bits.
-std::uint32_t window_stamp(const Rule& rule, const CounterState& state) {
-  const bool windowed =
-      rule.algorithm == Algorithm::kFixedWindow || rule.algorithm == Algorithm::kSlidingWindow;
-  return windowed ? detail::lo32(state.a) : 0;
-}
-
 // The units a grant can take: one peek says what is left; then the grant itself.
 template <typename Decide>
 LeaseGrant grant(const Request& request, Decide decide_now) {
@@ -84,13 +77,27 @@ LeaseGrant lease(const Rule& rule, CounterState& state, const Request& request) 
     return LeaseGrant{detail::never_decision(rule), 0, 0};
   }
   LeaseGrant out = grant(request, [&](const Request& r) { return decide(rule, state, r); });
-  out.stamp = out.granted != 0 ? window_stamp(rule, state) : 0;
+  out.stamp = out.granted != 0 ? lease_stamp(rule, request.now_ns) : 0;
   return out;
 }
 
 LeaseGrant sliding_log_lease(const Rule& rule, SlidingLog& log, const Request& request) {
   if (detail::admits_nothing(rule)) return LeaseGrant{detail::never_decision(rule), 0, 0};
   return grant(request, [&](const Request& r) { return sliding_log(rule, log, r); });
+}
+
+std::uint32_t lease_stamp(const Rule& rule, std::uint64_t now_ns) {
+  switch (rule.algorithm) {
+    case Algorithm::kFixedWindow:
+    case Algorithm::kSlidingWindow:
+      return rule.period_ms == 0 ? 0 : detail::lo32(now_ns / rule.period_ns() + 1);
+    case Algorithm::kTokenBucket:
+    case Algorithm::kGcra:
+      return detail::lo32(now_ns / 1'000'000);
+    case Algorithm::kSlidingLog:
+      break;
+  }
+  return 0;
 }
 
 std::uint32_t give_back(const Rule& rule, CounterState& state, std::uint32_t units,
@@ -102,9 +109,17 @@ std::uint32_t give_back(const Rule& rule, CounterState& state, std::uint32_t uni
     case Algorithm::kSlidingWindow:
       return detail::sliding_window_credit(rule, state, units, stamp);
     case Algorithm::kTokenBucket:
-      return detail::token_bucket_credit(rule, state, units, now_ns);
-    case Algorithm::kGcra:
-      return detail::gcra_credit(rule, state, units, now_ns);
+    case Algorithm::kGcra: {
+      // Time since the grant, from the start of the stamp's millisecond (at least the real
+      // time: more time is less credit); a stamp ahead of now, or too old to tell, credits
+      // nothing.
+      const std::uint32_t age_ms = detail::lo32(now_ns / 1'000'000) - stamp;
+      if (age_ms > (1u << 31)) return 0;
+      const std::uint64_t since_ns = std::uint64_t{age_ms} * 1'000'000 + now_ns % 1'000'000;
+      return rule.algorithm == Algorithm::kTokenBucket
+                 ? detail::token_bucket_credit(rule, state, units, since_ns, now_ns)
+                 : detail::gcra_credit(rule, state, units, since_ns, now_ns);
+    }
     case Algorithm::kSlidingLog:
       break;  // never given back (algorithms.h)
   }

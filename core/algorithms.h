@@ -72,23 +72,29 @@ struct LeaseGrant {
   // decision of a one-unit acquire (denied), with its retry_after.
   Decision decision;
   std::uint32_t granted = 0;
-  // What give_back() needs to tell whether the units still count against the key: the
-  // window's number (low 32 bits of window + 1) for the window algorithms, 0 for the others.
+  // What give_back() needs to tell how much of the units still counts: lease_stamp().
   std::uint32_t stamp = 0;
 };
+
+// A lease's stamp, granted at `now_ns`: for a fixed window and a sliding window counter the
+// number of its window plus one, low 32 bits; for a token bucket and GCRA the grant time in
+// whole milliseconds, low 32 bits (about 49.7 days before it wraps); 0 for a sliding log.
+std::uint32_t lease_stamp(const Rule& rule, std::uint64_t now_ns);
 
 // Takes up to `request.cost` units, as many as are available at `request.now_ns` (0 when none
 // is); `request.peek` is ignored (a lease always takes). Not for Algorithm::kSlidingLog.
 LeaseGrant lease(const Rule& rule, CounterState& state, const Request& request);
 LeaseGrant sliding_log_lease(const Rule& rule, SlidingLog& log, const Request& request);
 
-// Gives back `units` unspent units of a lease stamped `stamp`, at `now_ns`: credited while they
-// still count against the key (fixed and sliding window: the units' window is still the one
-// counted, or the one before it for the sliding window's weighted count; token bucket and
-// GCRA: always, never beyond a full bucket), dropped otherwise. Returns how many it credited.
-// Crediting only undoes what the lease took: the state afterwards admits no more than if the
-// units had never been taken. A sliding log cannot tell leased entries from spent ones, so its
-// leased units are never given back: they count until they expire.
+// Gives back `units` unspent units of a lease stamped `stamp`, at `now_ns`, crediting only what
+// still counts against the key, so that the state afterwards admits no more than if the units
+// had never been taken: a fixed window credits them while its stored window is the stamp's; a
+// sliding window counter also from the previous window's count once the window has moved on; a
+// token bucket and GCRA credit them less every unit refilled since the grant (the refill may
+// have paid them back already: had they never been taken, the bucket could have been full and
+// earned nothing), never beyond a full bucket, and nothing for a stamp in the future or more
+// than 2^31 ms old. Returns how many it credited. A sliding log cannot tell leased entries from
+// spent ones, so its leased units are never given back: they count until they expire.
 std::uint32_t give_back(const Rule& rule, CounterState& state, std::uint32_t units,
                         std::uint32_t stamp, std::uint64_t now_ns);
 

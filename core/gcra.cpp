@@ -71,24 +71,28 @@ std::uint64_t detail::gcra_idle_at_ns(const Rule& rule, const CounterState& stat
 }
 
 std::uint32_t detail::gcra_credit(const Rule& rule, CounterState& state, std::uint32_t units,
-                                  std::uint64_t now_ns) {
+                                  std::uint64_t since_ns, std::uint64_t now_ns) {
   const std::uint64_t period = rule.period_ns();
   const std::uint64_t limit = rule.limit;
   const u128 now = u128{now_ns} * limit;
   const u128 tat = load_tat(state, limit);
   if (tat <= now) return 0;  // full already
-  // Each unit moved TAT one emission interval (`period` in these units) ahead; back by as many,
-  // never behind now (a TAT in the past is a full bucket).
+  // Each unit moved TAT one emission interval (`period` in these units) ahead. The time since
+  // the grant may have paid some of that back already (had the units never been taken, TAT
+  // could have fallen behind now and restarted from now): only what is left of it moves TAT
+  // back, and never behind now (a TAT in the past is a full bucket).
+  const u128 elapsed = u128{since_ns} * limit;
+  const u128 taken = u128{units} * period;
+  if (elapsed >= taken) return 0;
+  const u128 owed = taken - elapsed;
   const u128 ahead = tat - now;
-  const u128 whole = detail::ceil_div(ahead, period);  // units still ahead of now
-  const u128 credited = whole < units ? whole : u128{units};
-  const u128 back = credited * period;
-  if (back >= ahead) {
+  const u128 back = owed < ahead ? owed : ahead;
+  if (back == ahead) {
     state = CounterState{};
   } else {
     store_tat(state, tat - back, limit);
   }
-  return static_cast<std::uint32_t>(credited);
+  return static_cast<std::uint32_t>(detail::div64(back, period));  // whole units
 }
 
 }  // namespace sluice

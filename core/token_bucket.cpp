@@ -92,9 +92,23 @@ std::uint64_t detail::token_bucket_idle_at_ns(const Rule& rule, const CounterSta
 }
 
 std::uint32_t detail::token_bucket_credit(const Rule& rule, CounterState& state,
-                                          std::uint32_t units, std::uint64_t now_ns) {
-  Bucket b = refill(state, now_ns, rule.limit, rule.period_ns());
-  const std::uint64_t credited = std::min<std::uint64_t>(units, b.used);
+                                          std::uint32_t units, std::uint64_t since_ns,
+                                          std::uint64_t now_ns) {
+  const std::uint64_t limit = rule.limit;
+  const std::uint64_t period = rule.period_ns();
+  Bucket b = refill(state, now_ns, limit, period);
+  if (b.used == 0) return 0;
+  // Every token the refill credited since the grant may have been credited only because the
+  // units were missing (a bucket that would have been full earns nothing): those units are
+  // paid back already, and only the rest is credited. While the bucket is not full, tokens come
+  // on a grid, one every period / limit ns ending at the refill position: count its points
+  // after the grant (in units of 1/limit ns, as the position is).
+  const u128 position = u128{b.last} * limit + b.frac;
+  const u128 granted_at = u128{now_ns - std::min(now_ns, since_ns)} * limit;
+  const u128 earned = position > granted_at ? detail::ceil_div(position - granted_at, period) : 0;
+  if (earned >= units) return 0;
+  const std::uint64_t owed = units - static_cast<std::uint64_t>(earned);
+  const std::uint64_t credited = std::min<std::uint64_t>(owed, b.used);
   if (credited == 0) return 0;
   b.used -= credited;
   if (b.used == 0) {

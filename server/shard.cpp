@@ -438,10 +438,8 @@ protocol::AcquireResult Shard::lease_local(const KeyHash& hash, const Rule& rule
   }
   result.status = protocol::ItemStatus::kAllowed;
   result.granted = granted;
-  // The stamp: the window the units came from (a window algorithm), for their give-back.
-  const bool windowed =
-      rule.algorithm == Algorithm::kFixedWindow || rule.algorithm == Algorithm::kSlidingWindow;
-  result.retry_after_ms = windowed ? static_cast<std::uint32_t>(now_ns / rule.period_ns() + 1) : 0;
+  // The stamp its give-back needs (the window, or the grant's millisecond).
+  result.retry_after_ms = lease_stamp(rule, now_ns);
   counters_[Stat::kAllowed].add();
   if (view_ != nullptr) replicator_.note(hash);
   return result;

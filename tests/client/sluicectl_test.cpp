@@ -81,6 +81,7 @@ TEST_CASE("sluicectl exits 0 when allowed, 1 when denied, 2 on errors") {
   CHECK_THAT(denied.output, Catch::StartsWith("{\"key\":\"cli:key\",\"allowed\":false,\"limit\":2,"
                                               "\"remaining\":0,"));
   CHECK_THAT(denied.output, Catch::Contains("\"Retry-After\":\"30\""));
+  CHECK_THAT(denied.output, Catch::Contains("\"source\":\"cluster\""));
   CHECK(std::count(denied.output.begin(), denied.output.end(), '\n') == 1);
 
   Run never = run(s + "peek cli:big --algorithm gcra --limit 10 --period 1m --cost 11 --json");
@@ -195,6 +196,16 @@ TEST_CASE("bad flags are usage errors: exit 2 with the reason on stderr") {
       {sibling("sluiced"), "--bind nowhere", "--bind nowhere: expected an IP address"},
       {sibling("sluiced"), "--no-such-flag", "no-such-flag"},
       {sibling("sluiced"), "stray", "unexpected argument 'stray'"},
+      {sibling("sluice-load"), "--failure-policy sideways",
+       "--failure-policy sideways: expected open, closed or report"},
+      {sibling("sluice-load"), "--gateways 0", "gateways"},
+      {sibling("sluice-load"), "--gateways 65536", "gateways"},
+      {sibling("sluice-load"), "--backend redis --failure-policy open",
+       "--failure-policy, --gateways and --blocked-keys are for --backend sluice"},
+      {sluicectl_path(), "--failure-policy sideways acquire k --limit 1 --period 1s",
+       "--failure-policy sideways: expected open, closed or report"},
+      {sluicectl_path(), "--gateways 65536 acquire k --limit 1 --period 1s",
+       "--gateways must be 1..65535"},
   };
   check_usage_errors(cases);
 }
