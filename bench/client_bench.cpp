@@ -125,6 +125,23 @@ struct LocalNode {
   std::unique_ptr<client::Client> client;
 };
 
+// The timed loop of both: Client::acquire over `keys` in turn, each decision expected from
+// `source` (the run is marked an error otherwise).
+void time_acquires(benchmark::State& state, client::Client& client,
+                   const std::vector<std::string>& keys, const Rule& rule,
+                   client::DecisionSource source) {
+  std::size_t i = 0;
+  std::uint64_t expected = 0;
+  for (auto _ : state) {
+    const auto d = client.acquire(keys[i++ % keys.size()], rule);
+    expected += d.ok() && d->source == source;
+  }
+  if (expected != static_cast<std::uint64_t>(state.iterations())) {
+    state.SkipWithError("a decision came from another source than the one measured");
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 // A blocked-cache hit, whole: Client::acquire of a key the node denied, answered on the calling
 // thread from the cache (route, fingerprint, lookup, the decision), over 1,000 blocked keys.
 void BM_BlockedCacheHit(benchmark::State& state) {
@@ -135,16 +152,7 @@ void BM_BlockedCacheHit(benchmark::State& state) {
   for (const std::string& key : keys) {
     for (int i = 0; i < 2; ++i) (void)node.client->acquire(key, rule);  // the second is denied
   }
-  std::size_t i = 0;
-  std::uint64_t hits = 0;
-  for (auto _ : state) {
-    const auto d = node.client->acquire(keys[i++ % keys.size()], rule);
-    hits += d.ok() && d->source == client::DecisionSource::kBlockedCache;
-  }
-  if (hits != static_cast<std::uint64_t>(state.iterations())) {
-    state.SkipWithError("a decision did not come from the blocked cache");
-  }
-  state.SetItemsProcessed(state.iterations());
+  time_acquires(state, *node.client, keys, rule, client::DecisionSource::kBlockedCache);
 }
 
 // A fail_open decision once the node is down and its breaker open: Client::acquire answered by
@@ -162,16 +170,7 @@ void BM_LocalFallbackDecision(benchmark::State& state) {
     (void)node.client->acquire(keys[0], rule);
   }
   if (node.client->counters().node_down_events == 0) return state.SkipWithError("breaker closed");
-  std::size_t i = 0;
-  std::uint64_t local = 0;
-  for (auto _ : state) {
-    const auto d = node.client->acquire(keys[i++ % keys.size()], rule);
-    local += d.ok() && d->source == client::DecisionSource::kLocalFallback;
-  }
-  if (local != static_cast<std::uint64_t>(state.iterations())) {
-    state.SkipWithError("a decision was not the local fallback's");
-  }
-  state.SetItemsProcessed(state.iterations());
+  time_acquires(state, *node.client, keys, rule, client::DecisionSource::kLocalFallback);
 }
 
 BENCHMARK(BM_ClientBuildAndEncodeRequest);

@@ -26,10 +26,18 @@ constexpr std::uint64_t kMaxProbeNs = 500'000'000;
 // A probe's PING waits this long at most (or the call timeout, if shorter).
 constexpr std::uint64_t kProbeTimeoutNs = 250'000'000;
 
-// The failures that are the owner's, not the caller's: what a failure policy answers for.
-bool owner_failed(ErrorCode code) {
-  return code == ErrorCode::kTimeout || code == ErrorCode::kConnectionFailed ||
-         code == ErrorCode::kUnavailable;
+// A denial made here under `rule`, waiting `retry_after_ms` (and as long for the reset: the
+// local layer keeps no more than that).
+Decision local_denial(const Rule& rule, std::uint64_t retry_after_ms, std::uint64_t reset_after_ms,
+                      DecisionSource source) {
+  Decision denied;
+  denied.limit = rule.capacity();
+  denied.retry_after_ms = retry_after_ms;
+  denied.reset_after_ms = reset_after_ms;
+  denied.policy_quota = rule.limit;
+  denied.policy_window_ms = rule.period_ms;
+  denied.source = source;
+  return denied;
 }
 
 Decision from_local(const sluice::Decision& d, const Rule& rule) {
@@ -161,15 +169,9 @@ std::optional<Decision> Client::Impl::policy_answer(const AcquireRequest& reques
   fallback_decisions.fetch_add(1, std::memory_order_relaxed);
   const Rule& rule = request.rule;
   if (policy == FailurePolicy::kClosed) {
-    Decision denied;
-    denied.limit = rule.capacity();
-    denied.reset_after_ms = rule.period_ms;
     // Paced, not spun: a caller that retries waits a period.
-    denied.retry_after_ms = rule.limit == 0 ? kNever : rule.period_ms;
-    denied.policy_quota = rule.limit;
-    denied.policy_window_ms = rule.period_ms;
-    denied.source = DecisionSource::kLocalFallback;
-    return denied;
+    return local_denial(rule, rule.limit == 0 ? kNever : rule.period_ms, rule.period_ms,
+                        DecisionSource::kLocalFallback);
   }
   return from_local(fallback.decide(fingerprint, rule, request.cost, request.peek, now_ns), rule);
 }
@@ -200,14 +202,10 @@ std::optional<Result<Decision>> Client::Impl::local_answer(const AcquireRequest&
           blocked.size() == 0 ? 0 : blocked.blocked_for(fingerprint, now, request.cost);
       left != 0) {
     blocked_hits.fetch_add(1, std::memory_order_relaxed);
-    Decision denied;
-    denied.limit = request.rule.capacity();
-    denied.retry_after_ms = ns_to_ms_ceil(left);
-    denied.reset_after_ms = denied.retry_after_ms;  // at least; the cache keeps no more
-    denied.policy_quota = request.rule.limit;
-    denied.policy_window_ms = request.rule.period_ms;
-    denied.source = DecisionSource::kBlockedCache;
-    return Result<Decision>(denied);
+    // The reset is at least the wait; the cache keeps no more.
+    const std::uint64_t wait_ms = ns_to_ms_ceil(left);
+    return Result<Decision>(
+        local_denial(request.rule, wait_ms, wait_ms, DecisionSource::kBlockedCache));
   }
   if (!down) return std::nullopt;
   if (std::optional<Decision> policy = policy_answer(request, fingerprint, now)) {
@@ -241,7 +239,12 @@ void Client::Impl::note_call(detail::NodeHealth* health, bool failed) {
   }
 }
 
-bool Client::Impl::owner_failure(const Status& status) { return owner_failed(status.code()); }
+// The failures that are the owner's, not the caller's: what a failure policy answers for.
+bool Client::Impl::owner_failure(const Status& status) {
+  const ErrorCode code = status.code();
+  return code == ErrorCode::kTimeout || code == ErrorCode::kConnectionFailed ||
+         code == ErrorCode::kUnavailable;
+}
 
 void Client::Impl::settle(const AcquireRequest& request, Result<Decision>& result) {
   if (!local_layer && !request.failure_policy) return;
@@ -258,7 +261,7 @@ void Client::Impl::settle(const AcquireRequest& request, Result<Decision>& resul
     }
     return;
   }
-  if (!owner_failed(result.status().code())) return;
+  if (!owner_failure(result.status())) return;
   const KeyHash hash = hash_key(request.key);
   if (std::optional<Decision> local =
           policy_answer(request, detail::blocked_fingerprint(hash, request.rule), clock.now_ns())) {

@@ -41,49 +41,18 @@ std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state) {
   return 0;
 }
 
-namespace {
-
-// The units a grant can take: one peek says what is left; then the grant itself.
-template <typename Decide>
-LeaseGrant grant(const Request& request, Decide decide_now) {
-  LeaseGrant out;
-  const Decision one = decide_now(Request{request.now_ns, 1, /*peek=*/true});
-  if (!one.allowed) {
-    out.decision = one;
-    return out;
-  }
-  // `remaining` counts whole units after one: one more than it is available now.
-  const std::uint64_t available = std::uint64_t{one.remaining} + 1;
-  auto granted = static_cast<std::uint32_t>(std::min<std::uint64_t>(request.cost, available));
-  Decision taken = decide_now(Request{request.now_ns, granted, false});
-  if (!taken.allowed && granted > 1) {
-    // An algorithm whose rounding says more than it admits at once: take one unit, which fits.
-    granted = 1;
-    taken = decide_now(Request{request.now_ns, 1, false});
-  }
-  if (!taken.allowed) {
-    out.decision = taken;
-    return out;
-  }
-  out.decision = taken;
-  out.granted = granted;
-  return out;
-}
-
-}  // namespace
-
 LeaseGrant lease(const Rule& rule, CounterState& state, const Request& request) {
   if (detail::admits_nothing(rule) || rule.algorithm == Algorithm::kSlidingLog) {
     return LeaseGrant{detail::never_decision(rule), 0, 0};
   }
-  LeaseGrant out = grant(request, [&](const Request& r) { return decide(rule, state, r); });
+  LeaseGrant out = grant_lease(request, [&](const Request& r) { return decide(rule, state, r); });
   out.stamp = out.granted != 0 ? lease_stamp(rule, request.now_ns) : 0;
   return out;
 }
 
 LeaseGrant sliding_log_lease(const Rule& rule, SlidingLog& log, const Request& request) {
   if (detail::admits_nothing(rule)) return LeaseGrant{detail::never_decision(rule), 0, 0};
-  return grant(request, [&](const Request& r) { return sliding_log(rule, log, r); });
+  return grant_lease(request, [&](const Request& r) { return sliding_log(rule, log, r); });
 }
 
 std::uint32_t lease_stamp(const Rule& rule, std::uint64_t now_ns) {

@@ -81,6 +81,26 @@ struct LeaseGrant {
 // whole milliseconds, low 32 bits (about 49.7 days before it wraps); 0 for a sliding log.
 std::uint32_t lease_stamp(const Rule& rule, std::uint64_t now_ns);
 
+// A lease's grant over any way of deciding a key (a bare state here, a stored record in the
+// daemon's table): a one-unit peek says what is left (its `remaining` plus one), then
+// min(request.cost, that) units are taken, or one unit when the algorithm's rounding said
+// more than fits at once. `decide_now(Request)` decides the key at the request's time.
+template <typename Decide>
+LeaseGrant grant_lease(const Request& request, Decide decide_now) {
+  LeaseGrant out;
+  out.decision = decide_now(Request{request.now_ns, 1, /*peek=*/true});
+  if (!out.decision.allowed) return out;
+  const std::uint64_t available = std::uint64_t{out.decision.remaining} + 1;
+  auto granted = static_cast<std::uint32_t>(request.cost < available ? request.cost : available);
+  out.decision = decide_now(Request{request.now_ns, granted, false});
+  if (!out.decision.allowed && granted > 1) {
+    granted = 1;
+    out.decision = decide_now(Request{request.now_ns, 1, false});
+  }
+  if (out.decision.allowed) out.granted = granted;
+  return out;
+}
+
 // Takes up to `request.cost` units, as many as are available at `request.now_ns` (0 when none
 // is); `request.peek` is ignored (a lease always takes). Not for Algorithm::kSlidingLog.
 LeaseGrant lease(const Rule& rule, CounterState& state, const Request& request);

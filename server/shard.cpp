@@ -412,32 +412,28 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
 
 protocol::AcquireResult Shard::lease_local(const KeyHash& hash, const Rule& rule,
                                            std::uint32_t want, std::uint64_t now_ns) {
-  // What is left (a one-unit peek: its remaining plus one), then the grant, as
-  // sluice::lease() does on a bare state.
-  TableAnswer answer = table_.acquire(hash, rule, Request{now_ns, 1, /*peek=*/true});
-  std::uint32_t granted = 0;
-  if (answer.outcome == TableOutcome::kOk && answer.decision.allowed) {
-    granted = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(want, std::uint64_t{answer.decision.remaining} + 1));
-    answer = table_.acquire(hash, rule, Request{now_ns, granted, false});
-    if (answer.outcome == TableOutcome::kOk && !answer.decision.allowed && granted > 1) {
-      granted = 1;  // rounding that says more than fits at once: one unit fits
-      answer = table_.acquire(hash, rule, Request{now_ns, 1, false});
-    }
-  }
+  // The grant sluice::lease() makes on a bare state, made on the key's record. A key that
+  // cannot be stored answers as denied to the grant, which then stops.
+  bool no_memory = false;
+  const LeaseGrant grant = grant_lease(Request{now_ns, want, false}, [&](const Request& r) {
+    if (no_memory) return Decision{};  // nothing more is tried once the table is full
+    const TableAnswer answer = table_.acquire(hash, rule, r);
+    if (answer.outcome == TableOutcome::kNoMemory) no_memory = true;
+    return answer.outcome == TableOutcome::kNoMemory ? Decision{} : answer.decision;
+  });
   protocol::AcquireResult result;
-  if (answer.outcome == TableOutcome::kNoMemory) {
+  if (no_memory) {
     result.status = protocol::ItemStatus::kNoMemory;
     return result;
   }
-  result = protocol::to_result(answer.decision);
-  if (!answer.decision.allowed) {
+  result = protocol::to_result(grant.decision);
+  if (grant.granted == 0) {
     result.status = protocol::ItemStatus::kDenied;
     counters_[Stat::kDenied].add();
     return result;
   }
   result.status = protocol::ItemStatus::kAllowed;
-  result.granted = granted;
+  result.granted = grant.granted;
   // The stamp its give-back needs (the window, or the grant's millisecond).
   result.retry_after_ms = lease_stamp(rule, now_ns);
   counters_[Stat::kAllowed].add();

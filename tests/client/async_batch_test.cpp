@@ -21,6 +21,7 @@ using namespace std::chrono_literals;
 using testing::CallbackLatch;
 using testing::connect_or_fail;
 using testing::options_for;
+using testing::stat;
 using testing::TestServer;
 
 Rule rule_of(std::uint32_t limit) {
@@ -29,16 +30,6 @@ Rule rule_of(std::uint32_t limit) {
   r.limit = limit;
   r.period_ms = 60'000;
   return r;
-}
-
-std::uint64_t stat(Client& client, std::string_view name) {
-  auto stats = client.stats();
-  REQUIRE(stats.ok());
-  for (const Stat& s : *stats) {
-    if (s.name == name) return s.value;
-  }
-  FAIL("no stat " << name);
-  return 0;
 }
 
 // Copies a batch's results out of the callback (the span lives only during it).

@@ -42,16 +42,6 @@ ClientOptions layered(const std::string& address, ManualClock& clock, FailurePol
   return options;
 }
 
-std::uint64_t stat(Client& client, const std::string& name) {
-  auto stats = client.stats();
-  REQUIRE(stats.ok());
-  for (const Stat& s : *stats) {
-    if (s.name == name) return s.value;
-  }
-  FAIL("no stat " << name);
-  return 0;
-}
-
 long long elapsed_ms(SteadyClock::time_point since) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - since).count();
 }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -90,6 +92,17 @@ inline ClientOptions options_for(const std::string& address, bool shard_aware = 
   options.breaker_failures = 0;
   options.metrics = false;
   return options;
+}
+
+// The counter `name` of the client's seed node (Client::stats()); fails the test without it.
+inline std::uint64_t stat(Client& client, std::string_view name) {
+  auto stats = client.stats();
+  REQUIRE(stats.ok());
+  for (const Stat& s : *stats) {
+    if (s.name == name) return s.value;
+  }
+  FAIL("no stat " << name);
+  return 0;
 }
 
 inline std::unique_ptr<Client> connect_or_fail(const ClientOptions& options) {
