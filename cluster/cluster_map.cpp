@@ -103,4 +103,19 @@ bool ClusterMap::owns(std::string_view id, const KeyHash& hash) const {
   return index && ring_->primary_of(hash) == *index;
 }
 
+std::optional<ClusterMap> with_joining_active(const ClusterMap& map) {
+  std::vector<ClusterNode> nodes = map.nodes();
+  bool joining = false;
+  for (ClusterNode& node : nodes) {
+    if (node.state != NodeState::kJoining) continue;
+    node.state = NodeState::kActive;
+    joining = true;
+  }
+  if (!joining) return std::nullopt;
+  // The same ids and addresses as a map that was made already: only the ring is new.
+  Expected<ClusterMap> next = ClusterMap::make(map.epoch(), std::move(nodes), map.ring_params());
+  if (!next) return std::nullopt;
+  return std::move(next).value();
+}
+
 }  // namespace sluice::cluster

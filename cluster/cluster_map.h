@@ -80,4 +80,10 @@ class ClusterMap {
   std::vector<std::size_t> ring_node_;  // NodeIndex in ring_ -> index in nodes_
 };
 
+// The map `map` will become once its joining nodes turn active: the same epoch and nodes,
+// every joining node active. A joining node pulls the partitions this map gives it, and the
+// primaries stream their changes to it, before it turns active (docs/ARCHITECTURE.md,
+// "Joining"). nullopt when no node is joining.
+std::optional<ClusterMap> with_joining_active(const ClusterMap& map);
+
 }  // namespace sluice::cluster

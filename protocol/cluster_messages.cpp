@@ -250,12 +250,24 @@ ParseResult parse_replicate_reply(std::span<const std::uint8_t> body, ReplicateR
 
 // ---- PULL ----------------------------------------------------------------------------------
 
+namespace {
+
+std::uint8_t pull_reply_flags(const PullReplyHeader& header) {
+  return static_cast<std::uint8_t>((header.fenced ? kPullFenced : 0) |
+                                   (header.done ? kPullDone : 0) |
+                                   (header.now_ns ? kPullClock : 0));
+}
+
+}  // namespace
+
 void encode_pull_request(Bytes& out, std::uint32_t request_id, const PullRequest& request,
                          const Framing& framing) {
   assert(!request.partitions.empty() && request.partitions.size() <= kU16Max);
   const std::size_t start = begin_frame(out, Opcode::kPull, 0, request_id, framing);
-  std::uint8_t* p = grow(out, kPullRequestFixedSize + 2 * request.partitions.size());
-  p[0] = request.fence ? kPullFence : 0;
+  std::uint8_t* p =
+      grow(out, kPullRequestFixedSize + 2 * request.partitions.size() + (request.since_ns ? 8 : 0));
+  p[0] = static_cast<std::uint8_t>((request.fence ? kPullFence : 0) |
+                                   (request.since_ns ? kPullSince : 0));
   p[1] = 0;
   encode_fixed16(p + 2, request.max_records);
   encode_fixed64(p + 4, request.cursor);
@@ -265,6 +277,7 @@ void encode_pull_request(Bytes& out, std::uint32_t request_id, const PullRequest
     encode_fixed16(p, partition);
     p += 2;
   }
+  if (request.since_ns) encode_fixed64(p, *request.since_ns);
   finish_frame(out, start);
 }
 
@@ -276,19 +289,26 @@ ParseResult parse_pull_request(std::span<const std::uint8_t> body, PullRequest& 
       !in.read_u64(out.cursor) || !in.read_u16(count)) {
     return ParseResult::failure("PULL request too short");
   }
-  if ((flags & ~kPullFence) != 0 || reserved != 0) {
+  if ((flags & ~(kPullFence | kPullSince)) != 0 || reserved != 0) {
     return ParseResult::failure("reserved PULL request bits not zero");
   }
   if (out.max_records == 0 || out.max_records > kMaxPullRecords) {
     return ParseResult::failure("PULL max_records outside 1..4096");
   }
   if (count == 0) return ParseResult::failure("PULL request names no partition");
-  if (in.remaining() != 2 * std::size_t{count}) {
-    return ParseResult::failure("PULL partitions do not fill the body exactly");
+  const bool since = (flags & kPullSince) != 0;
+  if (in.remaining() != 2 * std::size_t{count} + (since ? 8 : 0)) {
+    return ParseResult::failure("PULL partitions (and since) do not fill the body exactly");
   }
   out.fence = (flags & kPullFence) != 0;
   out.partitions.resize(count);
   for (std::uint16_t& partition : out.partitions) in.read_u16(partition);
+  out.since_ns.reset();
+  if (since) {
+    std::uint64_t since_ns = 0;
+    in.read_u64(since_ns);
+    out.since_ns = since_ns;
+  }
   return {};
 }
 
@@ -297,20 +317,22 @@ RecordFrame begin_pull_reply(Bytes& out, std::uint32_t request_id, const PullRep
   RecordFrame frame;
   frame.frame_start = begin_frame(out, Opcode::kPull, kFlagReply, request_id, framing);
   frame.count_at = out.size() + 2;
-  std::uint8_t* p = grow(out, kPullReplyFixedSize);
-  p[0] =
-      static_cast<std::uint8_t>((header.fenced ? kPullFenced : 0) | (header.done ? kPullDone : 0));
+  std::uint8_t* p = grow(out, kPullReplyFixedSize + (header.now_ns ? 8 : 0));
+  p[0] = pull_reply_flags(header);
   p[1] = 0;
   encode_fixed16(p + 2, 0);
   encode_fixed64(p + 4, header.next_cursor);
+  if (header.now_ns) encode_fixed64(p + kPullReplyFixedSize, *header.now_ns);
   return frame;
 }
 
 void set_pull_reply_header(Bytes& out, const RecordFrame& frame, const PullReplyHeader& header) {
   std::uint8_t* p = out.data() + frame.count_at - 2;  // flags, reserved, then the count
-  p[0] =
-      static_cast<std::uint8_t>((header.fenced ? kPullFenced : 0) | (header.done ? kPullDone : 0));
+  // The clock's presence was settled by begin_pull_reply: the records follow it.
+  assert(((p[0] & kPullClock) != 0) == header.now_ns.has_value());
+  p[0] = pull_reply_flags(header);
   encode_fixed64(p + 4, header.next_cursor);
+  if (header.now_ns) encode_fixed64(p + kPullReplyFixedSize, *header.now_ns);
 }
 
 ParseResult parse_pull_reply(std::span<const std::uint8_t> body, PullReplyHeader& header,
@@ -322,11 +344,17 @@ ParseResult parse_pull_reply(std::span<const std::uint8_t> body, PullReplyHeader
       !in.read_u64(header.next_cursor)) {
     return ParseResult::failure("PULL reply too short");
   }
-  if ((flags & ~(kPullFenced | kPullDone)) != 0 || reserved != 0) {
+  if ((flags & ~(kPullFenced | kPullDone | kPullClock)) != 0 || reserved != 0) {
     return ParseResult::failure("reserved PULL reply bits not zero");
   }
   header.fenced = (flags & kPullFenced) != 0;
   header.done = (flags & kPullDone) != 0;
+  header.now_ns.reset();
+  if ((flags & kPullClock) != 0) {
+    std::uint64_t now_ns = 0;
+    if (!in.read_u64(now_ns)) return ParseResult::failure("PULL reply too short for its clock");
+    header.now_ns = now_ns;
+  }
   if (ParseResult records = read_records(in, count, out); !records) return records;
   if (!in.at_end()) return ParseResult::failure("bytes left after the last record");
   return {};

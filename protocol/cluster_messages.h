@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -110,15 +111,23 @@ ParseResult parse_replicate_reply(std::span<const std::uint8_t> body, ReplicateR
 // ---- PULL ----------------------------------------------------------------------------------
 
 inline constexpr std::uint8_t kPullFence = 0x01;   // request flag
+inline constexpr std::uint8_t kPullSince = 0x02;   // request flag, protocol 5
 inline constexpr std::uint8_t kPullFenced = 0x01;  // reply flag
 inline constexpr std::uint8_t kPullDone = 0x02;    // reply flag
+inline constexpr std::uint8_t kPullClock = 0x04;   // reply flag, protocol 5
 inline constexpr std::uint16_t kMaxPullRecords = 4096;
+// The first protocol version whose PULL takes `since` (and answers with the source's clock).
+inline constexpr std::uint8_t kFirstPullSinceVersion = 5;
 
 struct PullRequest {
   bool fence = false;
   std::uint16_t max_records = 1;          // 1..kMaxPullRecords
   std::uint64_t cursor = 0;               // 0 first, then the reply's next_cursor
   std::vector<std::uint16_t> partitions;  // 1..65535 indices
+  // Protocol 5: only the records changed at or after this instant of the source's clock (to
+  // its last-used stamp's 268 ms: it may send more); 0 = all. Set, the reply carries the
+  // source's clock (PullReplyHeader::now_ns), which a later pull gives back here.
+  std::optional<std::uint64_t> since_ns;
   friend bool operator==(const PullRequest&, const PullRequest&) = default;
 };
 void encode_pull_request(Bytes& out, std::uint32_t request_id, const PullRequest& request,
@@ -129,6 +138,8 @@ struct PullReplyHeader {
   bool fenced = false;
   bool done = false;
   std::uint64_t next_cursor = 0;
+  // The source's clock when it read the page: in the reply to a request with since_ns.
+  std::optional<std::uint64_t> now_ns;
 };
 // Records are added as for REPLICATE (add_record, finish_records).
 RecordFrame begin_pull_reply(Bytes& out, std::uint32_t request_id, const PullReplyHeader& header,

@@ -28,8 +28,9 @@ inline constexpr std::uint8_t kFrameVersionEpoch = 2;
 // The protocol version a HELLO negotiates (the highest this code speaks). Version 2 added the
 // token to the HELLO request; version 3 the cluster (framing version 2, CLUSTER, REPLICATE,
 // PULL, RELOAD, the REDIRECT and UNAVAILABLE statuses); version 4 leases (the lease and
-// give-back flags of ACQUIRE items, and the `granted` field of their results).
-inline constexpr std::uint8_t kVersion = 4;
+// give-back flags of ACQUIRE items, and the `granted` field of their results); version 5 the
+// `since` flag of PULL and the source's clock in its reply (a pull of what changed since).
+inline constexpr std::uint8_t kVersion = 5;
 inline constexpr std::size_t kHeaderSize = 16;       // framing version 1
 inline constexpr std::size_t kHeaderSizeEpoch = 24;  // framing version 2
 inline constexpr std::size_t kMaxHeaderSize = kHeaderSizeEpoch;

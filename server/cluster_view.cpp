@@ -36,6 +36,7 @@ std::shared_ptr<const ClusterView> make_cluster_view(const cluster::ClusterMap& 
   view->map = map;
   view->self = map.ring().find(self_id).value_or(cluster::kNoNode);
   view->states = std::move(states);
+  view->joined = cluster::with_joining_active(map);
   protocol::ClusterMapMessage& m = view->message;
   m.epoch = map.epoch();
   m.ring_version = static_cast<std::uint8_t>(map.ring_params().hash_version);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,6 +50,10 @@ struct ClusterView {
   cluster::NodeIndex self = cluster::kNoNode;  // this node in map.ring(); kNoNode outside it
   std::shared_ptr<PartitionStates> states;     // never null
   protocol::ClusterMapMessage message;         // the CLUSTER reply, `self` filled in
+  // While nodes are joining: the map once they are active (cluster::with_joining_active). A
+  // primary also streams the records it changes to the joining nodes that will own them
+  // there, so that they turn active with the counts (docs/ARCHITECTURE.md, "Joining").
+  std::optional<cluster::ClusterMap> joined;
 
   std::uint64_t epoch() const { return map.epoch(); }
 

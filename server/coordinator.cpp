@@ -16,6 +16,7 @@
 #include "server/dispatcher.h"
 #include "server/peer_link.h"
 #include "server/shard.h"
+#include "server/shard_counters.h"
 
 namespace sluice::server {
 
@@ -101,8 +102,15 @@ std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster:
 // One plan: the sources in turn, every shard of the current source page by page.
 class PullJob : public std::enable_shared_from_this<PullJob> {
  public:
-  PullJob(Coordinator& owner, std::shared_ptr<const ClusterView> view, PullPlan plan)
-      : owner_(owner), view_(std::move(view)), plan_(std::move(plan)), timer_(owner.io_) {
+  // `done` (may be empty) is called with the number of records pulled once they are merged.
+  PullJob(Coordinator& owner, std::shared_ptr<const ClusterView> view, PullPlan plan,
+          std::function<void(std::size_t)> done = {})
+      : owner_(owner),
+        view_(std::move(view)),
+        plan_(std::move(plan)),
+        done_(std::move(done)),
+        timer_(owner.io_),
+        started_(std::chrono::steady_clock::now()) {
     request_.max_records = kPullPageRecords;
     request_.partitions.assign(plan_.partitions.begin(), plan_.partitions.end());
   }
@@ -154,6 +162,13 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     host_ = address->host;
     request_.fence = source.fence;
     request_.cursor = 0;
+    // A warm-up asks for everything with the source's clock (since 0); a plan with since_ns asks
+    // its first source for what changed since. The clock kept is the earliest of the pages'.
+    since_ = plan_.warm ? std::optional<std::uint64_t>(0)
+                        : (source_index_ == 1 ? plan_.since_ns : std::nullopt);
+    clock_.reset();
+    clock_complete_ = true;
+    since_used_ = false;
     auto self = shared_from_this();
     control_ = std::make_shared<PeerLink>(
         owner_.io_, link_config(address->host, address->port), [](const protocol::Frame&) {},
@@ -193,6 +208,12 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     if (stopped_ || s.done || s.link == nullptr || !s.link->up()) return;
     protocol::PullRequest request = request_;
     request.cursor = s.cursor;
+    if (since_ && s.link->hello().version >= protocol::kFirstPullSinceVersion) {
+      request.since_ns = since_;
+      since_used_ = since_used_ || *since_ != 0;
+    } else {
+      clock_complete_ = false;  // an older source: every record, and no clock
+    }
     protocol::encode_pull_request(s.link->output(), s.link->next_id(), request, s.link->framing());
     s.link->flush();
     s.asked = true;
@@ -208,6 +229,11 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
       return next_source();
     }
     arm_progress_timer();
+    if (header.now_ns) {
+      clock_ = std::min(clock_.value_or(*header.now_ns), *header.now_ns);
+    } else {
+      clock_complete_ = false;
+    }
     apply(records_);
     s.cursor = header.next_cursor;
     if (header.done) {
@@ -222,6 +248,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
   void apply(const std::vector<protocol::WireRecord>& records) {
     const unsigned shards = context().shard_count;
     held_.resize(shards);
+    pulled_ += records.size();
     for (const protocol::WireRecord& record : records) {
       Owned owned{record, {}};
       owned.record.log_bytes = {};
@@ -253,6 +280,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
         asio::post(shard->io(), [self, shard, chunk = std::move(chunk)]() {
           const std::uint64_t now_ns = shard->context().clock->now_ns();
           for (const Owned& owned : chunk) shard->apply_record(owned.record, owned.log, now_ns);
+          shard->counters()[Stat::kPulledRecords].add(chunk.size());
           asio::post(self->owner_.io_, [self] {
             if (--self->applying_ == 0) self->complete();
           });
@@ -294,25 +322,57 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     finished_ = true;
     timer_.cancel();
     close_links();
-    (void)pulled;
+    if (pulled) {
+      from_ = plan_.sources[source_index_ - 1].node;
+      // Every page of every shard came with the source's clock: the warm copy is what the
+      // source held at the earliest of them, and a pull since then brings the rest.
+      if (plan_.warm && clock_ && clock_complete_) {
+        owner_.warmed(from_, *clock_, plan_.partitions, view_->map.ring().partition_count());
+      }
+    }
     flush();
   }
 
   void complete() {
     if (stopped_) return;
-    if (plan_.primary) {
+    if (plan_.primary && !plan_.warm) {
       for (const std::uint32_t p : plan_.partitions) {
         view_->states->set(p, PartitionServing::kServing);
       }
     }
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started_);
+    const char* kind = plan_.warm      ? "warm-up while joining"
+                       : since_used_   ? "only what changed since the warm-up"
+                       : plan_.primary ? "to serve as primary"
+                                       : "as replica";
+    if (from_.empty()) {
+      fmt::print(stderr, "sluiced: epoch {}: {} partitions ({}): {}, serving with what is here\n",
+                 view_->epoch(), plan_.partitions.size(), kind,
+                 plan_.sources.empty() ? "no node to pull from" : "no source answered");
+    } else {
+      fmt::print(stderr,
+                 "sluiced: epoch {}: pulled {} records of {} partitions from {} in {} ms ({}{})\n",
+                 view_->epoch(), pulled_, plan_.partitions.size(), from_, took.count(), kind,
+                 request_.fence ? ", fenced" : "");
+    }
+    if (done_) done_(pulled_);
     owner_.finished(this);
   }
 
   Coordinator& owner_;
   std::shared_ptr<const ClusterView> view_;
   PullPlan plan_;
+  std::function<void(std::size_t)> done_;
   protocol::PullRequest request_;
   asio::steady_timer timer_;
+  std::chrono::steady_clock::time_point started_;
+  std::optional<std::uint64_t> since_;  // what to ask the current source for
+  std::optional<std::uint64_t> clock_;  // the earliest clock in its pages
+  bool clock_complete_ = true;          // every page so far came with one
+  bool since_used_ = false;             // a page was asked for what changed since a warm-up
+  std::size_t pulled_ = 0;              // records received
+  std::string from_;                    // the source that gave every page
   std::shared_ptr<PeerLink> control_;
   std::vector<ShardPull> shards_;
   struct Owned {
@@ -341,12 +401,85 @@ void Coordinator::start(std::shared_ptr<const ClusterView> view, std::vector<Pul
   if (stopped_.load()) return;
   running_.fetch_add(plans.size());
   asio::post(io_, [this, view = std::move(view), plans = std::move(plans)]() mutable {
-    for (PullPlan& plan : plans) {
+    std::vector<PullPlan> split;
+    for (PullPlan& plan : plans) use_warm_copies(plan, split);
+    running_.fetch_add(split.size() - plans.size());  // a split plan is two pulls
+    for (PullPlan& plan : split) {
       auto job = std::make_shared<PullJob>(*this, view, std::move(plan));
       jobs_.push_back(job);
       job->start();
     }
   });
+}
+
+void Coordinator::warm_up(std::shared_ptr<const ClusterView> view, std::vector<PullPlan> plans,
+                          std::function<void(std::size_t)> done) {
+  if (stopped_.load()) return;
+  running_.fetch_add(plans.size());
+  asio::post(io_, [this, view = std::move(view), plans = std::move(plans),
+                   done = std::move(done)]() mutable {
+    // A new warm-up (a new session of the node) starts from nothing.
+    warm_.clear();
+    if (plans.empty()) {
+      done(0);
+      return;
+    }
+    struct Group {
+      std::size_t left = 0;
+      std::size_t records = 0;
+      std::function<void(std::size_t)> done;
+    };
+    auto group = std::make_shared<Group>(Group{plans.size(), 0, std::move(done)});
+    for (PullPlan& plan : plans) {
+      plan.warm = true;
+      plan.since_ns.reset();
+      for (PullPlan::Source& source : plan.sources) source.fence = false;
+      auto job =
+          std::make_shared<PullJob>(*this, view, std::move(plan), [group](std::size_t records) {
+            group->records += records;
+            if (--group->left == 0) group->done(group->records);
+          });
+      jobs_.push_back(job);
+      job->start();
+    }
+  });
+}
+
+void Coordinator::warmed(const std::string& source, std::uint64_t since_ns,
+                         const std::vector<std::uint32_t>& partitions, std::uint32_t count) {
+  WarmCopy& copy = warm_[source];
+  // Several warm plans may read one source: the copy holds from the earliest of them.
+  copy.since_ns = copy.partitions.empty() ? since_ns : std::min(copy.since_ns, since_ns);
+  copy.partitions.resize(count, false);
+  for (const std::uint32_t p : partitions) {
+    if (p < count) copy.partitions[p] = true;
+  }
+}
+
+void Coordinator::use_warm_copies(PullPlan& plan, std::vector<PullPlan>& out) {
+  const auto copy =
+      plan.warm || plan.sources.empty() ? warm_.end() : warm_.find(plan.sources.front().node);
+  if (copy == warm_.end()) {
+    out.push_back(std::move(plan));
+    return;
+  }
+  PullPlan covered = plan;
+  covered.partitions.clear();
+  covered.since_ns = copy->second.since_ns;
+  std::vector<std::uint32_t> rest;
+  for (const std::uint32_t p : plan.partitions) {
+    if (p < copy->second.partitions.size() && copy->second.partitions[p]) {
+      covered.partitions.push_back(p);
+      copy->second.partitions[p] = false;  // the records move on from here: one use
+    } else {
+      rest.push_back(p);
+    }
+  }
+  if (!covered.partitions.empty()) out.push_back(std::move(covered));
+  if (!rest.empty()) {
+    plan.partitions = std::move(rest);
+    out.push_back(std::move(plan));
+  }
 }
 
 bool Coordinator::run(std::function<void()> work) {

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,13 @@ struct PullPlan {
   std::vector<std::uint32_t> partitions;
   std::vector<Source> sources;  // tried in order; none left = serve with what is here
   bool primary = true;
+  // A joining node's warm-up (Coordinator::warm_up): nothing is fenced and no partition state
+  // changes; the records come in, and the source's clock is kept for a later pull of what
+  // changed since.
+  bool warm = false;
+  // Only the records changed at or after this instant of the first source's clock (protocol 5;
+  // the other sources, and a source of an older version, send every record).
+  std::optional<std::uint64_t> since_ns;
 };
 
 // What to pull when the node goes from map `from` (null at start-up) to map `to`.
@@ -58,6 +66,13 @@ class Coordinator {
   // plans already `pulling`). Pulls of an earlier view still running go on: each partition's
   // state is set by whichever finishes last. Any thread.
   void start(std::shared_ptr<const ClusterView> view, std::vector<PullPlan> plans);
+  // A joining node fetches the partitions it will own once active (plans from plan_pulls
+  // towards cluster::with_joining_active(view's map), turned into warm plans here), then calls
+  // done(records fetched) on the coordinator's thread. A later pull of the same partitions from
+  // the same source, as the hand-over when the node turns active, then asks only for what
+  // changed since the warm-up read it. Any thread.
+  void warm_up(std::shared_ptr<const ClusterView> view, std::vector<PullPlan> plans,
+               std::function<void(std::size_t records)> done);
   // Stops every pull and the thread. Idempotent.
   void stop();
   // Runs `work` on the coordinator's thread (off the shards'); false (and not run) once
@@ -74,12 +89,23 @@ class Coordinator {
  private:
   friend class PullJob;
   void finished(PullJob* job);
+  // What a warm-up read from `source` and when, by the source's clock (coordinator thread).
+  struct WarmCopy {
+    std::uint64_t since_ns = 0;
+    std::vector<bool> partitions;
+  };
+  void warmed(const std::string& source, std::uint64_t since_ns,
+              const std::vector<std::uint32_t>& partitions, std::uint32_t partition_count);
+  // Splits `plan` into the part a warm copy of its first source covers (since_ns set, those
+  // partitions taken out of the warm copy: one use each) and the rest.
+  void use_warm_copies(PullPlan& plan, std::vector<PullPlan>& out);
 
   ServerContext& context_;
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread thread_;
   std::vector<std::shared_ptr<PullJob>> jobs_;  // coordinator thread only
+  std::map<std::string, WarmCopy> warm_;        // by source node; coordinator thread only
   std::atomic<std::size_t> running_{0};
   std::atomic<bool> stopped_{false};
 };

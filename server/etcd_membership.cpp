@@ -31,10 +31,11 @@ std::chrono::nanoseconds now() { return std::chrono::nanoseconds(lease_clock_ns(
 }  // namespace
 
 EtcdMembership::EtcdMembership(asio::io_context& io, MembershipConfig config, Adopt adopt,
-                               std::atomic<std::int64_t>& deadline)
+                               WarmUp warm_up, std::atomic<std::int64_t>& deadline)
     : io_(io),
       config_(std::move(config)),
       adopt_(std::move(adopt)),
+      warm_up_(std::move(warm_up)),
       deadline_(deadline),
       client_(io, etcd::Client::Config{config_.endpoints, call_timeout(config_.ttl)}),
       fence_(config_.margin),
@@ -217,8 +218,11 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
       }
     }
     if (!registered) {
-      // In the map as joining (so clients and peers know the address), now active: the map of
-      // that revision puts the node in the ring, and the hand-over pulls its partitions.
+      // In the map as joining (so clients and peers know the address), the node fetches what
+      // it will own while the primaries stream their changes to it; then active: the map of
+      // that revision puts it in the ring, and the hand-over pulls what changed since.
+      if (!draining_) co_await warm(session);
+      if (!current(session) || lost_) break;
       if (!co_await write_state(
               draining_ ? cluster::NodeState::kDraining : cluster::NodeState::kActive, session)) {
         break;
@@ -262,6 +266,39 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
   }
 }
 
+asio::awaitable<void> EtcdMembership::warm(std::uint64_t session) {
+  if (!warm_up_) co_return;
+  struct Wait {
+    explicit Wait(asio::io_context& io) : timer(io) {}
+    asio::steady_timer timer;
+    bool done = false;
+    std::size_t records = 0;
+  };
+  // Shared with the callback, which may come after a timeout has moved this coroutine on.
+  auto wait = std::make_shared<Wait>(io_);
+  wait->timer.expires_after(config_.warm_up_timeout);
+  const auto started = now();
+  warm_up_([wait](std::size_t records) {
+    wait->done = true;
+    wait->records = records;
+    wait->timer.cancel();
+  });
+  if (!wait->done) {
+    cancel_warm_ = [wait] { wait->timer.cancel(); };
+    boost::system::error_code ec;
+    co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    cancel_warm_ = nullptr;
+  }
+  if (!current(session)) co_return;
+  const auto took = std::chrono::duration_cast<milliseconds>(now() - started).count();
+  if (wait->done) {
+    say(fmt::format("joining: fetched {} records of the partitions it will own in {} ms",
+                    wait->records, took));
+  } else {
+    say(fmt::format("joining: the warm-up took over {} ms; turning active all the same", took));
+  }
+}
+
 std::string EtcdMembership::drain() {
   if (stopped_) return "the node is shutting down";
   if (draining_) return "";
@@ -281,6 +318,7 @@ std::string EtcdMembership::drain() {
 
 void EtcdMembership::stop(std::function<void()> done) {
   stopped_ = true;
+  if (cancel_warm_) cancel_warm_();
   fence_.lose();
   publish_fence();
   client_.stop_watches();

@@ -40,6 +40,9 @@ struct MembershipConfig {
   std::chrono::milliseconds margin{250};
   // Pause between attempts when etcd cannot be reached or refuses.
   std::chrono::milliseconds retry{200};
+  // The longest a joining node waits for its warm-up before it turns active all the same (the
+  // hand-over then pulls the rest, fenced).
+  std::chrono::milliseconds warm_up_timeout{60'000};
 };
 
 class EtcdMembership {
@@ -48,7 +51,10 @@ class EtcdMembership {
   // the shards take it). `deadline` is where the fence deadline is published (lease_clock_ns()
   // units; 0 = not primary), read by every shard.
   using Adopt = std::function<void(const cluster::ClusterMap&)>;
-  EtcdMembership(boost::asio::io_context& io, MembershipConfig config, Adopt adopt,
+  // `warm_up(done)`: the node, joining in the map last adopted, fetches the partitions it will
+  // own once active and calls done(records) on the io thread (Coordinator::warm_up).
+  using WarmUp = std::function<void(std::function<void(std::size_t records)> done)>;
+  EtcdMembership(boost::asio::io_context& io, MembershipConfig config, Adopt adopt, WarmUp warm_up,
                  std::atomic<std::int64_t>& deadline);
   EtcdMembership(const EtcdMembership&) = delete;
   EtcdMembership& operator=(const EtcdMembership&) = delete;
@@ -74,6 +80,8 @@ class EtcdMembership {
   boost::asio::awaitable<void> follow(std::uint64_t session);
   boost::asio::awaitable<bool> write_state(cluster::NodeState state, std::uint64_t session);
   boost::asio::awaitable<void> pause(std::chrono::milliseconds how_long);
+  // Joining: waits for warm_up_ (at most config_.warm_up_timeout).
+  boost::asio::awaitable<void> warm(std::uint64_t session);
   bool current(std::uint64_t session) const { return !stopped_ && session == session_; }
   void lose(const std::string& why);
   void publish_fence();
@@ -86,6 +94,8 @@ class EtcdMembership {
   boost::asio::io_context& io_;
   MembershipConfig config_;
   Adopt adopt_;
+  WarmUp warm_up_;
+  std::function<void()> cancel_warm_;  // while warm() waits: ends the wait (stop())
   std::atomic<std::int64_t>& deadline_;
   etcd::Client client_;
   cluster::LeaseFence fence_;

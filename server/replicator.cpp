@@ -54,9 +54,39 @@ Replicator::Node* Replicator::node_by_id(const std::string& id) {
   return nullptr;
 }
 
+Replicator::Node* Replicator::track(const std::string& id, const std::string& address_text) {
+  Node* node = node_by_id(id);
+  const auto address = cluster::parse_node_address(address_text);
+  if (node != nullptr && address && (node->host != address->host || node->port != address->port)) {
+    // The node moved: start over with links to its new address.
+    if (node->control) node->control->close();
+    for (Link& link : node->shards) {
+      if (link.link) link.link->close();
+    }
+    node->control.reset();
+    node->shards.clear();
+  }
+  if (node == nullptr) {
+    nodes_.push_back(std::make_unique<Node>());
+    node = nodes_.back().get();
+    node->id = id;
+  }
+  if (address) {
+    node->host = address->host;
+    node->port = address->port;
+  }
+  node->seen = true;
+  if (node->control) node->control->set_epoch(view_->epoch());
+  for (Link& link : node->shards) {
+    if (link.link) link.link->set_epoch(view_->epoch());
+  }
+  return node;
+}
+
 void Replicator::set_view(const ClusterView* view) {
   view_ = view;
   by_ring_index_.clear();
+  by_joined_index_.clear();
   for (auto& node : nodes_) node->seen = false;
   if (view == nullptr || stopped_) return;
   const cluster::Ring& ring = view->map.ring();
@@ -64,33 +94,17 @@ void Replicator::set_view(const ClusterView* view) {
   for (std::size_t i = 0; i < ring.nodes().size(); ++i) {
     if (static_cast<cluster::NodeIndex>(i) == view->self) continue;
     const std::string& id = ring.nodes()[i];
-    Node* node = node_by_id(id);
-    const cluster::ClusterNode* member = view->map.find(id);
-    const auto address = cluster::parse_node_address(member->address);
-    if (node != nullptr && address &&
-        (node->host != address->host || node->port != address->port)) {
-      // The node moved: start over with links to its new address.
-      if (node->control) node->control->close();
-      for (Link& link : node->shards) {
-        if (link.link) link.link->close();
+    by_ring_index_[i] = track(id, view->map.find(id)->address);
+  }
+  if (view->joined) {
+    const cluster::Ring& joined = view->joined->ring();
+    by_joined_index_.assign(joined.nodes().size(), nullptr);
+    for (std::size_t i = 0; i < joined.nodes().size(); ++i) {
+      const cluster::ClusterNode* member = view->map.find(joined.nodes()[i]);
+      if (member->state != cluster::NodeState::kJoining || member->id == shard_.context().node_id) {
+        continue;
       }
-      node->control.reset();
-      node->shards.clear();
-    }
-    if (node == nullptr) {
-      nodes_.push_back(std::make_unique<Node>());
-      node = nodes_.back().get();
-      node->id = id;
-    }
-    if (address) {
-      node->host = address->host;
-      node->port = address->port;
-    }
-    node->seen = true;
-    by_ring_index_[i] = node;
-    if (node->control) node->control->set_epoch(view->epoch());
-    for (Link& link : node->shards) {
-      if (link.link) link.link->set_epoch(view->epoch());
+      by_joined_index_[i] = track(member->id, member->address);
     }
   }
   // Nodes that left the map: their queued records have no replica to go to any more.
@@ -109,20 +123,33 @@ void Replicator::set_view(const ClusterView* view) {
 void Replicator::note(const KeyHash& hash) {
   if (view_ == nullptr || stopped_) return;
   const cluster::NodeIndex replica = view_->map.ring().owners_of(hash).replica;
-  if (replica == cluster::kNoNode || replica >= by_ring_index_.size()) return;
-  Node* node = by_ring_index_[replica];
-  if (node == nullptr) return;
+  Node* node = replica < by_ring_index_.size() ? by_ring_index_[replica] : nullptr;
+  // While nodes join, the ones that will hold the key once active get its changes too.
+  Node* to_primary = nullptr;
+  Node* to_replica = nullptr;
+  if (!by_joined_index_.empty()) {
+    const cluster::PartitionOwners owners = view_->joined->ring().owners_of(hash);
+    if (owners.primary < by_joined_index_.size()) to_primary = by_joined_index_[owners.primary];
+    if (owners.replica < by_joined_index_.size()) to_replica = by_joined_index_[owners.replica];
+  }
+  if (node == nullptr && to_primary == nullptr && to_replica == nullptr) return;
   Recent& recent = recent_[recent_slot(hash)];
   if (recent.generation == generation_ && recent.hash == hash) return;  // queued already
   recent = Recent{hash, generation_};
-  if (node->pending.empty()) node->pending_since = Clock::now();
-  if (node->pending.size() >= kMaxPendingRecords) {
-    node->pending.erase(node->pending.begin());  // the oldest goes: its replica stays behind
+  if (node != nullptr) queue(*node, hash);
+  if (to_primary != nullptr) queue(*to_primary, hash);
+  if (to_replica != nullptr && to_replica != to_primary) queue(*to_replica, hash);
+}
+
+void Replicator::queue(Node& node, const KeyHash& hash) {
+  if (node.pending.empty()) node.pending_since = Clock::now();
+  if (node.pending.size() >= kMaxPendingRecords) {
+    node.pending.erase(node.pending.begin());  // the oldest goes: its replica stays behind
     shard_.counters()[Stat::kReplicationDropped].add();
   }
-  node->pending.push_back(hash);
-  if (node->pending.size() >= shard_.context().config.replication_batch) {
-    flush(*node);
+  node.pending.push_back(hash);
+  if (node.pending.size() >= shard_.context().config.replication_batch) {
+    flush(node);
   } else {
     arm_timer();
   }

@@ -38,7 +38,8 @@ class Replicator {
   // The shard decides by `view` from now on: replica nodes are looked up in it; nodes that left
   // the map have their links closed.
   void set_view(const ClusterView* view);
-  // The record of `hash` changed on this shard, its primary: queue it for the replica.
+  // The record of `hash` changed on this shard, its primary: queue it for the replica, and for
+  // a joining node that will be its primary or replica once active (ClusterView::joined).
   void note(const KeyHash& hash);
   // Hint, a few keys ahead of note(): start loading the key's slot of the "queued already"
   // filter, which is random to the cache as the keys are.
@@ -79,6 +80,9 @@ class Replicator {
     bool seen = false;  // in the current view
   };
 
+  void queue(Node& node, const KeyHash& hash);
+  // The Node for `id` at `address` in the current view, made if need be.
+  Node* track(const std::string& id, const std::string& address);
   void flush_all();
   void flush(Node& node);
   void arm_timer();
@@ -91,6 +95,8 @@ class Replicator {
   const ClusterView* view_ = nullptr;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Node*> by_ring_index_;  // the current view's ring NodeIndex -> node
+  // While nodes join: view_->joined's ring NodeIndex -> node, for joining nodes only.
+  std::vector<Node*> by_joined_index_;
   boost::asio::steady_timer timer_;
   bool timer_armed_ = false;
   bool stopped_ = false;

@@ -152,6 +152,9 @@ struct Server::Impl {
   void adopt_locked(const cluster::ClusterMap& map);
   // etcd mode: the membership agent's maps, on the coordinator's thread.
   void adopt_from_etcd(const cluster::ClusterMap& map);
+  // etcd mode, joining: fetches the partitions this node will own once active
+  // (Coordinator::warm_up), then done(records). On the coordinator's thread.
+  void warm_up(std::function<void(std::size_t)> done);
   // etcd mode: closes the fence and revokes the lease, waiting at most about one etcd call.
   void leave_etcd();
   // Gives every shard `next`: directly before the threads run, else by a post, waiting until
@@ -245,6 +248,22 @@ void Server::Impl::adopt_from_etcd(const cluster::ClusterMap& map) {
              map.nodes().size(), map.ring().nodes().size(),
              self != nullptr ? cluster::node_state_name(self->state) : "absent");
   adopt_locked(map);
+}
+
+void Server::Impl::warm_up(std::function<void(std::size_t)> done) {
+  std::shared_ptr<const ClusterView> current;
+  std::vector<PullPlan> plans;
+  {
+    std::lock_guard<std::mutex> lock(reload_mutex);
+    current = view;
+    // Towards the map in which the joining nodes (this one among them) are active: what this
+    // node will be primary or replica of there, from those who hold it now.
+    if (current != nullptr && current->joined) {
+      plans = plan_pulls(&current->map, *current->joined, context.node_id);
+    }
+  }
+  if (current == nullptr || coordinator == nullptr) return done(0);
+  coordinator->warm_up(std::move(current), std::move(plans), std::move(done));
 }
 
 void Server::Impl::leave_etcd() {
@@ -435,6 +454,7 @@ void Server::start() {
     impl->membership = std::make_unique<EtcdMembership>(
         impl->coordinator->io(), std::move(*membership),
         [impl](const cluster::ClusterMap& map) { impl->adopt_from_etcd(map); },
+        [impl](std::function<void(std::size_t)> done) { impl->warm_up(std::move(done)); },
         context.lease_deadline_ns);
     EtcdMembership* agent = impl->membership.get();
     impl->coordinator->run([agent] { agent->start(); });
@@ -502,6 +522,24 @@ std::optional<Server::TEST_Record> Server::TEST_record(const KeyHash& key) const
     promise.set_value(std::move(record));
   });
   return future.get();
+}
+
+std::string Server::TEST_adopt_map(const cluster::ClusterMap& map) {
+  std::lock_guard<std::mutex> lock(impl_->reload_mutex);
+  if (impl_->view != nullptr && map.epoch() <= impl_->view->epoch()) {
+    return fmt::format("epoch {} is not above the epoch in force, {}", map.epoch(),
+                       impl_->view->epoch());
+  }
+  impl_->adopt_locked(map);
+  return "";
+}
+
+std::optional<std::size_t> Server::TEST_warm_up(std::chrono::milliseconds limit) {
+  auto records = std::make_shared<std::promise<std::size_t>>();
+  std::future<std::size_t> done = records->get_future();
+  impl_->warm_up([records](std::size_t n) { records->set_value(n); });
+  if (done.wait_for(limit) != std::future_status::ready) return std::nullopt;
+  return done.get();
 }
 
 std::size_t Server::TEST_pulls_running() const {

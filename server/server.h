@@ -17,6 +17,10 @@
 #include "protocol/frame.h"
 #include "server/table/log_arena.h"
 
+namespace sluice::cluster {
+class ClusterMap;
+}
+
 namespace sluice::server {
 
 // Input buffer every connection starts with and holds while it lives (not counted in
@@ -150,6 +154,11 @@ class Server {
   std::optional<TEST_Record> TEST_record(const KeyHash& key) const;
   // Test seam: pulls of partitions not finished yet (docs/ARCHITECTURE.md, "Moving partitions").
   std::size_t TEST_pulls_running() const;
+  // Test seams for joining without etcd: adopts `map` as a new map from etcd would be (its
+  // epoch must be higher than the one in force; "" or why not), and runs the warm-up of a
+  // joining node (the records fetched; nullopt when it took longer than `limit`).
+  std::string TEST_adopt_map(const cluster::ClusterMap& map);
+  std::optional<std::size_t> TEST_warm_up(std::chrono::milliseconds limit);
   // Test seam: the most output any connection has had waiting (queued and in flight) after
   // handling its input (bytes).
   std::size_t TEST_peak_queued_output() const;

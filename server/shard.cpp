@@ -480,8 +480,12 @@ void Shard::pull_page(protocol::Bytes& out, std::uint32_t request_id,
                       const protocol::Framing& framing, const protocol::PullRequest& request,
                       const std::vector<bool>& wanted, const cluster::Ring& ring) {
   const std::uint64_t now_ns = context_.clock->now_ns();
+  // A pull of what changed since an earlier one gets this clock back in its reply, to give as
+  // its `since` next time (the records' stamps are on this clock).
+  std::optional<std::uint64_t> clock;
+  if (request.since_ns) clock = now_ns;
   const protocol::RecordFrame frame = protocol::begin_pull_reply(
-      out, request_id, protocol::PullReplyHeader{request.fence, false, 0}, framing);
+      out, request_id, protocol::PullReplyHeader{request.fence, false, 0, clock}, framing);
   const ScanResult scanned = table_.scan(
       request.cursor, request.max_records, now_ns,
       [&](const KeyHash& key) { return wanted[ring.partition_of(key)]; },
@@ -495,11 +499,14 @@ void Shard::pull_page(protocol::Bytes& out, std::uint32_t request_id,
         record.state_b = image.state.b;
         record.idle_at_ns = image.idle_at_ns;
         protocol::add_record(out, frame, record, timestamps);
-      });
+      },
+      request.since_ns.value_or(0));
   protocol::set_pull_reply_header(
-      out, frame, protocol::PullReplyHeader{request.fence, scanned.done, scanned.next_cursor});
+      out, frame,
+      protocol::PullReplyHeader{request.fence, scanned.done, scanned.next_cursor, clock});
   protocol::finish_records(out, frame);
   counters_[Stat::kPullPages].add();
+  counters_[Stat::kPullRecords].add(scanned.visited);
 }
 
 std::vector<Replicator::PeerLag> Shard::published_lag() const {

@@ -58,6 +58,8 @@ enum class Stat : std::size_t {
   kReplicationAcked,
   kReplicationDropped,
   kPullPages,
+  kPullRecords,
+  kPulledRecords,
   kCount,
 };
 
@@ -89,6 +91,8 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCo
     "replication_acked",
     "replication_dropped",
     "pull_pages",
+    "pull_records",
+    "pulled_records",
 };
 
 // Padded so that two shards' counters never share a cache line.

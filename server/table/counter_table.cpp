@@ -1061,13 +1061,23 @@ ApplyOutcome CounterTable::apply_once(const RecordImage& image, std::span<const 
 // Only what the table holds at the call is visited, so a record evicted or expired meanwhile
 // (or dropped by a growth step past the displacement bound) was not live throughout.
 ScanResult CounterTable::scan_records(std::uint64_t cursor, std::size_t max_records,
-                                      std::uint64_t now_ns, const ScanCallbacks& callbacks) const {
+                                      std::uint64_t now_ns, std::uint64_t changed_since_ns,
+                                      const ScanCallbacks& callbacks) const {
   // The cursor: the first selector value of the segment being scanned (high 32 bits), and the
   // position in it to go on from, the high 32 bits of fp_lo (low 32 bits).
   const std::size_t most = std::max<std::size_t>(max_records, 1);
   std::uint64_t begin = cursor >> 32;
   auto from = static_cast<std::uint32_t>(cursor);
   std::size_t visited = 0;
+  // Records changed at or after changed_since_ns have a stamp at most `max_age` units old;
+  // older ones may alias into that range once the stamp wraps, which only visits them too. A
+  // since older than the stamp's range filters nothing.
+  const std::uint64_t since_units = changed_since_ns >> kStampTimeShift;
+  const std::uint64_t now_units = now_ns >> kStampTimeShift;
+  const bool filter =
+      changed_since_ns != 0 && since_units <= now_units && now_units - since_units < kStampMask;
+  const std::uint64_t max_age = filter ? now_units - since_units : kStampMask;
+  std::size_t examined = 0;
   for (;;) {
     const auto selector = static_cast<std::uint32_t>(begin);
     const Segment& seg = segments_[directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)]];
@@ -1079,13 +1089,22 @@ ScanResult CounterTable::scan_records(std::uint64_t cursor, std::size_t max_reco
     }
     // Records at or after `from` have homes at or after its home (invariant 1), and so slots.
     std::uint64_t last_order = 0;
+    bool any = false;  // a record of this segment was examined; last_order is its order
     for (std::size_t i = home_of(seg, std::uint64_t{from} << 32); i < seg.total_slots(); ++i) {
+      ++examined;
       Record& r = at(seg, i);
       if (tag_of(r.meta) == 0) continue;
       const std::uint64_t order = r.fp_lo >> 32;
       if (order < from) continue;  // displaced past `from`'s home
-      if (visited >= most && order != last_order) return {begin << 32 | order, false, visited};
+      // A page ends between two records of different orders, so that the next one, starting at
+      // `order`, misses nothing and always gets past the records it repeats.
+      if ((visited >= most || examined >= kScanSlotBudget) && any && order != last_order) {
+        return {begin << 32 | order, false, visited};
+      }
+      last_order = order;
+      any = true;
       if (is_expired(r.meta, now_ns)) continue;
+      if (filter && age_of(r.meta, now_ns) > max_age) continue;
       const KeyHash key{r.fp_lo, r.fp_hi};
       if (!callbacks.is_wanted(callbacks.wanted, key)) continue;
       std::span<const std::uint64_t> entries;
@@ -1102,13 +1121,12 @@ ScanResult CounterTable::scan_records(std::uint64_t cursor, std::size_t max_reco
       }
       callbacks.call_visit(callbacks.visit, image_of(r), entries);
       ++visited;
-      last_order = order;
     }
     const std::uint64_t end = selector_end(seg.prefix, seg.depth);
     if (end == std::uint64_t{1} << 32) return {0, true, visited};
     begin = end;
     from = 0;
-    if (visited >= most) return {begin << 32, false, visited};
+    if (visited >= most || examined >= kScanSlotBudget) return {begin << 32, false, visited};
   }
 }
 

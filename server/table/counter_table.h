@@ -128,17 +128,23 @@ class CounterTable {
   // record live from the first call to the last is visited at least once (some may be visited
   // twice). wanted and visit must not change the table. The scan may lay a wrapped sliding-log
   // ring out from its start (the same log), so that visit gets it as one span.
+  // `changed_since_ns` (0 = every record) leaves out the records whose last change (an acquire,
+  // a peek, a give-back, an applied record) came before it, to the last-used stamp's unit
+  // (2^28 ns): it may visit records older by up to one unit, never leave a later one out.
+  // A page also ends after kScanSlotBudget slots without a new record (between two records),
+  // so that a scan that finds few records does not hold the shard for the whole table.
   template <typename Wanted, typename Visit>
   ScanResult scan(std::uint64_t cursor, std::size_t max_records, std::uint64_t now_ns,
-                  Wanted wanted, Visit visit) const {
+                  Wanted wanted, Visit visit, std::uint64_t changed_since_ns = 0) const {
     const ScanCallbacks callbacks{
         &wanted, &visit,
         [](void* w, const KeyHash& key) -> bool { return (*static_cast<Wanted*>(w))(key); },
         [](void* v, const RecordImage& image, std::span<const std::uint64_t> log) {
           (*static_cast<Visit*>(v))(image, log);
         }};
-    return scan_records(cursor, max_records, now_ns, callbacks);
+    return scan_records(cursor, max_records, now_ns, changed_since_ns, callbacks);
   }
+  static constexpr std::size_t kScanSlotBudget = 1u << 16;
 
   // Examines up to `max_slots` slots from where the last call stopped and drops expired
   // records. Returns how many it dropped. Call it often with a small budget: no pauses.
@@ -305,7 +311,7 @@ class CounterTable {
     void (*call_visit)(void* visit, const RecordImage& image, std::span<const std::uint64_t> log);
   };
   ScanResult scan_records(std::uint64_t cursor, std::size_t max_records, std::uint64_t now_ns,
-                          const ScanCallbacks& callbacks) const;
+                          std::uint64_t changed_since_ns, const ScanCallbacks& callbacks) const;
 
   std::size_t max_bytes_;
   std::uint32_t sliding_log_cap_;

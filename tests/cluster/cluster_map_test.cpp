@@ -102,6 +102,38 @@ TEST_CASE("with no active node nobody owns a key, and with one there is no repli
   CHECK(empty == make_map(0, {}));
 }
 
+TEST_CASE("with_joining_active puts the joining nodes in the ring and changes nothing else",
+          "[cluster_map]") {
+  const ClusterMap map = make_map(7, kNodes, RingParams{.vnodes_per_node = 64});
+  const std::optional<ClusterMap> next = with_joining_active(map);
+  REQUIRE(next.has_value());
+  CHECK(next->epoch() == 7);
+  CHECK(next->ring_params() == map.ring_params());
+  REQUIRE(next->nodes().size() == map.nodes().size());
+  for (std::size_t i = 0; i < map.nodes().size(); ++i) {
+    const ClusterNode& before = map.nodes()[i];
+    const ClusterNode& after = next->nodes()[i];
+    CHECK(after.id == before.id);
+    CHECK(after.address == before.address);
+    CHECK(after.state == (before.state == NodeState::kJoining ? NodeState::kActive : before.state));
+  }
+  CHECK(next->ring().nodes() == std::vector<std::string>{"a", "b", "c", "d"});
+  // The ring is the one a map with "d" active would have: nodes route alike.
+  std::vector<ClusterNode> active = kNodes;
+  for (ClusterNode& node : active) {
+    if (node.id == "d") node.state = NodeState::kActive;
+  }
+  const ClusterMap made = make_map(7, active, RingParams{.vnodes_per_node = 64});
+  CHECK(*next == made);
+  for (int i = 0; i < 500; ++i) {
+    const KeyHash hash = hash_key("key:" + std::to_string(i));
+    CHECK(next->ring().owners_of(hash).primary == made.ring().owners_of(hash).primary);
+  }
+  // Nothing joining: no other map.
+  CHECK_FALSE(with_joining_active(made).has_value());
+  CHECK_FALSE(with_joining_active(ClusterMap()).has_value());
+}
+
 TEST_CASE("maps are equal when epoch, params and node set are, in any order", "[cluster_map]") {
   std::vector<ClusterNode> reversed(kNodes.rbegin(), kNodes.rend());
   const ClusterMap map = make_map(7, kNodes);

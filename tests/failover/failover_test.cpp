@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,7 +65,8 @@ int node_number(const std::string& id) { return std::stoi(id.substr(5)); }
 // they register with. Everything is the test thread's.
 class EtcdCluster {
  public:
-  explicit EtcdCluster(int nodes) {
+  // Nodes 0 .. started - 1 start now; the others when the test starts them.
+  explicit EtcdCluster(int nodes, int started = -1) {
     static int clusters = 0;
     dir_ = std::filesystem::temp_directory_path() /
            fmt::format("sluice-failover-{}-{}", ::getpid(), ++clusters);
@@ -74,7 +76,7 @@ class EtcdCluster {
       children_.emplace_back();
       runs_.push_back(0);
     }
-    for (int i = 0; i < nodes; ++i) start(i);
+    for (int i = 0; i < (started < 0 ? nodes : started); ++i) start(i);
   }
   ~EtcdCluster() {
     children_.clear();
@@ -817,6 +819,129 @@ TEST_CASE("etcd mode: draining a node under load loses no request and no count")
       fmt::format("drain under load: {} errors, {} admitted beyond the limit, node-1 out of "
                   "the ring at epoch {}",
                   errors, over, after.epoch()));
+}
+
+// The records a node's log says it pulled, summed over its lines that contain `kind`
+// ("sluiced: epoch E: pulled N records of P partitions from X in T ms (KIND...)"), and the
+// longest time one of those pulls took.
+struct Pulled {
+  std::uint64_t records = 0;
+  long long longest_ms = 0;
+  int pulls = 0;
+};
+Pulled pulled_in_log(const std::string& log, const std::string& kind) {
+  Pulled out;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    const auto at = line.find(": pulled ");
+    if (at == std::string::npos || line.find(kind) == std::string::npos) continue;
+    std::istringstream fields(line.substr(at + 9));
+    std::uint64_t records = 0;
+    std::string word;
+    fields >> records;
+    while (fields >> word && word != "in") {
+    }
+    long long took = 0;
+    fields >> took;
+    out.records += records;
+    out.longest_ms = std::max(out.longest_ms, took);
+    ++out.pulls;
+  }
+  return out;
+}
+
+TEST_CASE(
+    "etcd mode: a node that joins under load fetches its ranges first and takes them intact") {
+  EtcdCluster cluster(4, 3);
+  cluster.wait_for({0, 1, 2}, {0, 1, 2});
+  auto client = connect_client(cluster, 0, std::max(kCallDeadline, 1000ms));
+  // 30,000 keys that are written once and then left alone (a table's worth for the warm-up to
+  // fetch), then traffic on 600 limited keys (20 an hour) and 300 counting keys throughout.
+  constexpr int kBulk = 30'000;
+  constexpr std::uint32_t kLimit = 20;
+  constexpr std::uint32_t kCountingLimit = 1'000'000;
+  {
+    const std::vector<std::string> bulk = key_names(kBulk, "join-bulk:");
+    std::vector<client::AcquireRequest> batch;
+    for (const std::string& key : bulk) batch.push_back({key, hourly(kCountingLimit), 1});
+    for (std::size_t at = 0; at < batch.size(); at += 1000) {
+      const auto results = client->acquire_batch(
+          std::span(batch).subspan(at, std::min<std::size_t>(1000, batch.size() - at)));
+      for (const auto& r : results) REQUIRE(r.ok());
+    }
+  }
+  std::vector<std::string> keys = key_names(600, "join:");
+  std::vector<Rule> rules(keys.size(), hourly(kLimit));
+  for (const std::string& key : key_names(300, "join-count:")) {
+    keys.push_back(key);
+    rules.push_back(hourly(kCountingLimit));
+  }
+  std::vector<KeyLog> logs(keys.size());
+  settle(*client, keys, rules);
+  const auto warm_until = Clock::now() + 1000ms;
+  drive(*client, keys, rules, logs, std::nullopt,
+        [&](Clock::time_point now) { return now >= warm_until; });
+
+  const auto joined_at = Clock::now();
+  cluster.start(3);
+  // Traffic goes on until node-3 is active in its own map, and one second more.
+  std::optional<Clock::time_point> active_at;
+  auto next_look = Clock::now();
+  drive(*client, keys, rules, logs, joined_at, [&](Clock::time_point now) {
+    if (now - joined_at > 30s) return true;
+    if (!active_at && now >= next_look) {
+      next_look = now + 100ms;
+      const auto map = cluster.map_of_node(3);
+      if (map && map->ring().find("node-3")) active_at = now;
+    }
+    return active_at && now - *active_at >= 1s;
+  });
+  REQUIRE(active_at.has_value());
+  const cluster::ClusterMap after = cluster.wait_for_all();
+
+  std::uint64_t errors = 0, over = 0, lost = 0, moved = 0;
+  std::string first_error;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    const KeyLog& log = logs[k];
+    errors += log.errors;
+    if (first_error.empty()) first_error = log.first_error;
+    const bool on_new_node = after.primary_of(hash_key(keys[k]))->id == "node-3";
+    moved += on_new_node ? 1 : 0;
+    if (rules[k].limit == kLimit) {
+      over += log.admitted > kLimit ? log.admitted - kLimit : 0;
+      continue;
+    }
+    // Every admission of a counting key is in its (new) primary's count.
+    const auto peek = client->peek(keys[k], rules[k]);
+    REQUIRE(peek.ok());
+    const std::uint64_t held = kCountingLimit - peek->remaining;
+    lost += log.admitted > held ? log.admitted - held : 0;
+  }
+  const std::string log3 = cluster.log(3);
+  const Pulled warm = pulled_in_log(log3, "warm-up while joining");
+  const Pulled since = pulled_in_log(log3, "changed since the warm-up");
+  const Pulled full = pulled_in_log(log3, "to serve as primary");
+  RawClient raw(cluster.port(3), 2s);
+  raw.hello();
+  const auto stats = raw.stats();
+  INFO("first error: " << first_error << "; node-3's log: " << log3);
+  CHECK(moved > 0);
+  CHECK(errors == 0);
+  CHECK(over == 0);
+  CHECK(lost == 0);
+  // node-3 holds about a quarter of the bulk keys as primary and another as replica: the
+  // warm-up fetched them; at activation only what changed since came, fenced.
+  CHECK(warm.records >= kBulk / 4);
+  CHECK(since.pulls > 0);
+  CHECK(full.pulls == 0);
+  CHECK(since.records * 4 < warm.records);
+  report(fmt::format(
+      "join under load: node-3 active {} ms after its start; the warm-up fetched {} records "
+      "({} pulls, the longest {} ms, unfenced); at activation {} records changed since came "
+      "fenced ({} pulls, the longest {} ms); node-3 answered {} items UNAVAILABLE; {} keys "
+      "moved to it; {} errors, {} admitted beyond the limit, {} counts lost",
+      ms(*active_at - joined_at), warm.records, warm.pulls, warm.longest_ms, since.records,
+      since.pulls, since.longest_ms, stats.at("total.unavailable"), moved, errors, over, lost));
 }
 
 TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a node") {

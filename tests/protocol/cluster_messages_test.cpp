@@ -187,8 +187,9 @@ TEST_CASE("a PULL request and its paged reply round-trip") {
   CHECK(parsed == request);
 
   Bytes reply;
-  const RecordFrame page = begin_pull_reply(
-      reply, 11, PullReplyHeader{true, false, 0x1234'0000'5678ull}, Framing::with_epoch(9));
+  const RecordFrame page =
+      begin_pull_reply(reply, 11, PullReplyHeader{true, false, 0x1234'0000'5678ull, std::nullopt},
+                       Framing::with_epoch(9));
   add_record(reply, page, bucket_record(), {});
   finish_records(reply, page);
   PullReplyHeader header;
@@ -208,7 +209,7 @@ TEST_CASE("a PULL request outside its limits is refused") {
     PullRequest parsed;
     return !parse_pull_request(decode_whole(out).body, parsed);
   };
-  PullRequest ok{false, 1, 0, {3}};
+  PullRequest ok{false, 1, 0, {3}, std::nullopt};
   CHECK_FALSE(refused(ok));
   PullRequest zero = ok;
   zero.max_records = 0;
@@ -221,9 +222,69 @@ TEST_CASE("a PULL request outside its limits is refused") {
   CHECK_FALSE(refused(top));
   Bytes out;
   encode_pull_request(out, 1, ok);
-  out[kHeaderSize] = 0x02;  // an unknown flag
+  out[kHeaderSize] = 0x04;  // an unknown flag
   PullRequest parsed;
   CHECK_FALSE(parse_pull_request(decode_whole(out).body, parsed));
+  // The since flag without its eight bytes, and since bytes without the flag.
+  Bytes flagged;
+  encode_pull_request(flagged, 1, ok);
+  flagged[kHeaderSize] = kPullSince;
+  CHECK_FALSE(parse_pull_request(decode_whole(flagged).body, parsed));
+  PullRequest since = ok;
+  since.since_ns = 5;
+  Bytes unflagged;
+  encode_pull_request(unflagged, 1, since);
+  unflagged[kHeaderSize] = 0;
+  CHECK_FALSE(parse_pull_request(decode_whole(unflagged).body, parsed));
+}
+
+TEST_CASE("a PULL with since carries it after the partitions, and its reply the source's clock") {
+  PullRequest request;
+  request.max_records = 64;
+  request.partitions = {9, 10};
+  request.since_ns = 0x1122'3344'5566'7788ull;
+  Bytes out;
+  encode_pull_request(out, 12, request, Framing::with_epoch(3));
+  const Frame frame = decode_whole(out);
+  REQUIRE(frame.body.size() == 14 + 2 * 2 + 8);
+  CHECK(frame.body[0] == kPullSince);
+  CHECK(frame.body[18] == 0x88);  // since_ns, little-endian, right after the partitions
+  CHECK(frame.body[25] == 0x11);
+  PullRequest parsed;
+  REQUIRE(parse_pull_request(frame.body, parsed));
+  CHECK(parsed == request);
+  // since 0 is "every record", still with the clock in the reply.
+  request.since_ns = 0;
+  Bytes zero;
+  encode_pull_request(zero, 13, request);
+  REQUIRE(parse_pull_request(decode_whole(zero).body, parsed));
+  REQUIRE(parsed.since_ns.has_value());
+  CHECK(*parsed.since_ns == 0);
+
+  Bytes reply;
+  PullReplyHeader sent{false, false, 0, 777};
+  const RecordFrame page = begin_pull_reply(reply, 12, sent, Framing::with_epoch(3));
+  add_record(reply, page, bucket_record(), {});
+  sent.done = true;
+  sent.now_ns = 0xabcdef;
+  set_pull_reply_header(reply, page, sent);
+  finish_records(reply, page);
+  const Frame reply_frame = decode_whole(reply);
+  CHECK(reply_frame.body[0] == (kPullDone | kPullClock));
+  PullReplyHeader header;
+  std::vector<WireRecord> records;
+  REQUIRE(parse_pull_reply(reply_frame.body, header, records));
+  CHECK(header.done);
+  REQUIRE(header.now_ns.has_value());
+  CHECK(*header.now_ns == 0xabcdef);
+  REQUIRE(records.size() == 1);
+  CHECK(records[0].state_a == 123456789);
+  // A clock flag without its eight bytes is refused.
+  Bytes cut;
+  const RecordFrame empty = begin_pull_reply(cut, 14, PullReplyHeader{});
+  finish_records(cut, empty);
+  cut[kHeaderSize] = kPullClock;
+  CHECK_FALSE(parse_pull_reply(decode_whole(cut).body, header, records));
 }
 
 TEST_CASE("REPLICATE and RELOAD replies round-trip, and their requests must be empty") {

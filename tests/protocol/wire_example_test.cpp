@@ -8,6 +8,7 @@
 
 #include "core/decision.h"
 #include "core/key_hash.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/messages.h"
 
 namespace sluice::protocol {
@@ -107,6 +108,22 @@ TEST_CASE("docs example: user:42 routes to shard 2 of 4 and shard 5 of 8") {
   CHECK(shard_for(key_hash, 4) == 2);
   CHECK(shard_for(key_hash, 8) == 5);
   CHECK(shard_for(key_hash, 1) == 0);
+}
+
+TEST_CASE("docs example: a PULL of what changed since an instant encodes to the documented body") {
+  PullRequest request;
+  request.max_records = 64;
+  request.partitions = {9, 10};
+  request.since_ns = 0x1122334455667788ull;
+  Bytes out;
+  encode_pull_request(out, 1, request, Framing::with_epoch(1));
+  const Bytes body(out.begin() + kHeaderSizeEpoch, out.end());
+  const Bytes expected = {
+      0x02, 0x00, 0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00,
+      0x09, 0x00, 0x0a, 0x00,                          // partitions 9, 10
+      0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // since_ns
+  };
+  CHECK(body == expected);
 }
 
 }  // namespace sluice::protocol

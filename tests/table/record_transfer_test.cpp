@@ -656,3 +656,98 @@ TEST_CASE("a whole pull merged in a random order evicts nothing far below the ca
     }
   }
 }
+
+TEST_CASE(
+    "a scan since an instant visits exactly the records changed since, however they changed") {
+  CounterTable table(config(16 << 20, 64));
+  // 100 a day: none of the records expires within the test's 20 minutes.
+  const Rule rule{Algorithm::kTokenBucket, 100, 24 * kHourMs, 100};
+  constexpr int kKeys = 3000;
+  for (int i = 0; i < kKeys; ++i) decide_ok(table, key(i), rule, {kT0, 5});
+  // Ten seconds later (37 stamp units), a third of the keys are used again, a few get units
+  // back, and a few arrive from another node.
+  const std::uint64_t since = kT0 + 10 * kSec;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> changed;
+  for (int i = 0; i < kKeys; i += 3) {
+    decide_ok(table, key(i), rule, {since + static_cast<std::uint64_t>(i) * kMs, 1});
+    changed.insert({key(i).lo, key(i).hi});
+  }
+  for (int i = 1; i < kKeys; i += 100) {
+    if (i % 3 == 0) continue;  // used again above, at later instants
+    REQUIRE(table.give_back(key(i), rule, 2, static_cast<std::uint32_t>(kT0 / kMs), since) == 2);
+    changed.insert({key(i).lo, key(i).hi});
+  }
+  CounterTable other(config(1 << 20, 64));
+  for (int i = kKeys; i < kKeys + 50; ++i) {
+    decide_ok(other, key(i), rule, {kT0, 7});
+    REQUIRE(apply(table, export_of(other, key(i), since), since) == ApplyOutcome::kApplied);
+    changed.insert({key(i).lo, key(i).hi});
+  }
+  const auto scan_all = [&](std::uint64_t now, std::uint64_t changed_since) {
+    std::set<std::pair<std::uint64_t, std::uint64_t>> seen;
+    std::uint64_t cursor = 0;
+    for (int pages = 0;; ++pages) {
+      REQUIRE(pages < 10'000);
+      const ScanResult page = table.scan(
+          cursor, 64, now, [](const KeyHash&) { return true; },
+          [&](const RecordImage& image, std::span<const std::uint64_t>) {
+            seen.insert({image.key.lo, image.key.hi});
+          },
+          changed_since);
+      if (page.done) return seen;
+      cursor = page.next_cursor;
+    }
+  };
+  const std::uint64_t now = since + 20 * kSec;
+  CHECK(scan_all(now, since) == changed);
+  // Ten seconds earlier than the first changes: every record.
+  CHECK(scan_all(now, kT0 - 1 * kSec).size() == kKeys + 50);
+  // 0, a since in the future, or one beyond the stamp's range (2^12 units, ~18 min): every
+  // record (more than asked is harmless; fewer would lose counts).
+  CHECK(scan_all(now, 0).size() == kKeys + 50);
+  CHECK(scan_all(now, now + 10 * kSec).size() == kKeys + 50);
+  CHECK(scan_all(since + 1200 * kSec, since - 1 * kSec).size() == kKeys + 50);
+  // A since in the stamp unit of a change may include records of up to one unit earlier, never
+  // fewer than those changed at or after it.
+  const auto late = scan_all(now, since + 2 * kSec);
+  std::set<std::pair<std::uint64_t, std::uint64_t>> later;
+  for (int i = 0; i < kKeys; i += 3) {
+    if (static_cast<std::uint64_t>(i) * kMs >= 2 * kSec) later.insert({key(i).lo, key(i).hi});
+  }
+  INFO(late.size() << " visited, " << later.size() << " changed at or after since");
+  CHECK(std::includes(late.begin(), late.end(), later.begin(), later.end()));
+  CHECK(std::includes(changed.begin(), changed.end(), late.begin(), late.end()));
+}
+
+TEST_CASE("a scan that finds few records ends its page after a bounded number of slots") {
+  CounterTable table(config(64 << 20, 1024));
+  const Rule rule{Algorithm::kGcra, 100, kHourMs, 0};
+  constexpr int kKeys = 300'000;
+  for (int i = 0; i < kKeys; ++i) decide_ok(table, key(i), rule, {kT0});
+  REQUIRE(table.stats().slots > 3 * CounterTable::kScanSlotBudget);
+  // Only every 10,000th key is wanted: pages end by the slot budget, not by max_records, and
+  // together visit each wanted record exactly once.
+  std::set<std::pair<std::uint64_t, std::uint64_t>> wanted;
+  for (int i = 0; i < kKeys; i += 10'000) wanted.insert({key(i).lo, key(i).hi});
+  std::multiset<std::pair<std::uint64_t, std::uint64_t>> seen;
+  std::uint64_t cursor = 0;
+  int pages = 0;
+  for (bool done = false; !done; ++pages) {
+    REQUIRE(pages < 1'000);
+    const ScanResult page = table.scan(
+        cursor, 4096, kT0,
+        [&](const KeyHash& k) {
+          return wanted.count({k.lo, k.hi}) != 0;
+        },
+        [&](const RecordImage& image, std::span<const std::uint64_t>) {
+          seen.insert({image.key.lo, image.key.hi});
+        });
+    done = page.done;
+    cursor = page.next_cursor;
+  }
+  CHECK(pages >= static_cast<int>(table.stats().slots / CounterTable::kScanSlotBudget));
+  CHECK(pages <= static_cast<int>(table.stats().slots / CounterTable::kScanSlotBudget) + 2 +
+                     static_cast<int>(table.stats().segments));
+  CHECK(seen.size() == wanted.size());
+  CHECK(std::set<std::pair<std::uint64_t, std::uint64_t>>(seen.begin(), seen.end()) == wanted);
+}
