@@ -25,6 +25,10 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr std::uint16_t kPullPageRecords = 512;
+// A pull since a warm-up asks from this long before the warm-up's clock: the source's clock is
+// the wall clock (its records' stamps are on it), and a step back of up to this much between the
+// warm-up and the pull must not hide a change made after the warm-up read the record.
+constexpr std::uint64_t kSinceMarginNs = 1'000'000'000;
 
 const std::string* node_id(const cluster::Ring& ring, cluster::NodeIndex index) {
   return index == cluster::kNoNode ? nullptr : &ring.nodes()[index];
@@ -404,6 +408,9 @@ void Coordinator::start(std::shared_ptr<const ClusterView> view, std::vector<Pul
     std::vector<PullPlan> split;
     for (PullPlan& plan : plans) use_warm_copies(plan, split);
     running_.fetch_add(split.size() - plans.size());  // a split plan is two pulls
+    // In the ring now: the warm-up's copies were for this hand-over; what it did not use is
+    // not kept for a later one.
+    if (view->self != cluster::kNoNode) warm_.clear();
     for (PullPlan& plan : split) {
       auto job = std::make_shared<PullJob>(*this, view, std::move(plan));
       jobs_.push_back(job);
@@ -447,6 +454,7 @@ void Coordinator::warm_up(std::shared_ptr<const ClusterView> view, std::vector<P
 
 void Coordinator::warmed(const std::string& source, std::uint64_t since_ns,
                          const std::vector<std::uint32_t>& partitions, std::uint32_t count) {
+  since_ns = since_ns > kSinceMarginNs ? since_ns - kSinceMarginNs : 0;
   WarmCopy& copy = warm_[source];
   // Several warm plans may read one source: the copy holds from the earliest of them.
   copy.since_ns = copy.partitions.empty() ? since_ns : std::min(copy.since_ns, since_ns);

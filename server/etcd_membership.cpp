@@ -58,6 +58,7 @@ void EtcdMembership::lose(const std::string& why) {
   lost_ = true;
   fence_.lose();
   publish_fence();
+  if (cancel_warm_) cancel_warm_();  // a warm-up for a lost session is of no use
   say(fmt::format("lease {:x} lost ({}): no longer serving as primary; registering again", lease_,
                   why));
   client_.stop_watches();
@@ -221,7 +222,28 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
       // In the map as joining (so clients and peers know the address), the node fetches what
       // it will own while the primaries stream their changes to it; then active: the map of
       // that revision puts it in the ring, and the hand-over pulls what changed since.
-      if (!draining_) co_await warm(session);
+      if (!draining_) {
+        co_await warm(session);
+        if (!current(session) || lost_) break;
+        // The watch was not followed meanwhile: the member set is read again, so that the
+        // hand-over at `active` is planned from the map just before it (a partition that moved
+        // during the warm-up is fenced and pulled from where it is now).
+        auto read = co_await client_.range(prefix, /*prefix=*/true);
+        while (!read && current(session) && !lost_) {
+          say("cannot read " + prefix + ": " + read.error());
+          co_await pause(config_.retry);
+          read = co_await client_.range(prefix, /*prefix=*/true);
+        }
+        if (!current(session) || lost_) break;
+        members_.clear();
+        for (const etcd::KeyValue& kv : read->kvs) members_[kv.key] = kv.value;
+        watched_ = read->revision;
+        if (members_.find(key_) == members_.end()) {
+          lose("its key is gone");
+          break;
+        }
+        adopt_members(read->revision);
+      }
       if (!current(session) || lost_) break;
       if (!co_await write_state(
               draining_ ? cluster::NodeState::kDraining : cluster::NodeState::kActive, session)) {
@@ -242,7 +264,11 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
             return false;
           }
           if (batch.events.empty()) return true;
-          for (const etcd::WatchEvent& event : batch.events) {
+          // Each revision is adopted in turn (a message after a slow read may hold several):
+          // the hand-over of each map is planned from the one before it. A failover is one
+          // revision.
+          for (std::size_t i = 0; i < batch.events.size(); ++i) {
+            const etcd::WatchEvent& event = batch.events[i];
             if (event.type == etcd::WatchEvent::Type::kPut) {
               members_[event.kv.key] = event.kv.value;
             } else {
@@ -250,11 +276,13 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
               if (event.kv.key == key_) lose("its key was deleted");
             }
             watched_ = std::max(watched_, event.kv.mod_revision);
-          }
-          // Every message is applied as it comes: a failover is one message.
-          if (!lost_ && adopt_members(watched_) && !map_current_) {
-            map_current_ = true;
-            publish_fence();
+            const bool last_of_revision =
+                i + 1 == batch.events.size() || batch.events[i + 1].kv.mod_revision != watched_;
+            if (lost_ || !last_of_revision) continue;
+            if (adopt_members(watched_) && !map_current_) {
+              map_current_ = true;
+              publish_fence();
+            }
           }
           return !lost_;
         });
@@ -303,6 +331,7 @@ std::string EtcdMembership::drain() {
   if (stopped_) return "the node is shutting down";
   if (draining_) return "";
   draining_ = true;
+  if (cancel_warm_) cancel_warm_();  // a draining node takes no partitions
   // A session still registering writes `draining` instead of `active` by itself.
   if (state_ == cluster::NodeState::kActive) {
     asio::co_spawn(

@@ -878,7 +878,9 @@ TEST_CASE(
   }
   std::vector<KeyLog> logs(keys.size());
   settle(*client, keys, rules);
-  const auto warm_until = Clock::now() + 1000ms;
+  // Two seconds of traffic: the bulk keys' stamps are then older than the second a pull since
+  // the warm-up adds before it.
+  const auto warm_until = Clock::now() + 2000ms;
   drive(*client, keys, rules, logs, std::nullopt,
         [&](Clock::time_point now) { return now >= warm_until; });
 
