@@ -51,6 +51,10 @@ AsyncBatch::AsyncBatch(Client::Impl& impl)
   // Room for any key up to the default limit: a one-item batch handed a longer key than it has
   // seen so far (the pool gives batches out in whatever order they came back) does not grow.
   key_bytes_.reserve(protocol::kDefaultMaxKey);
+  // Room for one item's part and answer: a one-item batch that so far answered only locally (a
+  // blocked key, a lease) sends its first item without growing them.
+  parts_.reserve(1);
+  scratch_.reserve(1);
 }
 
 void AsyncBatch::run(std::span<const AcquireRequest> items, bool probe, BatchCallback& done) {

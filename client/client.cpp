@@ -369,9 +369,14 @@ Client::Impl::Impl(ClientOptions opts, asio::io_context* external)
       in_flight(options.max_in_flight),
       clock(options.clock != nullptr ? *options.clock : SystemClock::instance()),
       local_layer(options.failure_policy != FailurePolicy::kReport || options.blocked_keys != 0 ||
-                  options.breaker_failures != 0 || options.metrics),
+                  options.breaker_failures != 0 || options.metrics ||
+                  (options.lease_duration.count() != 0 && options.lease_keys != 0)),
       blocked(options.blocked_keys),
-      fallback(options.fallback_keys, options.gateways) {
+      fallback(options.fallback_keys, options.gateways),
+      lease_policy{options.lease_keys == 0 ? 0 : to_ns(options.lease_duration),
+                   std::max<std::uint32_t>(options.lease_threshold, 1), options.gateways},
+      leases(lease_policy.lease_ns == 0 ? 0 : options.lease_keys),
+      lease_timer(io) {
   const auto shortest = std::min(options.timeout, options.connect_timeout);
   tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
                                                std::chrono::milliseconds(10));
@@ -414,6 +419,8 @@ void Client::Impl::shut_down() {
   }
   for (Connection* c : all) c->shut_down();  // fails a refresh under way, which wakes waiters
   timer.cancel();
+  lease_timer.cancel();
+  lease_timer_at_ns = 0;
   cancel_probes();
   batches.for_each([](detail::AsyncBatch& batch) { batch.cancel_pause(); });
   {
@@ -548,7 +555,13 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
     note_call(current->owner(owner).health, true);
     return current->owner(owner).unreachable;
   }
+  // A hot key asks for a lease with this request (which pays its cost from the grant).
+  const std::uint32_t lease_units =
+      keep && !probe && request.key.size() <= detail::ResendCopy::kKeyBytes
+          ? lease_request(request, hash, current->owner(owner))
+          : 0;
   Completion completion;
+  completion.lease_units = lease_units;
   completion.callback = done;
   completion.batch_callback = batch_done;
   completion.probe = probe;
@@ -559,9 +572,10 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
   // to the local layer.
   if (keep) completion.keep_request = &request;
   Status queued = connection->submit(
-      [&request, probe](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+      [&request, probe, lease_units](protocol::Bytes& out, std::uint32_t id,
+                                     const protocol::Framing& framing) {
         const std::size_t start = out.size();
-        detail::encode_acquire(out, id, request, framing);
+        detail::encode_acquire(out, id, request, framing, lease_units);
         // The same bytes, sent as a PING: the shard echoes them without deciding.
         if (probe) protocol::set_opcode(out, start, protocol::Opcode::kPing);
       },
@@ -667,7 +681,7 @@ detail::NodeLink& Client::Impl::add_link(std::string id, std::string address) {
   auto link = std::make_unique<detail::NodeLink>();
   link->id = std::move(id);
   link->address = std::move(address);
-  link->limits = detail::NodeLimits{info.max_frame, info.max_key, info.max_batch};
+  link->limits = detail::NodeLimits{info.max_frame, info.max_key, info.max_batch, 0};
   Result<asio::ip::tcp::endpoint> endpoint = resolve(io, link->address);
   if (!endpoint.ok()) {
     link->unreachable = Status(ErrorCode::kConnectionFailed, endpoint.status().message());
@@ -687,7 +701,7 @@ detail::NodeLink& Client::Impl::add_link(std::string id, std::string address) {
 bool Client::Impl::learn_hello(detail::NodeLink& link) {
   if (link.hello_known || link.publics.empty() || !link.publics.front()->ready()) return false;
   const protocol::HelloReply hello = link.publics.front()->hello();
-  link.limits = detail::NodeLimits{hello.max_frame, hello.max_key, hello.max_batch};
+  link.limits = detail::NodeLimits{hello.max_frame, hello.max_key, hello.max_batch, hello.version};
   link.hello_known = true;
   if (options.shard_aware && !hello.shard_ports.empty() && link.shards.empty()) {
     const asio::ip::address address = link.publics.front()->config().endpoint.address();
@@ -948,6 +962,9 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
   }
   if (options.fallback_keys == 0) {
     return Status(ErrorCode::kInvalidArgument, "fallback_keys must be at least 1");
+  }
+  if (options.lease_duration.count() < 0 || options.lease_duration > std::chrono::minutes(1)) {
+    return Status(ErrorCode::kInvalidArgument, "lease_duration must be 0..60s");
   }
   for (const std::string& server : options.servers) {
     std::string host;
@@ -1359,6 +1376,11 @@ ClientCounters Client::counters() const {
   sum.fallback_decisions = impl_->fallback_decisions.load(std::memory_order_relaxed);
   sum.node_down_events = impl_->node_down_events.load(std::memory_order_relaxed);
   sum.node_up_events = impl_->node_up_events.load(std::memory_order_relaxed);
+  sum.lease_decisions = impl_->lease_decisions.load(std::memory_order_relaxed);
+  sum.leases = impl_->leases_granted.load(std::memory_order_relaxed);
+  sum.leased_units = impl_->leased_units.load(std::memory_order_relaxed);
+  sum.returned_units = impl_->returned_units.load(std::memory_order_relaxed);
+  sum.credited_units = impl_->credited_units.load(std::memory_order_relaxed);
   return sum;
 }
 

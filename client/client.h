@@ -94,6 +94,15 @@ struct ClientOptions {
   const Clock* clock = nullptr;
   // Count decisions, errors and latencies for metrics().
   bool metrics = true;
+  // Leases for hot keys (docs/CLIENT.md section 10, "Leases"): a key and rule whose requests
+  // reach the cluster `lease_threshold` times within `lease_duration` is leased
+  // capacity / (gateways x 10) units at once, spent here (source kLease) for at most
+  // `lease_duration` (never past the fixed window they came from), the rest given back.
+  // 0: no leases. Fixed windows, token buckets and GCRA are leased; sliding windows and logs
+  // never. Up to `lease_keys` keys and rules are followed (0: no leases).
+  std::chrono::milliseconds lease_duration{100};
+  std::uint32_t lease_threshold = 16;
+  std::size_t lease_keys = 4096;
 };
 
 // One item of a batch.
@@ -135,6 +144,13 @@ struct ClientCounters {
   std::uint64_t fallback_decisions = 0;  // decided by a failure policy (open or closed)
   std::uint64_t node_down_events = 0;    // a node's breaker opened
   std::uint64_t node_up_events = 0;      // a probe found a node answering again
+  // Leases: decisions paid from leased units; leases granted and their units; units given back
+  // when leases ended, and of those the units the owners credited (the rest no longer counted).
+  std::uint64_t lease_decisions = 0;
+  std::uint64_t leases = 0;
+  std::uint64_t leased_units = 0;
+  std::uint64_t returned_units = 0;
+  std::uint64_t credited_units = 0;
 };
 
 // What one node still has to stream to one peer, from the node's STATS

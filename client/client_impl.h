@@ -27,6 +27,7 @@
 #include "client/blocked_cache.h"
 #include "client/client.h"
 #include "client/connection.h"
+#include "client/lease_table.h"
 #include "client/local_fallback.h"
 #include "client/local_layer.h"
 #include "client/metrics.h"
@@ -125,6 +126,15 @@ struct Client::Impl final : detail::ConnectionObserver {
   void schedule_probe(detail::NodeHealth& health);
   // I/O thread, closing: the probes' timers stop.
   void cancel_probes();
+  // The units of a lease request for `request` (routed to `owner`, on its way to the cluster),
+  // or 0: none asked. Any thread.
+  std::uint32_t lease_request(const AcquireRequest& request, const KeyHash& hash,
+                              const detail::OwnerGroup& owner);
+  // I/O thread: the lease timer fires when the earliest running lease ends.
+  void arm_lease_timer(std::uint64_t until_ns);
+  void on_lease_timer();
+  // I/O thread: gives `ended`'s units back to the key's owner (one give-back item).
+  void give_back(const detail::EndedLease& ended);
 
   // ---- the cluster (I/O side) --------------------------------------------------------------
 
@@ -162,6 +172,8 @@ struct Client::Impl final : detail::ConnectionObserver {
   void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
                         const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                         AcquireCallback* done, BatchCallback* batch_done) override;
+  void on_leased(const AcquireRequest& request, const protocol::AcquireResult& answer,
+                 std::uint64_t started_ns) override;
   void on_decided(const AcquireRequest& request, Result<Decision>& result, std::uint64_t started_ns,
                   detail::NodeHealth* health) override {
     note_call(health, !result.ok() && owner_failure(result.status()));
@@ -244,6 +256,27 @@ struct Client::Impl final : detail::ConnectionObserver {
   std::atomic<std::uint64_t> fallback_decisions{0};
   std::atomic<std::uint64_t> node_down_events{0};
   std::atomic<std::uint64_t> node_up_events{0};
+  // Leases (client/lease_table.h). The table is any thread's; the timer the I/O thread's.
+  detail::LeasePolicy lease_policy;
+  detail::LeaseTable leases;
+  boost::asio::steady_timer lease_timer;
+  detail::HandlerSlot lease_timer_slot;
+  std::uint64_t lease_timer_at_ns = 0;  // I/O thread: when it fires (client clock); 0: not armed
+  class GiveBackSink final : public detail::ReplySink {
+   public:
+    explicit GiveBackSink(Impl& impl) : impl_(impl) { scratch_.reserve(1); }
+    void on_reply(std::uint32_t, const protocol::Frame& reply) override;
+    void on_failure(std::uint32_t, const Status&) override {}
+
+   private:
+    Impl& impl_;
+    std::vector<protocol::AcquireResult> scratch_;  // I/O thread
+  } give_back_sink{*this};
+  std::atomic<std::uint64_t> lease_decisions{0};
+  std::atomic<std::uint64_t> leases_granted{0};
+  std::atomic<std::uint64_t> leased_units{0};
+  std::atomic<std::uint64_t> returned_units{0};
+  std::atomic<std::uint64_t> credited_units{0};
   // I/O thread: one prober per node whose breaker ever opened.
   std::vector<std::unique_ptr<detail::NodeProber>> probers;
 

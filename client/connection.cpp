@@ -64,10 +64,15 @@ Result<Decision> to_decision(const protocol::AcquireResult& result, std::uint32_
 }
 
 void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request,
-                    const protocol::Framing& framing) {
+                    const protocol::Framing& framing, std::uint32_t lease_units) {
   const std::size_t start = protocol::begin_acquire_request(out, request_id, framing);
-  protocol::add_acquire_item(
-      out, start, protocol::AcquireItem{request.key, request.rule, request.cost, request.peek});
+  protocol::AcquireItem item{request.key, request.rule, request.cost, request.peek};
+  if (lease_units != 0) {
+    item.cost = lease_units;
+    item.peek = false;
+    item.lease = true;
+  }
+  protocol::add_acquire_item(out, start, item);
   protocol::finish_acquire_request(out, start);
 }
 
@@ -209,6 +214,7 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion,
   p.policy_window_ms = completion.policy_window_ms;
   p.resend.armed = false;
   if (completion.keep_request != nullptr) p.resend.keep(*completion.keep_request);
+  p.lease_units = p.resend.armed ? completion.lease_units : 0;
   ++in_flight_;
 }
 
@@ -572,6 +578,19 @@ Connection::Outcome Connection::acquire_decision(Pending& p, const Frame& reply,
     return Outcome::kHandedOver;
   }
   out = to_decision(answer, p.policy_quota, p.policy_window_ms);
+  if (p.lease_units != 0 && out.ok()) {
+    // The answer to a lease request goes to the observer, granted or not. A grant: the request
+    // paid its cost from the units and the observer keeps the rest as a lease; retry_after_ms
+    // held the lease's stamp, no wait, and what this client holds still remains for it.
+    const AcquireRequest& request = p.resend.request();
+    const std::uint64_t started =
+        p.deadline_ns > config_.timeout_ns ? p.deadline_ns - config_.timeout_ns : 0;
+    if (config_.observer != nullptr) config_.observer->on_leased(request, answer, started);
+    if (answer.status == protocol::ItemStatus::kAllowed) {
+      out->retry_after_ms = 0;
+      if (answer.granted > request.cost) out->remaining += answer.granted - request.cost;
+    }
+  }
   return Outcome::kDecided;
 }
 

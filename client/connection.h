@@ -69,6 +69,9 @@ struct Completion {
   bool probe = false;  // the request is a probe's PING: an echo counts as allowed
   std::uint32_t policy_quota = 0;
   std::uint64_t policy_window_ms = 0;
+  // With keep_request: the item asks for a lease of this many units instead (ACQUIRE lease flag),
+  // and a grant goes to ConnectionObserver::on_leased before the callback gets its decision.
+  std::uint32_t lease_units = 0;
   // A one-item acquire (key at most ResendCopy::kKeyBytes) in a cluster or with the local layer
   // on: the connection keeps a copy; an answer of REDIRECT or UNAVAILABLE goes to
   // ConnectionObserver::on_resend_needed with the callback instead of to the callback, and any
@@ -243,6 +246,12 @@ class ConnectionObserver {
   // submitted at `started_ns` (steady_now_ns()), on a connection to the node of `health`.
   virtual void on_decided(const AcquireRequest& request, Result<Decision>& result,
                           std::uint64_t started_ns, NodeHealth* health) = 0;
+  // A lease request (Completion::lease_units) for `request` was answered `answer`: ALLOWED
+  // grants `answer.granted` units, stamped `answer.retry_after_ms` (the request paid its cost
+  // from them); DENIED grants none. Called before the request's decision goes to on_decided and
+  // the callback.
+  virtual void on_leased(const AcquireRequest& request, const protocol::AcquireResult& answer,
+                         std::uint64_t started_ns) = 0;
 
  protected:
   ~ConnectionObserver() = default;
@@ -350,6 +359,7 @@ class Connection {
     bool early = false;  // its deadline is before an older request's (see early_)
     std::uint32_t policy_quota = 0;
     std::uint64_t policy_window_ms = 0;
+    std::uint32_t lease_units = 0;
     ResendCopy resend;
   };
   static_assert(std::is_nothrow_move_constructible_v<Pending>);
@@ -462,8 +472,9 @@ class Connection {
 
 // The client's per-call wire work, shared by the calls and bench/client_bench.cpp: appends one
 // ACQUIRE frame of one item to `out`.
+// `lease_units` != 0: the item asks for a lease of that many units (ACQUIRE's lease flag).
 void encode_acquire(protocol::Bytes& out, std::uint32_t request_id, const AcquireRequest& request,
-                    const protocol::Framing& framing = {});
+                    const protocol::Framing& framing = {}, std::uint32_t lease_units = 0);
 
 // The one item of a one-item ACQUIRE reply, parsed into `scratch`; nullptr for any other frame.
 // The connection's decode path and decision_from_reply() both take replies apart with it.

@@ -181,9 +181,12 @@ bool Client::Impl::answers_locally(const AcquireRequest& request, const KeyHash&
   if (closing.load(std::memory_order_relaxed)) return true;  // kClosed, on the I/O thread
   if (!local_layer) return false;
   if (owner.health != nullptr && owner.health->down.load(std::memory_order_relaxed)) return true;
-  if (blocked.size() == 0) return false;
-  return blocked.blocked_for(detail::blocked_fingerprint(hash, request.rule), clock.now_ns(),
-                             request.cost) != 0;
+  const bool leasing = !request.peek && leases.running() != 0;
+  if (blocked.size() == 0 && !leasing) return false;
+  const std::uint64_t fingerprint = detail::blocked_fingerprint(hash, request.rule);
+  const std::uint64_t now = clock.now_ns();
+  if (blocked.size() != 0 && blocked.blocked_for(fingerprint, now, request.cost) != 0) return true;
+  return leasing && leases.has(fingerprint, request.cost, now);
 }
 
 std::optional<Result<Decision>> Client::Impl::local_answer(const AcquireRequest& request,
@@ -195,7 +198,8 @@ std::optional<Result<Decision>> Client::Impl::local_answer(const AcquireRequest&
   }
   if (!local_layer) return std::nullopt;
   const bool down = owner.health != nullptr && owner.health->down.load(std::memory_order_relaxed);
-  if (blocked.size() == 0 && !down) return std::nullopt;
+  const bool leasing = !request.peek && leases.running() != 0;
+  if (blocked.size() == 0 && !down && !leasing) return std::nullopt;
   const std::uint64_t fingerprint = detail::blocked_fingerprint(hash, request.rule);
   const std::uint64_t now = clock.now_ns();
   if (const std::uint64_t left =
@@ -206,6 +210,19 @@ std::optional<Result<Decision>> Client::Impl::local_answer(const AcquireRequest&
     const std::uint64_t wait_ms = ns_to_ms_ceil(left);
     return Result<Decision>(
         local_denial(request.rule, wait_ms, wait_ms, DecisionSource::kBlockedCache));
+  }
+  // Units leased from the owner are spent here, even while it is down: they were counted.
+  if (detail::LeaseTake take; leasing && leases.take(fingerprint, request.cost, now, take)) {
+    lease_decisions.fetch_add(1, std::memory_order_relaxed);
+    Decision d;
+    d.allowed = true;
+    d.limit = request.rule.capacity();
+    d.remaining = take.remaining + take.left;
+    d.reset_after_ms = take.reset_at_ns > now ? ns_to_ms_ceil(take.reset_at_ns - now) : 0;
+    d.policy_quota = request.rule.limit;
+    d.policy_window_ms = request.rule.period_ms;
+    d.source = DecisionSource::kLease;
+    return Result<Decision>(d);
   }
   if (!down) return std::nullopt;
   if (std::optional<Decision> policy = policy_answer(request, fingerprint, now)) {
@@ -304,6 +321,105 @@ void Client::Impl::schedule_probe(detail::NodeHealth& health) {
 
 void Client::Impl::cancel_probes() {
   for (auto& p : probers) p->cancel();
+}
+
+// ---- leases ------------------------------------------------------------------------------
+
+std::uint32_t Client::Impl::lease_request(const AcquireRequest& request, const KeyHash& hash,
+                                          const detail::OwnerGroup& owner) {
+  // One unit at a time asks; a node before protocol 4 knows no leases.
+  if (lease_policy.lease_ns == 0 || request.peek || request.cost != 1 ||
+      owner.limits.version < protocol::kFirstLeaseVersion ||
+      closing.load(std::memory_order_relaxed)) {
+    return 0;
+  }
+  if (validate(request.rule, request.cost) != RuleError::kOk) return 0;
+  const std::uint64_t now = clock.now_ns();
+  return leases.want(detail::blocked_fingerprint(hash, request.rule), request.key, request.rule,
+                     now, now + timeout_ns, lease_policy);
+}
+
+void Client::Impl::on_leased(const AcquireRequest& request, const protocol::AcquireResult& answer,
+                             std::uint64_t started_ns) {
+  const KeyHash hash = hash_key(request.key);
+  const std::uint64_t fingerprint = detail::blocked_fingerprint(hash, request.rule);
+  if (answer.status != protocol::ItemStatus::kAllowed || answer.granted == 0) {
+    leases.answered(fingerprint);  // the next lease request may go when the key allows one
+    return;
+  }
+  leases_granted.fetch_add(1, std::memory_order_relaxed);
+  leased_units.fetch_add(answer.granted, std::memory_order_relaxed);
+  const std::uint32_t left = answer.granted > request.cost ? answer.granted - request.cost : 0;
+  // Times on the client's clock from when the request left (the owner decided after that): a
+  // lease never outlives the fixed window its units came from, by the owner's reckoning.
+  const std::uint64_t now = clock.now_ns();
+  const std::uint64_t steady = detail::steady_now_ns();
+  const std::uint64_t flight = started_ns != 0 && steady > started_ns ? steady - started_ns : 0;
+  const std::uint64_t sent = now > flight ? now - flight : 0;
+  std::uint64_t life = lease_policy.lease_ns;
+  if (request.rule.algorithm == Algorithm::kFixedWindow) {
+    life = std::min(life, answer.reset_after_ms * 1'000'000);
+  }
+  leases.install(fingerprint, request.key, request.rule, left, answer.retry_after_ms, sent + life,
+                 answer.remaining, sent + answer.reset_after_ms * 1'000'000, now,
+                 [this](const detail::EndedLease& ended) { give_back(ended); });
+  if (leases.running() != 0) arm_lease_timer(sent + life);
+}
+
+void Client::Impl::arm_lease_timer(std::uint64_t until_ns) {
+  if (closed || (lease_timer_at_ns != 0 && lease_timer_at_ns <= until_ns)) return;
+  lease_timer_at_ns = until_ns;
+  const std::uint64_t now = clock.now_ns();
+  // The client's clock may be a test's, which moves by steps: the timer then looks again at
+  // least every lease duration.
+  const std::uint64_t wait =
+      std::min(until_ns > now ? until_ns - now : 0, lease_policy.lease_ns) + 1'000'000;
+  lease_timer.expires_after(std::chrono::nanoseconds(wait));
+  lease_timer.async_wait(
+      detail::in_slot(lease_timer_slot, [this](const boost::system::error_code& ec) {
+        if (ec) return;
+        lease_timer_at_ns = 0;
+        on_lease_timer();
+      }));
+}
+
+void Client::Impl::on_lease_timer() {
+  if (closed) return;
+  const std::uint64_t next = leases.end_leases(
+      clock.now_ns(), false, [this](const detail::EndedLease& ended) { give_back(ended); });
+  if (next != 0) arm_lease_timer(next);
+}
+
+void Client::Impl::give_back(const detail::EndedLease& ended) {
+  // A fixed window's units count only in their window, whose end a lease never outlives: once
+  // the lease ran to that end there is nothing to credit, and the owner would say so.
+  returned_units.fetch_add(ended.units, std::memory_order_relaxed);
+  if (closed) return;
+  const KeyHash hash = hash_key(ended.key);
+  const std::shared_ptr<const detail::Router> current = current_router();
+  const std::size_t owner = current->route(hash);
+  if (owner == detail::Router::kNoOwner) return;
+  detail::Connection* connection = current->connection(owner);
+  if (connection == nullptr) return;
+  detail::Completion completion;
+  completion.sink = &give_back_sink;
+  const protocol::AcquireItem item{ended.key, ended.rule, ended.units, false,
+                                   false,     true,       ended.stamp};
+  // A give-back that cannot be sent strands its units until they lapse (the documented cost).
+  (void)connection->submit(
+      [&item](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
+        const std::size_t start = protocol::begin_acquire_request(out, id, framing);
+        protocol::add_acquire_item(out, start, item);
+        protocol::finish_acquire_request(out, start);
+      },
+      completion);
+}
+
+void Client::Impl::GiveBackSink::on_reply(std::uint32_t, const protocol::Frame& reply) {
+  const protocol::AcquireResult* answer = detail::one_acquire_result(reply, scratch_);
+  if (answer != nullptr && answer->status == protocol::ItemStatus::kAllowed) {
+    impl_.credited_units.fetch_add(answer->granted, std::memory_order_relaxed);
+  }
 }
 
 }  // namespace sluice::client

@@ -34,6 +34,7 @@ struct NodeLimits {
   std::uint32_t max_frame = protocol::kDefaultMaxFrame;
   std::uint16_t max_key = protocol::kDefaultMaxKey;
   std::uint16_t max_batch = protocol::kDefaultMaxBatch;
+  std::uint8_t version = 0;  // the protocol its HELLO settled on (0: not known yet)
 };
 
 // A node's breaker (docs/CLIENT.md section 10): consecutive failed calls for its keys, and

@@ -390,6 +390,8 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
     result.status = protocol::ItemStatus::kAllowed;
     result.limit = rule.capacity();
     result.granted = table_.give_back(hash, rule, cost, stamp, now_ns);
+    counters_[Stat::kGiveBacks].add();
+    counters_[Stat::kCreditedUnits].add(result.granted);
     if (result.granted != 0 && view_ != nullptr) replicator_.note(hash);
     return result;
   }
@@ -437,6 +439,8 @@ protocol::AcquireResult Shard::lease_local(const KeyHash& hash, const Rule& rule
   // The stamp its give-back needs (the window, or the grant's millisecond).
   result.retry_after_ms = lease_stamp(rule, now_ns);
   counters_[Stat::kAllowed].add();
+  counters_[Stat::kLeases].add();
+  counters_[Stat::kLeasedUnits].add(grant.granted);
   if (view_ != nullptr) replicator_.note(hash);
   return result;
 }

@@ -60,6 +60,10 @@ enum class Stat : std::size_t {
   kPullPages,
   kPullRecords,
   kPulledRecords,
+  kLeases,
+  kLeasedUnits,
+  kGiveBacks,
+  kCreditedUnits,
   kCount,
 };
 
@@ -93,6 +97,10 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCo
     "pull_pages",
     "pull_records",
     "pulled_records",
+    "leases",
+    "leased_units",
+    "give_backs",
+    "credited_units",
 };
 
 // Padded so that two shards' counters never share a cache line.

@@ -201,7 +201,11 @@ TEST_CASE("bad flags are usage errors: exit 2 with the reason on stderr") {
       {sibling("sluice-load"), "--gateways 0", "gateways"},
       {sibling("sluice-load"), "--gateways 65536", "gateways"},
       {sibling("sluice-load"), "--backend redis --failure-policy open",
-       "--failure-policy, --gateways and --blocked-keys are for --backend sluice"},
+       "--failure-policy, --gateways, --blocked-keys and --lease-duration are for --backend "
+       "sluice"},
+      {sibling("sluice-load"), "--backend redis --lease-duration 100ms", "--lease-duration"},
+      {sibling("sluice-load"), "--lease-duration 61s", "--lease-duration 61s"},
+      {sibling("sluice-load"), "--lease-duration 100", "give a unit"},
       {sluicectl_path(), "--failure-policy sideways acquire k --limit 1 --period 1s",
        "--failure-policy sideways: expected open, closed or report"},
       {sluicectl_path(), "--gateways 65536 acquire k --limit 1 --period 1s",

@@ -91,6 +91,7 @@ inline ClientOptions options_for(const std::string& address, bool shard_aware = 
   options.blocked_keys = 0;
   options.breaker_failures = 0;
   options.metrics = false;
+  options.lease_duration = std::chrono::milliseconds(0);
   return options;
 }
 

@@ -74,6 +74,12 @@ TEST_CASE("a lease takes what it asks for or what is left, and gives back what i
   CHECK(admitted(client, "hot", rule) == 20);
   // A give-back for a key with nothing stored credits nothing.
   CHECK(one(client, give_back_of("absent", rule, 3, 0)).granted == 0);
+  // STATS: two leases granted 20 units; three give-backs credited 25 of 108.
+  const auto stats = client.stats();
+  CHECK(stats.at("total.leases") == 2);
+  CHECK(stats.at("total.leased_units") == 20);
+  CHECK(stats.at("total.give_backs") == 3);
+  CHECK(stats.at("total.credited_units") == 25);
 }
 
 TEST_CASE(

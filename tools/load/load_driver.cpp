@@ -80,9 +80,11 @@ std::string validate(const LoadOptions& o) {
   if (o.gateways < 1 || o.gateways > 65'535) {
     return fmt::format("--gateways {}: must be 1..65535", o.gateways);
   }
-  if (o.backend != BackendKind::kSluice && (o.failure_policy != client::FailurePolicy::kReport ||
-                                            o.gateways != 1 || o.blocked_keys != 0)) {
-    return "--failure-policy, --gateways and --blocked-keys are for --backend sluice";
+  if (o.backend != BackendKind::kSluice &&
+      (o.failure_policy != client::FailurePolicy::kReport || o.gateways != 1 ||
+       o.blocked_keys != 0 || o.lease_duration.count() != 0)) {
+    return "--failure-policy, --gateways, --blocked-keys and --lease-duration are for --backend "
+           "sluice";
   }
   if (o.threads < 1 || o.threads > 256) {
     return fmt::format("--threads {}: must be 1..256", o.threads);
@@ -285,6 +287,7 @@ class Worker {
       copts.failure_policy = o_.failure_policy;
       copts.gateways = o_.gateways;
       copts.blocked_keys = o_.blocked_keys;
+      copts.lease_duration = o_.lease_duration;
       // report: the client as before its local layer (nothing copied, settled or counted
       // for it), so that the cluster alone is measured.
       const bool report = o_.failure_policy == client::FailurePolicy::kReport;
@@ -1177,6 +1180,7 @@ std::string report_json(const LoadOptions& o, const LoadReport& r) {
   if (o.backend == BackendKind::kSluice) {
     j.field("failure_policy", client::failure_policy_name(o.failure_policy));
     j.field("gateways", o.gateways);
+    j.field("lease_duration_ms", static_cast<std::uint64_t>(o.lease_duration.count()));
     j.key("by_source").begin_object();
     for (std::size_t s = 0; s < r.by_source.size(); ++s) {
       j.field(client::source_name(static_cast<client::DecisionSource>(s)), r.by_source[s]);
@@ -1251,8 +1255,11 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
       out += fmt::format(" {} {}", client::source_name(static_cast<client::DecisionSource>(s)),
                          r.by_source[s]);
     }
-    out += fmt::format(" (failure policy {}, gateways {})\n",
-                       client::failure_policy_name(o.failure_policy), o.gateways);
+    out += fmt::format(" (failure policy {}, gateways {}{})\n",
+                       client::failure_policy_name(o.failure_policy), o.gateways,
+                       o.lease_duration.count() == 0
+                           ? ""
+                           : fmt::format(", leases of {} ms", o.lease_duration.count()));
   }
   if (o.rate > 0) {
     out += fmt::format("open loop: intended {}  sent {}  behind {}  backlog max {}{}\n", r.intended,

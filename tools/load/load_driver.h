@@ -82,8 +82,10 @@ struct LoadOptions {
   // Sluice only, the client's local layer (docs/CLIENT.md section 10). By default it stays out
   // of the way: errors are counted as errors and every decision is the cluster's.
   client::FailurePolicy failure_policy = client::FailurePolicy::kReport;
-  std::uint32_t gateways = 1;                        // 1..65535
-  std::size_t blocked_keys = 0;                      // the blocked-key cache's entries; 0 = none
+  std::uint32_t gateways = 1;    // 1..65535
+  std::size_t blocked_keys = 0;  // the blocked-key cache's entries; 0 = none
+  // Leases for hot keys (ClientOptions::lease_duration); 0 = none, so the cluster decides all.
+  std::chrono::milliseconds lease_duration{0};
   std::chrono::milliseconds connect_timeout{2'000};  // connect + handshake, all connections
   std::chrono::milliseconds drain_timeout{2'000};    // after the bound, for replies in flight
   // Workers spin on io_context::poll() instead of sleeping: each takes a whole core, and no

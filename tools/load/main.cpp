@@ -81,6 +81,9 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "sluice: how many gateways share each limit (the local fallback admits limit / N)")(
       "blocked-keys", po::value<std::string>()->default_value("0"),
       "sluice: entries of the client's blocked-key cache (0 = none)")(
+      "lease-duration", po::value<std::string>()->default_value("0"),
+      "sluice: lease hot keys for this long, with a unit (up to 60s; 0 = no leases): their "
+      "decisions are then paid from leased units, as a gateway's client does")(
       "auth-token-file", po::value<std::string>(),
       "FILE holding the node's token (the file sluiced --auth-token-file reads); sluice only")(
       "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr")(
@@ -183,6 +186,8 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   o.failure_policy = *policy;
   o.gateways = static_cast<std::uint32_t>(count_flag("gateways", text("gateways"), 1, 65'535));
   o.blocked_keys = count_flag("blocked-keys", text("blocked-keys"), 0, 100'000'000);
+  o.lease_duration =
+      std::chrono::milliseconds(duration_flag("lease-duration", text("lease-duration"), 0, 60'000));
   if (vm.count("auth-token-file") != 0) {
     // Refused before the file is read: a Redis run would never use it.
     if (o.backend != BackendKind::kSluice) throw FlagError{std::string(kAuthTokenNeedsSluice)};

@@ -613,6 +613,7 @@ int run_nodes(const CtlOptions& o) {
   options.failure_policy = o.failure_policy;
   options.gateways = o.gateways;
   options.blocked_keys = 0;  // one call per process: nothing to remember
+  options.lease_duration = std::chrono::milliseconds(0);  // nor anything to lease
   options.metrics = false;
   if (o.failure_policy == sluice::client::FailurePolicy::kReport) options.breaker_failures = 0;
   // Node-level commands only need the public port.
