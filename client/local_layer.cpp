@@ -358,7 +358,9 @@ void Client::Impl::on_leased(const AcquireRequest& request, const protocol::Acqu
   const std::uint64_t sent = now > flight ? now - flight : 0;
   std::uint64_t life = lease_policy.lease_ns;
   if (request.rule.algorithm == Algorithm::kFixedWindow) {
-    life = std::min(life, answer.reset_after_ms * 1'000'000);
+    // reset_after_ms is rounded up: the window may end up to a millisecond sooner.
+    const std::uint64_t window_left_ms = answer.reset_after_ms > 0 ? answer.reset_after_ms - 1 : 0;
+    life = std::min(life, window_left_ms * 1'000'000);
   }
   leases.install(fingerprint, request.key, request.rule, left, answer.retry_after_ms, sent + life,
                  answer.remaining, sent + answer.reset_after_ms * 1'000'000, now,
