@@ -373,6 +373,7 @@ Client::Impl::Impl(ClientOptions opts, asio::io_context* external)
                   (options.lease_duration.count() != 0 && options.lease_keys != 0)),
       blocked(options.blocked_keys),
       fallback(options.fallback_keys, options.gateways),
+      lease_clock(options.clock != nullptr ? *options.clock : MonotonicClock::instance()),
       lease_policy{options.lease_keys == 0 ? 0 : to_ns(options.lease_duration),
                    std::max<std::uint32_t>(options.lease_threshold, 1), options.gateways},
       leases(lease_policy.lease_ns == 0 ? 0 : options.lease_keys),
@@ -614,6 +615,8 @@ Result<Decision> Client::Impl::acquire_sync(const AcquireRequest& request) {
 Result<bool> Client::Impl::reset(std::string_view key) {
   const KeyHash hash = hash_key(key);
   blocked.unblock_key(detail::blocked_key_tag(hash));
+  // The key starts afresh at its owner: units this client leased of it would come on top.
+  leases.forget_key(key);
   const std::uint64_t deadline = detail::steady_now_ns() + timeout_ns;
   std::uint64_t jitter = deadline | 1;
   bool redirected = false;

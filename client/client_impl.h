@@ -173,7 +173,7 @@ struct Client::Impl final : detail::ConnectionObserver {
                         const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                         AcquireCallback* done, BatchCallback* batch_done) override;
   void on_leased(const AcquireRequest& request, const protocol::AcquireResult& answer,
-                 std::uint64_t started_ns) override;
+                 std::uint64_t started_ns, detail::NodeHealth* health) override;
   void on_decided(const AcquireRequest& request, Result<Decision>& result, std::uint64_t started_ns,
                   detail::NodeHealth* health) override {
     note_call(health, !result.ok() && owner_failure(result.status()));
@@ -256,7 +256,10 @@ struct Client::Impl final : detail::ConnectionObserver {
   std::atomic<std::uint64_t> fallback_decisions{0};
   std::atomic<std::uint64_t> node_down_events{0};
   std::atomic<std::uint64_t> node_up_events{0};
-  // Leases (client/lease_table.h). The table is any thread's; the timer the I/O thread's.
+  // Leases (client/lease_table.h). The table is any thread's; the timer the I/O thread's. Their
+  // times are on ClientOptions::clock when one is given (a test's), else on the monotonic
+  // clock: a step of the wall clock must not stretch a lease past its window.
+  const Clock& lease_clock;
   detail::LeasePolicy lease_policy;
   detail::LeaseTable leases;
   boost::asio::steady_timer lease_timer;

@@ -585,7 +585,9 @@ Connection::Outcome Connection::acquire_decision(Pending& p, const Frame& reply,
     const AcquireRequest& request = p.resend.request();
     const std::uint64_t started =
         p.deadline_ns > config_.timeout_ns ? p.deadline_ns - config_.timeout_ns : 0;
-    if (config_.observer != nullptr) config_.observer->on_leased(request, answer, started);
+    if (config_.observer != nullptr) {
+      config_.observer->on_leased(request, answer, started, health_);
+    }
     if (answer.status == protocol::ItemStatus::kAllowed) {
       out->retry_after_ms = 0;
       if (answer.granted > request.cost) out->remaining += answer.granted - request.cost;

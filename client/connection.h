@@ -249,9 +249,9 @@ class ConnectionObserver {
   // A lease request (Completion::lease_units) for `request` was answered `answer`: ALLOWED
   // grants `answer.granted` units, stamped `answer.retry_after_ms` (the request paid its cost
   // from them); DENIED grants none. Called before the request's decision goes to on_decided and
-  // the callback.
+  // the callback. `health` names the node that answered (null: none known).
   virtual void on_leased(const AcquireRequest& request, const protocol::AcquireResult& answer,
-                         std::uint64_t started_ns) = 0;
+                         std::uint64_t started_ns, NodeHealth* health) = 0;
 
  protected:
   ~ConnectionObserver() = default;

@@ -76,6 +76,19 @@ bool LeaseTable::take(std::uint64_t fingerprint, std::uint32_t cost, std::uint64
   return true;
 }
 
+// How much an entry is worth keeping, lowest first out: one with a lease request out or a lease
+// that ended within lease_ns above any other, then the requests of its current heat window,
+// then the later window.
+std::uint64_t LeaseTable::heat(const Entry& e, std::uint64_t now_ns, const LeasePolicy& policy) {
+  if (now_ns < e.asked_until_ns ||
+      (e.leased_until_ns != 0 && now_ns < e.leased_until_ns + policy.lease_ns)) {
+    return ~std::uint64_t{0};
+  }
+  const bool current = now_ns >= e.window_start_ns && now_ns - e.window_start_ns < policy.lease_ns;
+  const std::uint64_t hits = current ? e.hits : 0;
+  return hits << 40 | (e.window_start_ns >> 24 & ((std::uint64_t{1} << 40) - 1));
+}
+
 std::uint32_t LeaseTable::want(std::uint64_t fingerprint, std::string_view key, const Rule& rule,
                                std::uint64_t now_ns, std::uint64_t request_deadline_ns,
                                const LeasePolicy& policy) {
@@ -94,10 +107,14 @@ std::uint32_t LeaseTable::want(std::uint64_t fingerprint, std::string_view key, 
       break;
     }
     if (e.running) continue;  // a running lease keeps its entry until it ends
-    // Free entries first, then the one whose heat is oldest.
-    if (victim == nullptr || f == 0 ||
-        (victim->fingerprint.load(std::memory_order_relaxed) != 0 &&
-         e.window_start_ns < victim->window_start_ns)) {
+    if (f == 0) {
+      if (victim == nullptr || victim->fingerprint.load(std::memory_order_relaxed) != 0) {
+        victim = &e;
+      }
+      continue;
+    }
+    if (victim == nullptr || (victim->fingerprint.load(std::memory_order_relaxed) != 0 &&
+                              heat(e, now_ns, policy) < heat(*victim, now_ns, policy))) {
       victim = &e;
     }
   }
@@ -147,14 +164,14 @@ void LeaseTable::end_locked(Entry& e, const std::function<void(const EndedLease&
   e.until_ns.store(0, std::memory_order_release);
   const auto left = static_cast<std::uint32_t>(word & kUnitMask);
   if (left != 0 && (word >> 24) == tag_of(fingerprint)) {
-    ended(EndedLease{std::string_view(e.key, e.key_size), e.rule, left, e.stamp});
+    ended(EndedLease{std::string_view(e.key, e.key_size), e.rule, left, e.stamp, e.owner});
   }
 }
 
 bool LeaseTable::install(std::uint64_t fingerprint, std::string_view key, const Rule& rule,
                          std::uint32_t units, std::uint32_t stamp, std::uint64_t until_ns,
                          std::uint64_t remaining, std::uint64_t reset_at_ns, std::uint64_t now_ns,
-                         const std::function<void(const EndedLease&)>& ended) {
+                         const void* owner, const std::function<void(const EndedLease&)>& ended) {
   if (capacity_ == 0) return false;
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
@@ -167,7 +184,7 @@ bool LeaseTable::install(std::uint64_t fingerprint, std::string_view key, const 
       std::memcmp(slot->key, key.data(), key.size()) != 0) {
     // Evicted since the request asked (or another key shares the fingerprint): no entry to
     // spend from, so the units go straight back.
-    if (units != 0) ended(EndedLease{key, rule, units, stamp});
+    if (units != 0) ended(EndedLease{key, rule, units, stamp, owner});
     return false;
   }
   Entry& e = *slot;
@@ -175,10 +192,11 @@ bool LeaseTable::install(std::uint64_t fingerprint, std::string_view key, const 
   e.asked_until_ns = 0;
   e.leased_until_ns = until_ns;
   if (units == 0 || until_ns <= now_ns) {
-    if (units != 0) ended(EndedLease{key, rule, units, stamp});
+    if (units != 0) ended(EndedLease{key, rule, units, stamp, owner});
     return true;
   }
   e.stamp = stamp;
+  e.owner = owner;
   e.rule = rule;
   e.remaining.store(remaining, std::memory_order_relaxed);
   e.reset_at_ns.store(reset_at_ns, std::memory_order_relaxed);
@@ -189,6 +207,23 @@ bool LeaseTable::install(std::uint64_t fingerprint, std::string_view key, const 
   e.running = true;
   running_.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+void LeaseTable::forget_key(std::string_view key) {
+  if (capacity_ == 0 || running_.load(std::memory_order_relaxed) == 0) return;
+  for (std::size_t s = 0; s < kShards; ++s) {
+    Shard& shard = shards_[s];
+    std::lock_guard lock(shard.mu);
+    for (std::size_t b = 0; b < buckets_per_shard_; ++b) {
+      for (Entry& e : shard.buckets[b].entries) {
+        if (!e.running || e.key_size != key.size() ||
+            std::memcmp(e.key, key.data(), key.size()) != 0) {
+          continue;
+        }
+        end_locked(e, [](const EndedLease&) {});
+      }
+    }
+  }
 }
 
 std::uint64_t LeaseTable::end_leases(std::uint64_t now_ns, bool all,

@@ -51,6 +51,7 @@ struct EndedLease {
   Rule rule;
   std::uint32_t units = 0;
   std::uint32_t stamp = 0;
+  const void* owner = nullptr;  // the node that granted it (install's `owner`)
 };
 
 class LeaseTable {
@@ -82,14 +83,18 @@ class LeaseTable {
 
   // Any thread: the lease request of `fingerprint` was answered without a grant; another may go.
   void answered(std::uint64_t fingerprint);
-  // I/O thread: the owner granted a lease of `units` left for this client (after the request
-  // that asked paid for itself), stamped `stamp`, usable until `until_ns`. A lease the entry
-  // still held is ended first (`ended` gets its units). False when the entry was evicted
-  // meanwhile: the units are then given back at once through `ended`.
+  // I/O thread: node `owner` (an identity, compared only) granted a lease of `units` left for
+  // this client (after the request that asked paid for itself), stamped `stamp`, usable until
+  // `until_ns`. A lease the entry still held is ended first (`ended` gets its units). False
+  // when the entry was evicted meanwhile: the units are then given back at once through
+  // `ended`.
   bool install(std::uint64_t fingerprint, std::string_view key, const Rule& rule,
                std::uint32_t units, std::uint32_t stamp, std::uint64_t until_ns,
                std::uint64_t remaining, std::uint64_t reset_at_ns, std::uint64_t now_ns,
-               const std::function<void(const EndedLease&)>& ended);
+               const void* owner, const std::function<void(const EndedLease&)>& ended);
+  // Any thread: ends every lease of `key` (every rule) and drops its units: the key was reset
+  // at its owner, so they would come on top of a fresh start. A walk over the whole table.
+  void forget_key(std::string_view key);
   // I/O thread: ends every lease whose time is up at now_ns (or every lease, with `all`),
   // calling `ended` for each with units left. Returns the earliest end of the leases still
   // running (0: none).
@@ -114,6 +119,7 @@ class LeaseTable {
     std::uint64_t leased_until_ns = 0;  // the last lease's end: a key stays hot after it
     bool running = false;               // a lease is installed and not ended
     std::uint32_t stamp = 0;
+    const void* owner = nullptr;
     Rule rule;
     std::uint8_t key_size = 0;
     char key[kMaxKey];
@@ -132,6 +138,7 @@ class LeaseTable {
     return shard.buckets[fingerprint & bucket_mask_];
   }
   const Entry* find(std::uint64_t fingerprint) const;
+  static std::uint64_t heat(const Entry& e, std::uint64_t now_ns, const LeasePolicy& policy);
   // REQUIRES: the shard's mutex. Ends the entry's lease: its units go to `ended`.
   void end_locked(Entry& e, const std::function<void(const EndedLease&)>& ended);
 

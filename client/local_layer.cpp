@@ -184,9 +184,10 @@ bool Client::Impl::answers_locally(const AcquireRequest& request, const KeyHash&
   const bool leasing = !request.peek && leases.running() != 0;
   if (blocked.size() == 0 && !leasing) return false;
   const std::uint64_t fingerprint = detail::blocked_fingerprint(hash, request.rule);
-  const std::uint64_t now = clock.now_ns();
-  if (blocked.size() != 0 && blocked.blocked_for(fingerprint, now, request.cost) != 0) return true;
-  return leasing && leases.has(fingerprint, request.cost, now);
+  if (blocked.size() != 0 && blocked.blocked_for(fingerprint, clock.now_ns(), request.cost) != 0) {
+    return true;
+  }
+  return leasing && leases.has(fingerprint, request.cost, lease_clock.now_ns());
 }
 
 std::optional<Result<Decision>> Client::Impl::local_answer(const AcquireRequest& request,
@@ -201,9 +202,8 @@ std::optional<Result<Decision>> Client::Impl::local_answer(const AcquireRequest&
   const bool leasing = !request.peek && leases.running() != 0;
   if (blocked.size() == 0 && !down && !leasing) return std::nullopt;
   const std::uint64_t fingerprint = detail::blocked_fingerprint(hash, request.rule);
-  const std::uint64_t now = clock.now_ns();
   if (const std::uint64_t left =
-          blocked.size() == 0 ? 0 : blocked.blocked_for(fingerprint, now, request.cost);
+          blocked.size() == 0 ? 0 : blocked.blocked_for(fingerprint, clock.now_ns(), request.cost);
       left != 0) {
     blocked_hits.fetch_add(1, std::memory_order_relaxed);
     // The reset is at least the wait; the cache keeps no more.
@@ -212,19 +212,24 @@ std::optional<Result<Decision>> Client::Impl::local_answer(const AcquireRequest&
         local_denial(request.rule, wait_ms, wait_ms, DecisionSource::kBlockedCache));
   }
   // Units leased from the owner are spent here, even while it is down: they were counted.
-  if (detail::LeaseTake take; leasing && leases.take(fingerprint, request.cost, now, take)) {
-    lease_decisions.fetch_add(1, std::memory_order_relaxed);
-    Decision d;
-    d.allowed = true;
-    d.limit = request.rule.capacity();
-    d.remaining = take.remaining + take.left;
-    d.reset_after_ms = take.reset_at_ns > now ? ns_to_ms_ceil(take.reset_at_ns - now) : 0;
-    d.policy_quota = request.rule.limit;
-    d.policy_window_ms = request.rule.period_ms;
-    d.source = DecisionSource::kLease;
-    return Result<Decision>(d);
+  if (leasing) {
+    detail::LeaseTake take;
+    const std::uint64_t at = lease_clock.now_ns();
+    if (leases.take(fingerprint, request.cost, at, take)) {
+      lease_decisions.fetch_add(1, std::memory_order_relaxed);
+      Decision d;
+      d.allowed = true;
+      d.limit = request.rule.capacity();
+      d.remaining = take.remaining + take.left;
+      d.reset_after_ms = take.reset_at_ns > at ? ns_to_ms_ceil(take.reset_at_ns - at) : 0;
+      d.policy_quota = request.rule.limit;
+      d.policy_window_ms = request.rule.period_ms;
+      d.source = DecisionSource::kLease;
+      return Result<Decision>(d);
+    }
   }
   if (!down) return std::nullopt;
+  const std::uint64_t now = clock.now_ns();
   if (std::optional<Decision> policy = policy_answer(request, fingerprint, now)) {
     return Result<Decision>(*policy);
   }
@@ -334,13 +339,13 @@ std::uint32_t Client::Impl::lease_request(const AcquireRequest& request, const K
     return 0;
   }
   if (validate(request.rule, request.cost) != RuleError::kOk) return 0;
-  const std::uint64_t now = clock.now_ns();
+  const std::uint64_t now = lease_clock.now_ns();
   return leases.want(detail::blocked_fingerprint(hash, request.rule), request.key, request.rule,
                      now, now + timeout_ns, lease_policy);
 }
 
 void Client::Impl::on_leased(const AcquireRequest& request, const protocol::AcquireResult& answer,
-                             std::uint64_t started_ns) {
+                             std::uint64_t started_ns, detail::NodeHealth* health) {
   const KeyHash hash = hash_key(request.key);
   const std::uint64_t fingerprint = detail::blocked_fingerprint(hash, request.rule);
   if (answer.status != protocol::ItemStatus::kAllowed || answer.granted == 0) {
@@ -352,7 +357,7 @@ void Client::Impl::on_leased(const AcquireRequest& request, const protocol::Acqu
   const std::uint32_t left = answer.granted > request.cost ? answer.granted - request.cost : 0;
   // Times on the client's clock from when the request left (the owner decided after that): a
   // lease never outlives the fixed window its units came from, by the owner's reckoning.
-  const std::uint64_t now = clock.now_ns();
+  const std::uint64_t now = lease_clock.now_ns();
   const std::uint64_t steady = detail::steady_now_ns();
   const std::uint64_t flight = started_ns != 0 && steady > started_ns ? steady - started_ns : 0;
   const std::uint64_t sent = now > flight ? now - flight : 0;
@@ -363,7 +368,7 @@ void Client::Impl::on_leased(const AcquireRequest& request, const protocol::Acqu
     life = std::min(life, window_left_ms * 1'000'000);
   }
   leases.install(fingerprint, request.key, request.rule, left, answer.retry_after_ms, sent + life,
-                 answer.remaining, sent + answer.reset_after_ms * 1'000'000, now,
+                 answer.remaining, sent + answer.reset_after_ms * 1'000'000, now, health,
                  [this](const detail::EndedLease& ended) { give_back(ended); });
   if (leases.running() != 0) arm_lease_timer(sent + life);
 }
@@ -371,7 +376,7 @@ void Client::Impl::on_leased(const AcquireRequest& request, const protocol::Acqu
 void Client::Impl::arm_lease_timer(std::uint64_t until_ns) {
   if (closed || (lease_timer_at_ns != 0 && lease_timer_at_ns <= until_ns)) return;
   lease_timer_at_ns = until_ns;
-  const std::uint64_t now = clock.now_ns();
+  const std::uint64_t now = lease_clock.now_ns();
   // The client's clock may be a test's, which moves by steps: the timer then looks again at
   // least every lease duration.
   const std::uint64_t wait =
@@ -388,7 +393,7 @@ void Client::Impl::arm_lease_timer(std::uint64_t until_ns) {
 void Client::Impl::on_lease_timer() {
   if (closed) return;
   const std::uint64_t next = leases.end_leases(
-      clock.now_ns(), false, [this](const detail::EndedLease& ended) { give_back(ended); });
+      lease_clock.now_ns(), false, [this](const detail::EndedLease& ended) { give_back(ended); });
   if (next != 0) arm_lease_timer(next);
 }
 
@@ -401,6 +406,12 @@ void Client::Impl::give_back(const detail::EndedLease& ended) {
   const std::shared_ptr<const detail::Router> current = current_router();
   const std::size_t owner = current->route(hash);
   if (owner == detail::Router::kNoOwner) return;
+  // Only to the node that granted the lease: another owner (the map changed) may never have
+  // counted the units, and crediting them there would admit them twice.
+  if (ended.owner == nullptr || current->owner(owner).health != ended.owner ||
+      current->owner(owner).limits.version < protocol::kFirstLeaseVersion) {
+    return;
+  }
   detail::Connection* connection = current->connection(owner);
   if (connection == nullptr) return;
   detail::Completion completion;

@@ -20,6 +20,14 @@ class SystemClock final : public Clock {
   static const SystemClock& instance();
 };
 
+// Nanoseconds of a clock that never steps (CLOCK_MONOTONIC), from an arbitrary start: for
+// durations that a wall-clock step must not stretch (a client's leases), never for windows.
+class MonotonicClock final : public Clock {
+ public:
+  std::uint64_t now_ns() const override;
+  static const MonotonicClock& instance();
+};
+
 // A clock that moves only when told to: tests use it to be exact and fast.
 class ManualClock final : public Clock {
  public:

@@ -27,6 +27,7 @@ std::uint64_t fp(const std::string& key, const Rule& rule) {
 }
 
 std::vector<EndedLease> ended;  // the test thread's
+const int kOwner = 0;           // the granting node's identity
 void collect(const EndedLease& e) { ended.push_back(e); }
 
 // Makes `key` hot and installs a lease of `units` until `until`.
@@ -36,7 +37,8 @@ void lease(LeaseTable& table, const std::string& key, const Rule& rule, std::uin
   for (int i = 0; i < 16; ++i)
     asked = table.want(fp(key, rule), key, rule, now, now + kMs, kPolicy);
   REQUIRE(asked > 0);
-  REQUIRE(table.install(fp(key, rule), key, rule, units, 7, until, 100, until, now, collect));
+  REQUIRE(
+      table.install(fp(key, rule), key, rule, units, 7, until, 100, until, now, &kOwner, collect));
 }
 
 TEST_CASE("a rule leases a tenth of each gateway's share, and only where leasing is exact enough",
@@ -77,13 +79,13 @@ TEST_CASE(
   // Answered: a lease until t + 150 ms. Once spent, the next request asks again at once, and
   // so does one within a lease's time after it ended.
   REQUIRE(table.install(f, "hot", rule, 3, 7, t + 150 * kMs, 100, t + 900 * kMs, t + 60 * kMs,
-                        collect));
+                        &kOwner, collect));
   LeaseTake take;
   for (int i = 0; i < 3; ++i) CHECK(table.take(f, 1, t + 61 * kMs, take));
   CHECK_FALSE(table.take(f, 1, t + 61 * kMs, take));
   CHECK(table.want(f, "hot", rule, t + 62 * kMs, t + 70 * kMs, kPolicy) == 25);
-  REQUIRE(
-      table.install(f, "hot", rule, 0, 7, t + 200 * kMs, 0, t + 900 * kMs, t + 63 * kMs, collect));
+  REQUIRE(table.install(f, "hot", rule, 0, 7, t + 200 * kMs, 0, t + 900 * kMs, t + 63 * kMs,
+                        &kOwner, collect));
   CHECK(table.want(f, "hot", rule, t + 290 * kMs, t + 300 * kMs, kPolicy) == 25);
   // Other keys, long keys and peeks of a sliding window are never asked for.
   CHECK(table.want(fp("cold", rule), "cold", rule, t, t, kPolicy) == 0);
@@ -132,10 +134,12 @@ TEST_CASE("a lease ends at its time with exactly its unspent units, or when the 
   CHECK(ended[0].key == "a");
   CHECK(ended[0].units == 7);
   CHECK(ended[0].stamp == 7);
+  CHECK(ended[0].owner == &kOwner);
   CHECK(table.running() == 1);
   // A new lease of "b" first ends the one it holds: its 5 units go back.
   ended.clear();
-  REQUIRE(table.install(fp("b", rule), "b", rule, 8, 9, kT0 + 400 * kMs, 0, 0, kT0, collect));
+  REQUIRE(
+      table.install(fp("b", rule), "b", rule, 8, 9, kT0 + 400 * kMs, 0, 0, kT0, &kOwner, collect));
   REQUIRE(ended.size() == 1);
   CHECK(ended[0].units == 5);
   CHECK(table.running() == 1);
@@ -146,7 +150,8 @@ TEST_CASE("a lease ends at its time with exactly its unspent units, or when the 
   CHECK(ended.empty());
   CHECK(table.running() == 0);
   // A grant for a key the table no longer follows goes straight back.
-  CHECK_FALSE(table.install(fp("zz", rule), "zz", rule, 4, 1, kT0 + kMs, 0, 0, kT0, collect));
+  CHECK_FALSE(
+      table.install(fp("zz", rule), "zz", rule, 4, 1, kT0 + kMs, 0, 0, kT0, &kOwner, collect));
   REQUIRE(ended.size() == 1);
   CHECK(ended[0].units == 4);
 }
@@ -184,6 +189,72 @@ TEST_CASE("threads taking from one lease take exactly its units between them", "
   ended.clear();
   table.end_leases(kT0, true, collect);
   CHECK(ended.empty());
+}
+
+TEST_CASE("a reset key's leases end without giving anything back", "[lease]") {
+  LeaseTable table(256);
+  ended.clear();
+  lease(table, "reset-me", fixed(1000), 10, kT0 + 100 * kMs);
+  lease(table, "reset-me", fixed(2000), 10, kT0 + 100 * kMs);
+  lease(table, "other", fixed(1000), 10, kT0 + 100 * kMs);
+  table.forget_key("reset-me");
+  LeaseTake take;
+  CHECK_FALSE(table.take(fp("reset-me", fixed(1000)), 1, kT0, take));
+  CHECK_FALSE(table.take(fp("reset-me", fixed(2000)), 1, kT0, take));
+  CHECK(table.take(fp("other", fixed(1000)), 1, kT0, take));
+  CHECK(table.running() == 1);
+  CHECK(ended.empty());
+}
+
+TEST_CASE("a key on its way to being hot is kept over colder keys of its bucket", "[lease]") {
+  LeaseTable table(64);  // one bucket of 4 per shard
+  const Rule rule = fixed(1000);
+  // Keys of one bucket: same shard (top 6 bits) and bucket (bit 0 of the fingerprint).
+  std::vector<std::string> same;
+  const std::uint64_t target = fp("warm", rule);
+  for (int i = 0; same.size() < 8 && i < 1'000'000; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const std::uint64_t f = fp(key, rule);
+    if ((f >> 58) == (target >> 58)) same.push_back(key);
+  }
+  REQUIRE(same.size() == 8);
+  // "warm" has 10 requests; then 8 other keys of its bucket ask once each, in turn.
+  for (int i = 0; i < 10; ++i) table.want(target, "warm", rule, kT0, kT0, kPolicy);
+  for (const std::string& key : same) table.want(fp(key, rule), key, rule, kT0, kT0, kPolicy);
+  // Still followed: six more requests make it hot.
+  std::uint32_t asked = 0;
+  for (int i = 0; i < 6; ++i) asked = table.want(target, "warm", rule, kT0, kT0 + kMs, kPolicy);
+  CHECK(asked == 25);
+}
+
+TEST_CASE("threads taking while the lease ends take or give back each unit exactly once",
+          "[lease]") {
+  for (int round = 0; round < 20; ++round) {
+    LeaseTable table(256);
+    const Rule rule = fixed(1'000'000);
+    constexpr std::uint32_t kUnits = 20'000;
+    lease(table, "raced", rule, kUnits, kT0 + 100 * kMs);
+    const std::uint64_t f = fp("raced", rule);
+    std::atomic<std::uint64_t> taken{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t) {
+      threads.emplace_back([&] {
+        while (!go.load()) {
+        }
+        LeaseTake take;
+        std::uint64_t mine = 0;
+        for (int i = 0; i < 20'000; ++i) mine += table.take(f, 1, kT0, take) ? 1 : 0;
+        taken += mine;
+      });
+    }
+    ended.clear();
+    go = true;
+    table.end_leases(kT0, true, collect);  // while they take
+    for (auto& t : threads) t.join();
+    const std::uint64_t returned = ended.empty() ? 0 : ended[0].units;
+    CHECK(taken.load() + returned == kUnits);
+  }
 }
 
 }  // namespace

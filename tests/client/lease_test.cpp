@@ -135,8 +135,28 @@ TEST_CASE(
     std::this_thread::sleep_for(10ms);
   }
   CHECK(client->counters().returned_units == 98);
-  std::this_thread::sleep_for(20ms);
+  // The give-back reaches the server, which credits nothing.
+  for (int i = 0; i < 500 && stat(*client, "total.give_backs") == 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(stat(*client, "total.give_backs") == 1);
   CHECK(stat(*client, "total.credited_units") == 0);
+}
+
+TEST_CASE("a reset key's lease is dropped: the next request is the cluster's", "[lease]") {
+  TestServer server;
+  auto client = connect_or_fail(gateway(server.address(), server.clock(), 1, true));
+  const Rule rule = fixed(1000, 60'000);
+  for (int i = 0; i < 16; ++i) REQUIRE(client->acquire("reset", rule).ok());
+  Result<Decision> d = client->acquire("reset", rule);
+  REQUIRE(d.ok());
+  REQUIRE(d->source == DecisionSource::kLease);
+  REQUIRE(client->reset("reset").ok());
+  d = client->acquire("reset", rule);
+  REQUIRE(d.ok());
+  CHECK(d->source == DecisionSource::kCluster);
+  // A fresh key at the server: the lease's units were not kept (nor given back).
+  CHECK(client->counters().returned_units == 0);
 }
 
 // The proof, both ways in one run: four gateways hammer one key for five windows, with
