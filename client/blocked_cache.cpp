@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "client/bucket_geometry.h"
+
 namespace sluice::client::detail {
 namespace {
 
@@ -46,10 +48,10 @@ struct BlockedCache::Writing {
 
 BlockedCache::BlockedCache(std::size_t capacity) : shards_(new Shard[kShards]) {
   if (capacity == 0) return;
-  const std::size_t per_shard = (capacity + kShards - 1) / kShards;
-  buckets_per_shard_ = std::bit_ceil((per_shard + kWays - 1) / kWays);
-  bucket_mask_ = buckets_per_shard_ - 1;
-  capacity_ = buckets_per_shard_ * kWays * kShards;
+  const BucketGeometry shape = bucket_geometry(capacity, kShards, kWays);
+  buckets_per_shard_ = shape.buckets_per_shard;
+  bucket_mask_ = shape.bucket_mask;
+  capacity_ = shape.capacity;
   for (std::size_t s = 0; s < kShards; ++s) {
     shards_[s].buckets = std::make_unique<Bucket[]>(buckets_per_shard_);
   }

@@ -1,8 +1,9 @@
 #include "client/lease_table.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
+
+#include "client/bucket_geometry.h"
 
 namespace sluice::client::detail {
 
@@ -31,10 +32,10 @@ std::uint32_t lease_units(const Rule& rule, const LeasePolicy& policy) {
 
 LeaseTable::LeaseTable(std::size_t capacity) : shards_(new Shard[kShards]) {
   if (capacity == 0) return;
-  const std::size_t per_shard = (capacity + kShards - 1) / kShards;
-  buckets_per_shard_ = std::bit_ceil((per_shard + kWays - 1) / kWays);
-  bucket_mask_ = buckets_per_shard_ - 1;
-  capacity_ = buckets_per_shard_ * kWays * kShards;
+  const BucketGeometry shape = bucket_geometry(capacity, kShards, kWays);
+  buckets_per_shard_ = shape.buckets_per_shard;
+  bucket_mask_ = shape.bucket_mask;
+  capacity_ = shape.capacity;
   for (std::size_t s = 0; s < kShards; ++s) {
     shards_[s].buckets = std::make_unique<Bucket[]>(buckets_per_shard_);
   }

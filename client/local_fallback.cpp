@@ -1,7 +1,8 @@
 #include "client/local_fallback.h"
 
 #include <algorithm>
-#include <bit>
+
+#include "client/bucket_geometry.h"
 
 namespace sluice::client::detail {
 
@@ -16,11 +17,10 @@ Rule local_rule(const Rule& rule, std::uint32_t gateways) {
 
 FallbackLimiter::FallbackLimiter(std::size_t capacity, std::uint32_t gateways)
     : gateways_(std::max<std::uint32_t>(1, gateways)), shards_(new Shard[kShards]) {
-  const std::size_t per_shard = (std::max<std::size_t>(1, capacity) + kShards - 1) / kShards;
-  const std::size_t buckets = std::bit_ceil((per_shard + kWays - 1) / kWays);
-  bucket_mask_ = buckets - 1;
-  capacity_ = buckets * kWays * kShards;
-  for (std::size_t s = 0; s < kShards; ++s) shards_[s].buckets.resize(buckets);
+  const BucketGeometry shape = bucket_geometry(std::max<std::size_t>(1, capacity), kShards, kWays);
+  bucket_mask_ = shape.bucket_mask;
+  capacity_ = shape.capacity;
+  for (std::size_t s = 0; s < kShards; ++s) shards_[s].buckets.resize(shape.buckets_per_shard);
 }
 
 sluice::Decision FallbackLimiter::decide(std::uint64_t fingerprint, const Rule& rule,

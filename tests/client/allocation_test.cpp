@@ -218,16 +218,23 @@ TEST_CASE("100,000 decisions through client and server allocate nothing in the w
 // blocked-key cache, the breaker, metrics): every decision is copied, settled and counted, and
 // nothing is allocated. Leases are off here, so that every decision is the cluster's; the next
 // test has them.
-TEST_CASE("100,000 decisions with the local layer on allocate nothing in the whole process") {
-  TestServer server;
+// The client of `server` with its local layer as a gateway has it by default, on the server's
+// manual clock; leases as `leases` says.
+ClientOptions gateway_options(TestServer& server, bool leases) {
   ClientOptions options = options_for(server.address());
   const ClientOptions defaults;
   options.failure_policy = defaults.failure_policy;
   options.blocked_keys = defaults.blocked_keys;
   options.breaker_failures = defaults.breaker_failures;
   options.metrics = defaults.metrics;
+  if (leases) options.lease_duration = defaults.lease_duration;
   options.clock = &server.clock();
-  auto client = connect_or_fail(options);
+  return options;
+}
+
+TEST_CASE("100,000 decisions with the local layer on allocate nothing in the whole process") {
+  TestServer server;
+  auto client = connect_or_fail(gateway_options(server, /*leases=*/false));
   CHECK(steady_state_allocations(*client).process == 0);
   CHECK(client->metrics().cluster_calls >= 100'000);
 }
@@ -237,15 +244,7 @@ TEST_CASE("100,000 decisions with the local layer on allocate nothing in the who
 // batched, and nothing is allocated.
 TEST_CASE("100,000 decisions paid from leases allocate nothing in the whole process") {
   TestServer server;
-  ClientOptions options = options_for(server.address());
-  const ClientOptions defaults;
-  options.failure_policy = defaults.failure_policy;
-  options.blocked_keys = defaults.blocked_keys;
-  options.breaker_failures = defaults.breaker_failures;
-  options.metrics = defaults.metrics;
-  options.lease_duration = defaults.lease_duration;
-  options.clock = &server.clock();
-  auto client = connect_or_fail(options);
+  auto client = connect_or_fail(gateway_options(server, /*leases=*/true));
   const std::uint64_t before = client->counters().lease_decisions;
   CHECK(steady_state_allocations(*client).process == 0);
   CHECK(client->counters().leases > 0);
