@@ -191,13 +191,19 @@ TEST_CASE("a lookup during writes to its bucket sees an entry whole or not at al
   constexpr std::uint64_t kFar = std::uint64_t{1} << 40;
   const auto until = [](std::size_t j) { return kFar + j; };
   std::atomic<bool> stop{false};
+  std::atomic<bool> started{false};
   std::thread writer([&] {
     for (std::uint64_t round = 0; !stop.load(std::memory_order_relaxed) && round < 2'000'000;
          ++round) {
       const std::size_t j = round % same.size();
       cache.block(same[j], until(j), round + 1);
+      started.store(true, std::memory_order_relaxed);
     }
   });
+  // The reads overlap the writes: they start once the writer has written (a reader that ran
+  // before the writer's thread was scheduled saw nothing at all; bounded all the same).
+  for (int spin = 0; !started.load(std::memory_order_relaxed) && spin < 100'000'000; ++spin) {
+  }
   std::uint64_t seen = 0;
   std::uint64_t wrong = 0;
   for (int i = 0; i < 400'000; ++i) {
