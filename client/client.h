@@ -144,8 +144,9 @@ struct ClientCounters {
   std::uint64_t fallback_decisions = 0;  // decided by a failure policy (open or closed)
   std::uint64_t node_down_events = 0;    // a node's breaker opened
   std::uint64_t node_up_events = 0;      // a probe found a node answering again
-  // Leases: decisions paid from leased units; leases granted and their units; units given back
-  // when leases ended, and of those the units the owners credited (the rest no longer counted).
+  // Leases: decisions paid from leased units; leases granted and their units; units sent back
+  // when leases ended, and of those the units the owners credited (the rest no longer counted);
+  // units neither spent nor sent back are stranded until their window ends or the bucket refills.
   std::uint64_t lease_decisions = 0;
   std::uint64_t leases = 0;
   std::uint64_t leased_units = 0;

@@ -398,9 +398,9 @@ void Client::Impl::on_lease_timer() {
 }
 
 void Client::Impl::give_back(const detail::EndedLease& ended) {
-  // A fixed window's units count only in their window, whose end a lease never outlives: once
-  // the lease ran to that end there is nothing to credit, and the owner would say so.
-  returned_units.fetch_add(ended.units, std::memory_order_relaxed);
+  // Units not sent back (closing, another owner, no connection) stay stranded until their
+  // window ends or the bucket refills; sent, the owner credits what still counts (a fixed
+  // window's units given back after their window credit nothing).
   if (closed) return;
   const KeyHash hash = hash_key(ended.key);
   const std::shared_ptr<const detail::Router> current = current_router();
@@ -418,14 +418,14 @@ void Client::Impl::give_back(const detail::EndedLease& ended) {
   completion.sink = &give_back_sink;
   const protocol::AcquireItem item{ended.key, ended.rule, ended.units, false,
                                    false,     true,       ended.stamp};
-  // A give-back that cannot be sent strands its units until they lapse (the documented cost).
-  (void)connection->submit(
+  const Status sent = connection->submit(
       [&item](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
         const std::size_t start = protocol::begin_acquire_request(out, id, framing);
         protocol::add_acquire_item(out, start, item);
         protocol::finish_acquire_request(out, start);
       },
       completion);
+  if (sent.ok()) returned_units.fetch_add(ended.units, std::memory_order_relaxed);
 }
 
 void Client::Impl::GiveBackSink::on_reply(std::uint32_t, const protocol::Frame& reply) {
