@@ -556,11 +556,10 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
     note_call(current->owner(owner).health, true);
     return current->owner(owner).unreachable;
   }
-  // A hot key asks for a lease with this request (which pays its cost from the grant).
+  // A hot key asks for a lease with this request (which pays its cost from the grant); a kept
+  // request's key fits the connection's copy (a longer one went to a batch above).
   const std::uint32_t lease_units =
-      keep && !probe && request.key.size() <= detail::ResendCopy::kKeyBytes
-          ? lease_request(request, hash, current->owner(owner))
-          : 0;
+      keep && !probe ? lease_request(request, hash, current->owner(owner)) : 0;
   Completion completion;
   completion.lease_units = lease_units;
   completion.callback = done;

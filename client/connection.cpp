@@ -544,11 +544,7 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
                                     config_.name);
   }
   if (p.resend.armed && config_.observer != nullptr) {
-    // Its deadline is its submission plus the timeout: a call with a deadline of its own is a
-    // batch's, which keeps no copy here.
-    const std::uint64_t started =
-        p.deadline_ns > config_.timeout_ns ? p.deadline_ns - config_.timeout_ns : 0;
-    config_.observer->on_decided(p.resend.request(), decision, started, health_);
+    config_.observer->on_decided(p.resend.request(), decision, kept_started_ns(p), health_);
   }
   if (p.callback) {
     p.callback(std::move(decision));
@@ -557,6 +553,12 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
     p.batch_callback(std::span<const Result<Decision>>(&decision, 1));
     p.batch_callback = nullptr;
   }
+}
+
+std::uint64_t Connection::kept_started_ns(const Pending& p) const {
+  // Its deadline is its submission plus the timeout: a call with a deadline of its own is a
+  // batch's, which keeps no copy here.
+  return p.deadline_ns > config_.timeout_ns ? p.deadline_ns - config_.timeout_ns : 0;
 }
 
 Connection::Outcome Connection::acquire_decision(Pending& p, const Frame& reply,
@@ -583,10 +585,8 @@ Connection::Outcome Connection::acquire_decision(Pending& p, const Frame& reply,
     // paid its cost from the units and the observer keeps the rest as a lease; retry_after_ms
     // held the lease's stamp, no wait, and what this client holds still remains for it.
     const AcquireRequest& request = p.resend.request();
-    const std::uint64_t started =
-        p.deadline_ns > config_.timeout_ns ? p.deadline_ns - config_.timeout_ns : 0;
     if (config_.observer != nullptr) {
-      config_.observer->on_leased(request, answer, started, health_);
+      config_.observer->on_leased(request, answer, kept_started_ns(p), health_);
     }
     if (answer.status == protocol::ItemStatus::kAllowed) {
       out->retry_after_ms = 0;

@@ -405,6 +405,8 @@ class Connection {
   // ResendCopy answered REDIRECT or UNAVAILABLE, kHandedOver: its callback went to the observer.
   enum class Outcome : std::uint8_t { kDecided, kHandedOver };
   Outcome acquire_decision(Pending& pending, const protocol::Frame& reply, Result<Decision>& out);
+  // When a call that keeps its request (Completion::keep_request) was submitted.
+  std::uint64_t kept_started_ns(const Pending& pending) const;
   // The failure paths complete a list detached from failed_: a callback may close the client,
   // which fails calls again (shut_down()) while the outer list is still being walked.
   std::vector<Pending> detach_failed();

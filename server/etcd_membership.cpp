@@ -194,10 +194,13 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
   const std::string prefix = cluster::members_prefix(config_.cluster);
   bool reload = true;
   bool registered = false;
+  bool warmed = false;
   while (current(session) && !lost_) {
     if (reload) {
-      // The whole member set at one revision: at the start, and when the watch's start was
-      // compacted away (the events between are gone; the set is not).
+      // The whole member set at one revision: at the start, after the warm-up (which did not
+      // follow the watch: the hand-over at `active` must be planned from the map just before
+      // it), and when the watch's start was compacted away (the events between are gone; the
+      // set is not).
       const auto read = co_await client_.range(prefix, /*prefix=*/true);
       if (!current(session) || lost_) break;
       if (!read) {
@@ -220,31 +223,15 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
     }
     if (!registered) {
       // In the map as joining (so clients and peers know the address), the node fetches what
-      // it will own while the primaries stream their changes to it; then active: the map of
-      // that revision puts it in the ring, and the hand-over pulls what changed since.
-      if (!draining_) {
+      // it will own while the primaries stream their changes to it, reads the member set
+      // again, then turns active: the map of that revision puts it in the ring, and the
+      // hand-over pulls what changed since.
+      if (!draining_ && !warmed) {
         co_await warm(session);
-        if (!current(session) || lost_) break;
-        // The watch was not followed meanwhile: the member set is read again, so that the
-        // hand-over at `active` is planned from the map just before it (a partition that moved
-        // during the warm-up is fenced and pulled from where it is now).
-        auto read = co_await client_.range(prefix, /*prefix=*/true);
-        while (!read && current(session) && !lost_) {
-          say("cannot read " + prefix + ": " + read.error());
-          co_await pause(config_.retry);
-          read = co_await client_.range(prefix, /*prefix=*/true);
-        }
-        if (!current(session) || lost_) break;
-        members_.clear();
-        for (const etcd::KeyValue& kv : read->kvs) members_[kv.key] = kv.value;
-        watched_ = read->revision;
-        if (members_.find(key_) == members_.end()) {
-          lose("its key is gone");
-          break;
-        }
-        adopt_members(read->revision);
+        warmed = true;
+        reload = true;
+        continue;
       }
-      if (!current(session) || lost_) break;
       if (!co_await write_state(
               draining_ ? cluster::NodeState::kDraining : cluster::NodeState::kActive, session)) {
         break;

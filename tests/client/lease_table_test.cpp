@@ -41,6 +41,24 @@ void lease(LeaseTable& table, const std::string& key, const Rule& rule, std::uin
       table.install(fp(key, rule), key, rule, units, 7, until, 100, until, now, &kOwner, collect));
 }
 
+// `count` threads that, once `go` is set, each try `tries` times to take one unit of the lease
+// of `f`, and add what they took to `taken`.
+std::vector<std::thread> takers(LeaseTable& table, std::uint64_t f, int count, int tries,
+                                const std::atomic<bool>& go, std::atomic<std::uint64_t>& taken) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < count; ++t) {
+    threads.emplace_back([&table, f, tries, &go, &taken] {
+      while (!go.load()) {
+      }
+      LeaseTake take;
+      std::uint64_t mine = 0;
+      for (int i = 0; i < tries; ++i) mine += table.take(f, 1, kT0, take) ? 1 : 0;
+      taken += mine;
+    });
+  }
+  return threads;
+}
+
 TEST_CASE("a rule leases a tenth of each gateway's share, and only where leasing is exact enough",
           "[lease]") {
   CHECK(lease_units(fixed(1000), kPolicy) == 25);
@@ -175,15 +193,8 @@ TEST_CASE("threads taking from one lease take exactly its units between them", "
   lease(table, "shared", rule, kUnits, kT0 + 100 * kMs);
   const std::uint64_t f = fp("shared", rule);
   std::atomic<std::uint64_t> taken{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&] {
-      LeaseTake take;
-      std::uint64_t mine = 0;
-      for (int i = 0; i < 40'000; ++i) mine += table.take(f, 1, kT0, take) ? 1 : 0;
-      taken += mine;
-    });
-  }
+  const std::atomic<bool> go{true};
+  std::vector<std::thread> threads = takers(table, f, 4, 40'000, go, taken);
   for (auto& t : threads) t.join();
   CHECK(taken.load() == kUnits);
   ended.clear();
@@ -237,17 +248,7 @@ TEST_CASE("threads taking while the lease ends take or give back each unit exact
     const std::uint64_t f = fp("raced", rule);
     std::atomic<std::uint64_t> taken{0};
     std::atomic<bool> go{false};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 3; ++t) {
-      threads.emplace_back([&] {
-        while (!go.load()) {
-        }
-        LeaseTake take;
-        std::uint64_t mine = 0;
-        for (int i = 0; i < 20'000; ++i) mine += table.take(f, 1, kT0, take) ? 1 : 0;
-        taken += mine;
-      });
-    }
+    std::vector<std::thread> threads = takers(table, f, 3, 20'000, go, taken);
     ended.clear();
     go = true;
     table.end_leases(kT0, true, collect);  // while they take
