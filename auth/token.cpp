@@ -11,7 +11,6 @@
 #include <cstring>
 #include <utility>
 
-#include "core/units.h"
 #include "protocol/messages.h"
 
 namespace sluice::auth {
@@ -82,15 +81,6 @@ TokenFile read_token_file(const std::string& path) {
                                      protocol::kMaxTokenLength));
   }
   return result;
-}
-
-std::string token_file_flag(std::string_view program, const std::string& path) {
-  TokenFile file = read_token_file(path);
-  if (!file.ok()) throw FlagError("--auth-token-file " + file.error);
-  if (!file.warning.empty()) {
-    fmt::print(stderr, "{}: warning: --auth-token-file {}\n", program, file.warning);
-  }
-  return std::move(file.token);
 }
 
 bool token_matches(std::string_view expected, std::string_view presented) {

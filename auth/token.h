@@ -1,6 +1,6 @@
 // The shared secret that admits clients to sluiced (and, with the cluster, its nodes to each
-// other): reading the token file that every binary's --auth-token-file names, and comparing a
-// presented token with the expected one in constant time.
+// other): reading the token file that every binary's --auth-token-file names (cli/flags.h turns
+// it into the flag), and comparing a presented token with the expected one in constant time.
 //
 // Why a folder of its own: sluiced and the tools both read the file and the server compares,
 // but server/ and client/ are siblings (neither may serve the other), and core/ and protocol/
@@ -27,10 +27,6 @@ struct TokenFile {
 // cannot be opened or read, or when what is left is empty or longer than kMaxTokenLength.
 // Warns when the file's mode lets group or others read it. Pipes work too (`<(vault read ..)`).
 TokenFile read_token_file(const std::string& path);
-
-// The mains' --auth-token-file FILE: the token, or throws FlagError "--auth-token-file
-// PATH: why". A warning goes to stderr as "PROGRAM: warning: --auth-token-file PATH is ...".
-std::string token_file_flag(std::string_view program, const std::string& path);
 
 // True when `presented` equals `expected`, in a time that depends on expected.size() only: every
 // byte of `expected` is compared whatever `presented` holds, and a difference in length is

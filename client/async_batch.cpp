@@ -1,9 +1,8 @@
 #include "client/async_batch.h"
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <algorithm>
-#include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstring>
 
@@ -46,7 +45,7 @@ std::uint64_t retry_pause_ns(std::uint64_t& state) {
 
 AsyncBatch::AsyncBatch(Client::Impl& impl)
     : impl_(impl),
-      jitter_((reinterpret_cast<std::uintptr_t>(this) ^ steady_now_ns()) | 1),
+      jitter_((reinterpret_cast<std::uintptr_t>(this) ^ monotonic_now_ns()) | 1),
       pause_timer_(impl.io) {
   // Room for any key up to the default limit: a one-item batch handed a longer key than it has
   // seen so far (the pool gives batches out in whatever order they came back) does not grow.
@@ -124,7 +123,7 @@ void AsyncBatch::start(std::span<const AcquireRequest> items, bool probe) {
   if (clustered_ || (!probe && (impl_.local_layer || own_policy))) {
     // A copy that outlives the call: for the items sent again, and for the local layer, which
     // settles every answer once the batch completes.
-    deadline_ns_ = steady_now_ns() + impl_.timeout_ns;
+    deadline_ns_ = monotonic_now_ns() + impl_.timeout_ns;
     keep_copies(items);
   } else {
     items_ = items;
@@ -134,7 +133,7 @@ void AsyncBatch::start(std::span<const AcquireRequest> items, bool probe) {
   for (std::uint32_t p = 0; p < parts_.size(); ++p) submit(*router, p);
   if (outstanding_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     // Every part was refused (or there were none): still answer on the I/O thread.
-    asio::post(impl_.io, in_slot(post_slot_, [this] { complete(); }));
+    asio::post(impl_.io, net::in_slot(post_slot_, [this] { complete(); }));
   }
 }
 
@@ -194,7 +193,7 @@ void AsyncBatch::absorb(std::uint32_t item, const protocol::AcquireResult& r,
   const bool behind = clustered_ && r.status == ItemStatus::kRedirect &&
                       reply_epoch != impl_.map_epoch.load(std::memory_order_relaxed);
   if (clustered_ && (r.status == ItemStatus::kUnavailable || behind)) {
-    if (now == 0) now = steady_now_ns();
+    if (now == 0) now = monotonic_now_ns();
     if (now + kMaxRetryPauseNs < deadline_ns_) {
       unavailable_wait_.push_back(item);
       return;
@@ -257,7 +256,7 @@ void AsyncBatch::start_pause() {
   hold();
   pause_timer_.expires_after(std::chrono::nanoseconds(retry_pause_ns(jitter_)));
   pause_timer_.async_wait(
-      in_slot(pause_slot_, [this](const boost::system::error_code& ec) { on_pause_end(ec); }));
+      net::in_slot(pause_slot_, [this](const boost::system::error_code& ec) { on_pause_end(ec); }));
 }
 
 void AsyncBatch::on_pause_end(const boost::system::error_code& ec) {

@@ -8,11 +8,9 @@
 // per batch. docs/CLIENT.md, sections 3 and 5, describes the life of a batch.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -143,8 +141,8 @@ class AsyncBatch final : public ReplySink {
   std::uint64_t wait_epoch_ = 0;  // the epoch a REDIRECT named, waited for
   std::uint64_t jitter_;
   boost::asio::steady_timer pause_timer_;
-  HandlerSlot pause_slot_;
-  HandlerSlot post_slot_;
+  net::HandlerSlot pause_slot_;
+  net::HandlerSlot post_slot_;
 };
 
 // Batches are pooled: a warm client reuses them and their vectors, so a batch call allocates

@@ -1,11 +1,8 @@
 #include "client/client.h"
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <algorithm>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
 #include <charconv>
 #include <condition_variable>
 #include <memory>
@@ -20,7 +17,7 @@
 #include "cluster/cluster_map.h"
 #include "cluster/ring.h"
 #include "core/key_hash.h"
-#include "core/units.h"
+#include "net/host_port.h"
 #include "protocol/cluster_messages.h"
 #include "protocol/messages.h"
 
@@ -77,36 +74,6 @@ std::string Status::to_string() const {
   return out;
 }
 
-bool split_host_port(std::string_view text, std::string& host, std::uint16_t& port) {
-  std::string_view host_part;
-  std::string_view port_part;
-  if (!text.empty() && text.front() == '[') {
-    const std::size_t close = text.find(']');
-    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
-      return false;
-    }
-    host_part = text.substr(1, close - 1);
-    port_part = text.substr(close + 2);
-  } else {
-    const std::size_t colon = text.rfind(':');
-    if (colon == std::string_view::npos) return false;
-    host_part = text.substr(0, colon);
-    port_part = text.substr(colon + 1);
-    if (host_part.find(':') != std::string_view::npos) return false;  // IPv6 needs brackets
-  }
-  if (host_part.empty() || port_part.empty()) return false;
-  unsigned value = 0;
-  const auto [end, ec] =
-      std::from_chars(port_part.data(), port_part.data() + port_part.size(), value);
-  if (ec != std::errc() || end != port_part.data() + port_part.size() || value == 0 ||
-      value > 65535) {
-    return false;
-  }
-  host.assign(host_part);
-  port = static_cast<std::uint16_t>(value);
-  return true;
-}
-
 namespace {
 
 // A sync call's sink: the caller blocks in wait() until the I/O thread finishes it. The
@@ -149,10 +116,10 @@ class SyncCall : public ReplySink {
 
 class PingCall final : public SyncCall<std::chrono::nanoseconds> {
  public:
-  PingCall() : start_ns_(detail::steady_now_ns()) {}
+  PingCall() : start_ns_(monotonic_now_ns()) {}
   void on_reply(std::uint32_t, const Frame& reply) override {
     if (reply.header.opcode != Opcode::kPing) return finish(unexpected_reply("PING"));
-    finish(std::chrono::nanoseconds(detail::steady_now_ns() - start_ns_));
+    finish(std::chrono::nanoseconds(monotonic_now_ns() - start_ns_));
   }
 
  private:
@@ -330,12 +297,13 @@ std::uint64_t to_ns(std::chrono::milliseconds ms) {
 // "HOST:PORT" to an endpoint: IP addresses as they are, names through the resolver (which
 // blocks the calling thread for the lookup).
 Result<asio::ip::tcp::endpoint> resolve(asio::io_context& io, std::string_view address) {
-  std::string host;
-  std::uint16_t port = 0;
-  if (!split_host_port(address, host, port)) {
+  const std::optional<net::HostPort> parsed = net::parse_host_port(address);
+  if (!parsed) {
     return Status(ErrorCode::kInvalidArgument,
                   "expected HOST:PORT, got \"" + std::string(address) + "\"");
   }
+  const std::string& host = parsed->host;
+  const std::uint16_t port = parsed->port;
   boost::system::error_code ec;
   const asio::ip::address ip = asio::ip::make_address(host, ec);
   if (!ec) return asio::ip::tcp::endpoint(ip, port);
@@ -466,10 +434,10 @@ void Client::Impl::arm_timer() {
   if (timer_armed || closed) return;
   timer_armed = true;
   timer.expires_after(tick);
-  timer.async_wait(detail::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
+  timer.async_wait(net::in_slot(timer_slot, [this](const boost::system::error_code& ec) {
     timer_armed = false;
     if (ec == asio::error::operation_aborted) return;
-    const std::uint64_t now = detail::steady_now_ns();
+    const std::uint64_t now = monotonic_now_ns();
     bool busy = false;
     for (Connection* c : snapshot()) busy = c->expire(now) || busy;
     if (retired_pending && armed.load(std::memory_order_acquire) && !closed) {
@@ -616,7 +584,7 @@ Result<bool> Client::Impl::reset(std::string_view key) {
   blocked.unblock_key(detail::blocked_key_tag(hash));
   // The key starts afresh at its owner: units this client leased of it would come on top.
   leases.forget_key(key);
-  const std::uint64_t deadline = detail::steady_now_ns() + timeout_ns;
+  const std::uint64_t deadline = monotonic_now_ns() + timeout_ns;
   std::uint64_t jitter = deadline | 1;
   bool redirected = false;
   for (;;) {
@@ -665,7 +633,7 @@ Result<bool> Client::Impl::reset(std::string_view key) {
         continue;
       case protocol::ResetStatus::kUnavailable: {
         const std::uint64_t pause = detail::retry_pause_ns(jitter);
-        if (!current->clustered() || detail::steady_now_ns() + pause >= deadline) {
+        if (!current->clustered() || monotonic_now_ns() + pause >= deadline) {
           return Status(ErrorCode::kUnavailable, "the key's owner cannot serve it now");
         }
         unavailable_retries.fetch_add(1, std::memory_order_relaxed);
@@ -712,7 +680,7 @@ bool Client::Impl::learn_hello(detail::NodeLink& link) {
       const asio::ip::tcp::endpoint endpoint(address, hello.shard_ports[i]);
       auto& group = link.shards.emplace_back();
       for (unsigned k = 0; k < options.connections_per_shard; ++k) {
-        group.push_back(&add_connection(format_host_port(host, hello.shard_ports[i]), endpoint,
+        group.push_back(&add_connection(net::format_host_port(host, hello.shard_ports[i]), endpoint,
                                         static_cast<std::uint16_t>(i)));
         group.back()->set_health(link.health.get());
         group.back()->begin_connect();  // all handshakes overlap
@@ -837,7 +805,7 @@ void Client::Impl::on_refresh_reply(const Frame& reply) {
     return on_refresh_failure();
   }
   if (message.epoch != 0 || !message.nodes.empty()) {
-    cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(message);
+    Expected<cluster::ClusterMap> map = detail::map_from_message(message);
     if (!map) return on_refresh_failure();
     std::optional<std::size_t> self;
     if (message.self != protocol::kNotAMember) self = message.self;
@@ -969,9 +937,7 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
     return Status(ErrorCode::kInvalidArgument, "lease_duration must be 0..60s");
   }
   for (const std::string& server : options.servers) {
-    std::string host;
-    std::uint16_t port = 0;
-    if (!split_host_port(server, host, port)) {
+    if (!net::parse_host_port(server)) {
       return Status(ErrorCode::kInvalidArgument, "expected HOST:PORT, got \"" + server + "\"");
     }
   }
@@ -1040,7 +1006,7 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
     if (!message.ok()) return message.status();
   }
   if (message->epoch != 0 || !message->nodes.empty()) {
-    cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
+    Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
     if (!map) {
       return Status(ErrorCode::kProtocolError, "the cluster map from " + impl->info.endpoint +
                                                    " is not valid: " + map.error());
@@ -1188,7 +1154,7 @@ Result<ClusterInfo> Client::cluster() {
   ClusterInfo out;
   out.epoch = message->epoch;
   if (message->epoch == 0 && message->nodes.empty()) return out;
-  cluster::Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
+  Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
   if (!map) {
     return Status(ErrorCode::kProtocolError,
                   "the cluster map from " + impl_->info.endpoint + " is not valid: " + map.error());

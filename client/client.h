@@ -340,7 +340,4 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-// Parses "host:port" (IPv6 hosts in brackets: "[::1]:7420"). False when malformed.
-bool split_host_port(std::string_view text, std::string& host, std::uint16_t& port);
-
 }  // namespace sluice::client

@@ -4,13 +4,9 @@
 // I/O thread.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -111,7 +107,7 @@ struct Client::Impl final : detail::ConnectionObserver {
   void note_call(detail::NodeHealth* health, bool failed);
   // Whether a call's failure is its owner's (a timeout, a connection failure, UNAVAILABLE).
   static bool owner_failure(const Status& status);
-  // settle(), then the result is counted (metrics); `started_ns` (steady_now_ns(), 0: unknown)
+  // settle(), then the result is counted (metrics); `started_ns` (monotonic_now_ns(), 0: unknown)
   // gives the latency of a decision the cluster made. Any thread.
   void finish(const AcquireRequest& request, Result<Decision>& result, std::uint64_t started_ns);
   // Counts a result for metrics().
@@ -187,7 +183,7 @@ struct Client::Impl final : detail::ConnectionObserver {
   boost::asio::steady_timer timer;
   bool timer_armed = false;  // I/O thread
   bool closed = false;       // I/O thread: shut_down() ran; the timer stays off
-  detail::HandlerSlot timer_slot;
+  net::HandlerSlot timer_slot;
   std::chrono::milliseconds tick{10};
   detail::BatchPool batches;        // outlives the connections: failing them completes batches
   detail::InFlightLimit in_flight;  // outlives the connections, which share it
@@ -263,7 +259,7 @@ struct Client::Impl final : detail::ConnectionObserver {
   detail::LeasePolicy lease_policy;
   detail::LeaseTable leases;
   boost::asio::steady_timer lease_timer;
-  detail::HandlerSlot lease_timer_slot;
+  net::HandlerSlot lease_timer_slot;
   std::uint64_t lease_timer_at_ns = 0;  // I/O thread: when it fires (client clock); 0: not armed
   class GiveBackSink final : public detail::ReplySink {
    public:

@@ -1,9 +1,8 @@
 #include "client/connection.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <algorithm>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/write.hpp>
 #include <cstring>
 
 namespace sluice::client::detail {
@@ -154,7 +153,7 @@ Status Connection::admit_locked() {
     case State::kClosed:
       return Status(ErrorCode::kClosed, "client is shutting down");
     case State::kDisconnected: {
-      const std::uint64_t now = steady_now_ns();
+      const std::uint64_t now = monotonic_now_ns();
       if (now < next_attempt_ns_) {
         // A refusal that is the caller's (a wrong token, a peer that is not Sluice) keeps its
         // code: no failure policy may take it for an outage.
@@ -193,7 +192,7 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion,
   p.id = id;
   p.active = true;
   p.part = completion.part;
-  p.deadline_ns = steady_now_ns() + config_.timeout_ns;
+  p.deadline_ns = monotonic_now_ns() + config_.timeout_ns;
   p.early = false;
   if (completion.deadline_ns != 0 && completion.deadline_ns < p.deadline_ns) {
     p.deadline_ns = completion.deadline_ns;
@@ -231,7 +230,7 @@ void Connection::grow_table_locked() {
 void Connection::wake_locked() {
   if (state_ == State::kReady && !write_in_flight_ && !wake_posted_) {
     wake_posted_ = true;
-    asio::post(io_, in_slot(wake_slot_, [this] { on_wake(); }));
+    asio::post(io_, net::in_slot(wake_slot_, [this] { on_wake(); }));
   }
 }
 
@@ -302,7 +301,7 @@ void Connection::start_connect() {
   socket_.close(ignored);
   read_begin_ = read_end_ = 0;
   server_error_.clear();
-  connect_deadline_ns_ = steady_now_ns() + config_.connect_timeout_ns;
+  connect_deadline_ns_ = monotonic_now_ns() + config_.connect_timeout_ns;
   const std::uint64_t epoch = epoch_;
   socket_.async_connect(config_.endpoint, [this, epoch](const boost::system::error_code& ec) {
     on_connected(epoch, ec);
@@ -331,9 +330,11 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
       protocol::HelloRequest{protocol::kVersion, config_.client_name, config_.auth_token});
   write_in_flight_ = true;
   lock.unlock();
-  asio::async_write(socket_, asio::buffer(sending_),
-                    in_slot(write_slot_, [this, epoch](const boost::system::error_code& e,
-                                                       std::size_t) { on_written(epoch, e); }));
+  asio::async_write(
+      socket_, asio::buffer(sending_),
+      net::in_slot(write_slot_, [this, epoch](const boost::system::error_code& e, std::size_t) {
+        on_written(epoch, e);
+      }));
   start_read();
 }
 
@@ -354,9 +355,11 @@ void Connection::start_write_locked(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   arm_timer_();
   const std::uint64_t epoch = epoch_;
-  asio::async_write(socket_, asio::buffer(sending_),
-                    in_slot(write_slot_, [this, epoch](const boost::system::error_code& ec,
-                                                       std::size_t) { on_written(epoch, ec); }));
+  asio::async_write(
+      socket_, asio::buffer(sending_),
+      net::in_slot(write_slot_, [this, epoch](const boost::system::error_code& ec, std::size_t) {
+        on_written(epoch, ec);
+      }));
 }
 
 void Connection::on_written(std::uint64_t epoch, const boost::system::error_code& ec) {
@@ -385,7 +388,7 @@ void Connection::start_read() {
   const std::uint64_t epoch = epoch_;
   socket_.async_read_some(
       asio::buffer(read_buf_.data() + read_end_, read_buf_.size() - read_end_),
-      in_slot(read_slot_, [this, epoch](const boost::system::error_code& ec, std::size_t n) {
+      net::in_slot(read_slot_, [this, epoch](const boost::system::error_code& ec, std::size_t n) {
         on_read(epoch, ec, n);
       }));
 }
@@ -662,7 +665,7 @@ void Connection::fail_connection(const Status& why) {
         next_attempt_ns_ = 0;
       } else {
         backoff_ns_ = backoff_ns_ == 0 ? kFirstBackoffNs : std::min(backoff_ns_ * 2, kMaxBackoffNs);
-        next_attempt_ns_ = steady_now_ns() + backoff_ns_;
+        next_attempt_ns_ = monotonic_now_ns() + backoff_ns_;
       }
       state_ = State::kDisconnected;
     }

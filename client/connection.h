@@ -7,11 +7,9 @@
 // outside the mutex, so they may submit again.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <cassert>
 #include <chrono>
 #include <climits>
@@ -29,18 +27,14 @@
 #include <vector>
 
 #include "client/client.h"
+#include "core/clock.h"
+#include "net/handler_slot.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
 namespace sluice::client::detail {
 
 struct NodeHealth;  // client/router.h
-
-inline std::uint64_t steady_now_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
 
 // Receives the outcome of a request submitted with a sink: exactly one call per submitted
 // request, on the I/O thread. `reply` is never an ERROR frame (those arrive as failures).
@@ -60,7 +54,7 @@ class ReplySink {
 struct Completion {
   ReplySink* sink = nullptr;
   std::uint32_t part = 0;
-  // When the request times out (steady_now_ns() clock); 0, or anything later than the
+  // When the request times out (monotonic_now_ns() clock); 0, or anything later than the
   // connection's own timeout from now, means that timeout. A re-sent item keeps its call's
   // deadline this way.
   std::uint64_t deadline_ns = 0;
@@ -127,78 +121,6 @@ struct ResendCopy {
   }
 };
 
-// Memory for one queued Asio operation at a time, so that the hot path allocates nothing
-// (Asio's own per-thread cache keeps just one block, and a connection has a read, a write and
-// a wake-up outstanding). A second operation while the slot is taken goes to the heap.
-// Each slot's users are ordered: the I/O thread frees an operation's memory before running
-// its handler, and the next operation in the same slot is started after that.
-class HandlerSlot {
- public:
-  void* allocate(std::size_t n) {
-    if (!in_use_ && n <= sizeof(storage_)) {
-      in_use_ = true;
-      return storage_;
-    }
-    return ::operator new(n);
-  }
-  void deallocate(void* p) {
-    if (p == storage_) {
-      in_use_ = false;
-    } else {
-      ::operator delete(p);
-    }
-  }
-
- private:
-  alignas(std::max_align_t) unsigned char storage_[512];
-  bool in_use_ = false;
-};
-
-template <typename T>
-class SlotAllocator {
- public:
-  using value_type = T;
-  explicit SlotAllocator(HandlerSlot* slot) : slot_(slot) {}
-  template <typename U>
-  SlotAllocator(const SlotAllocator<U>& other) : slot_(other.slot()) {}  // NOLINT: rebind
-  T* allocate(std::size_t n) { return static_cast<T*>(slot_->allocate(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t) { slot_->deallocate(p); }
-  HandlerSlot* slot() const { return slot_; }
-  template <typename U>
-  bool operator==(const SlotAllocator<U>& other) const {
-    return slot_ == other.slot();
-  }
-  template <typename U>
-  bool operator!=(const SlotAllocator<U>& other) const {
-    return slot_ != other.slot();
-  }
-
- private:
-  HandlerSlot* slot_;
-};
-
-// A completion handler whose operation memory lives in `slot`.
-template <typename Handler>
-class SlotHandler {
- public:
-  using allocator_type = SlotAllocator<void>;
-  SlotHandler(HandlerSlot& slot, Handler handler) : slot_(&slot), handler_(std::move(handler)) {}
-  allocator_type get_allocator() const noexcept { return allocator_type(slot_); }
-  template <typename... Args>
-  void operator()(Args&&... args) {
-    handler_(std::forward<Args>(args)...);
-  }
-
- private:
-  HandlerSlot* slot_;
-  Handler handler_;
-};
-
-template <typename Handler>
-SlotHandler<std::decay_t<Handler>> in_slot(HandlerSlot& slot, Handler&& handler) {
-  return SlotHandler<std::decay_t<Handler>>(slot, std::forward<Handler>(handler));
-}
-
 // The client's bound on calls in flight (ClientOptions::max_in_flight), shared by its
 // connections: a call takes a unit when it is queued and gives it back when it leaves the
 // pending table (answered, timed out, failed or closed).
@@ -243,7 +165,7 @@ class ConnectionObserver {
                                 AcquireCallback* done, BatchCallback* batch_done) = 0;
   // A call submitted with Completion::keep_request is answered `result` (a decision, or why
   // there is none), just before its callback gets it: the observer may change it. It was
-  // submitted at `started_ns` (steady_now_ns()), on a connection to the node of `health`.
+  // submitted at `started_ns` (monotonic_now_ns()), on a connection to the node of `health`.
   virtual void on_decided(const AcquireRequest& request, Result<Decision>& result,
                           std::uint64_t started_ns, NodeHealth* health) = 0;
   // A lease request (Completion::lease_units) for `request` was answered `answer`: ALLOWED
@@ -433,7 +355,7 @@ class Connection {
   protocol::Bytes out_;
   std::uint32_t unsent_from_ = 1;
   bool wake_posted_ = false;      // an on_wake() is queued
-  HandlerSlot wake_slot_;         // wake-ups: allocated under mu_, freed on the I/O thread
+  net::HandlerSlot wake_slot_;    // wake-ups: allocated under mu_, freed on the I/O thread
   bool write_in_flight_ = false;  // an async_write is in flight
   // Pending table: a ring indexed by request id; ids are sequential, so [oldest_id_,
   // next_id_) covers everything in flight and deadlines grow with the id (one timeout for all).
@@ -461,8 +383,8 @@ class Connection {
   std::uint64_t connect_deadline_ns_ = 0;
   protocol::Bytes sending_;  // the buffer async_write is sending
   std::vector<std::uint8_t> read_buf_;
-  HandlerSlot read_slot_;
-  HandlerSlot write_slot_;
+  net::HandlerSlot read_slot_;
+  net::HandlerSlot write_slot_;
   std::size_t read_begin_ = 0;
   std::size_t read_end_ = 0;
   protocol::FrameDecoder decoder_;

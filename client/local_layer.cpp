@@ -1,11 +1,9 @@
 // The client's local layer (docs/CLIENT.md section 10): the blocked-key cache in front of the
 // cluster, the breaker per node with its background probe, and the failure policies that
 // answer when a key's owner cannot.
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <algorithm>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 
 #include "client/local_layer.h"
@@ -80,7 +78,7 @@ NodeProber::NodeProber(Client::Impl& impl, NodeHealth& health)
     : health_(health),
       impl_(impl),
       timer_(impl.io),
-      jitter_((reinterpret_cast<std::uintptr_t>(this) ^ steady_now_ns()) | 1) {}
+      jitter_((reinterpret_cast<std::uintptr_t>(this) ^ monotonic_now_ns()) | 1) {}
 
 void NodeProber::start() {
   health_.probing = true;
@@ -148,7 +146,7 @@ void NodeProber::on_timer(const boost::system::error_code& ec) {
   if (link->publics.empty()) return on_failure(0, Status());
   Completion completion;
   completion.sink = this;
-  completion.deadline_ns = steady_now_ns() + std::min(kProbeTimeoutNs, impl_.timeout_ns);
+  completion.deadline_ns = monotonic_now_ns() + std::min(kProbeTimeoutNs, impl_.timeout_ns);
   Status queued = link->publics.front()->submit(
       [](protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
         protocol::encode_ping(out, id, std::span<const std::uint8_t>(), false, framing);
@@ -303,7 +301,7 @@ void Client::Impl::count(const AcquireRequest& request, const Result<Decision>& 
   if (!result.ok()) return metrics.count_error(result.status().code());
   metrics.count_decision(request.rule, *result);
   if (started_ns != 0 && result->source == DecisionSource::kCluster) {
-    const std::uint64_t now = detail::steady_now_ns();
+    const std::uint64_t now = monotonic_now_ns();
     if (now > started_ns) metrics.record_latency_ns(now - started_ns);
   }
 }
@@ -358,7 +356,7 @@ void Client::Impl::on_leased(const AcquireRequest& request, const protocol::Acqu
   // Times on the client's clock from when the request left (the owner decided after that): a
   // lease never outlives the fixed window its units came from, by the owner's reckoning.
   const std::uint64_t now = lease_clock.now_ns();
-  const std::uint64_t steady = detail::steady_now_ns();
+  const std::uint64_t steady = monotonic_now_ns();
   const std::uint64_t flight = started_ns != 0 && steady > started_ns ? steady - started_ns : 0;
   const std::uint64_t sent = now > flight ? now - flight : 0;
   std::uint64_t life = lease_policy.lease_ns;
@@ -383,7 +381,7 @@ void Client::Impl::arm_lease_timer(std::uint64_t until_ns) {
       std::min(until_ns > now ? until_ns - now : 0, lease_policy.lease_ns) + 1'000'000;
   lease_timer.expires_after(std::chrono::nanoseconds(wait));
   lease_timer.async_wait(
-      detail::in_slot(lease_timer_slot, [this](const boost::system::error_code& ec) {
+      net::in_slot(lease_timer_slot, [this](const boost::system::error_code& ec) {
         if (ec) return;
         lease_timer_at_ns = 0;
         on_lease_timer();

@@ -2,9 +2,8 @@
 // The rest of the local layer is Client::Impl's (client_impl.h), in client/local_layer.cpp.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
-#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 
 #include "client/client.h"

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "core/units.h"
+#include "net/host_port.h"
 
 namespace sluice::client::detail {
 
@@ -101,20 +101,19 @@ cluster::NodeState node_state(protocol::WireNodeState state) {
 
 }  // namespace
 
-cluster::Expected<cluster::ClusterMap> map_from_message(
-    const protocol::ClusterMapMessage& message) {
+Expected<cluster::ClusterMap> map_from_message(const protocol::ClusterMapMessage& message) {
   std::vector<cluster::ClusterNode> nodes;
   nodes.reserve(message.nodes.size());
   for (const protocol::WireNode& node : message.nodes) {
     // The wire carries an IPv6 host without brackets; an address has them.
-    nodes.push_back({node.id, format_host_port(node.host, node.port), node_state(node.state)});
+    nodes.push_back({node.id, net::format_host_port(node.host, node.port), node_state(node.state)});
   }
   cluster::RingParams params;
   params.hash_version = message.ring_version;
   params.partition_bits = message.partition_bits;
   params.vnodes_per_node = message.vnodes;
   auto map = cluster::ClusterMap::make(message.epoch, std::move(nodes), params);
-  if (!map) return cluster::Unexpected{fmt::format("epoch {}: {}", message.epoch, map.error())};
+  if (!map) return Unexpected{fmt::format("epoch {}: {}", message.epoch, map.error())};
   return map;
 }
 

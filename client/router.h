@@ -6,10 +6,9 @@
 // stale router still points at valid connections.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <atomic>
-#include <boost/asio/ip/tcp.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -23,7 +22,7 @@
 #include "client/connection.h"
 #include "client/status.h"
 #include "cluster/cluster_map.h"
-#include "cluster/expected.h"
+#include "core/expected.h"
 #include "core/key_hash.h"
 #include "protocol/cluster_messages.h"
 
@@ -137,6 +136,6 @@ class Router {
 
 // The map a CLUSTER reply describes (node addresses as "HOST:PORT", IPv6 hosts in brackets);
 // or why it is not a valid map.
-cluster::Expected<cluster::ClusterMap> map_from_message(const protocol::ClusterMapMessage& message);
+Expected<cluster::ClusterMap> map_from_message(const protocol::ClusterMapMessage& message);
 
 }  // namespace sluice::client::detail

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster/expected.h"
 #include "cluster/ring.h"
+#include "core/expected.h"
 #include "core/key_hash.h"
 
 namespace sluice::cluster {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cluster/cluster_map.h"
-#include "cluster/expected.h"
+#include "core/expected.h"
 
 namespace sluice::cluster {
 

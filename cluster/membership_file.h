@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster/expected.h"
 #include "cluster/node.h"
+#include "core/expected.h"
 
 namespace sluice::cluster {
 

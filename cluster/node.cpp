@@ -4,7 +4,7 @@
 
 #include <array>
 
-#include "core/units.h"
+#include "net/host_port.h"
 
 namespace sluice::cluster {
 namespace {
@@ -144,7 +144,7 @@ std::string check_node_id(std::string_view id) {
   return {};
 }
 
-std::string NodeAddress::text() const { return format_host_port(host, port); }
+std::string NodeAddress::text() const { return net::format_host_port(host, port); }
 
 std::string NodeAddress::identity() const {
   std::string out;

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "cluster/expected.h"
+#include "core/expected.h"
 
 namespace sluice::cluster {
 

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cluster/expected.h"
+#include "core/expected.h"
 #include "core/key_hash.h"
 
 namespace sluice::cluster {

@@ -15,11 +15,7 @@ const SystemClock& SystemClock::instance() {
   return clock;
 }
 
-std::uint64_t MonotonicClock::now_ns() const {
-  const auto since_start = std::chrono::steady_clock::now().time_since_epoch();
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(since_start).count());
-}
+std::uint64_t MonotonicClock::now_ns() const { return monotonic_now_ns(); }
 
 const MonotonicClock& MonotonicClock::instance() {
   static const MonotonicClock clock;

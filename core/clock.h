@@ -4,9 +4,19 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 
 namespace sluice {
+
+// CLOCK_MONOTONIC in nanoseconds, from an arbitrary start: the one reading of the monotonic
+// clock for deadlines, timeouts, fences and latencies, which a step of the wall clock must not
+// move. Never for windows (those are wall-clock time, the same on every node).
+inline std::uint64_t monotonic_now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 
 class Clock {
  public:
@@ -20,8 +30,8 @@ class SystemClock final : public Clock {
   static const SystemClock& instance();
 };
 
-// Nanoseconds of a clock that never steps (CLOCK_MONOTONIC), from an arbitrary start: for
-// durations that a wall-clock step must not stretch (a client's leases), never for windows.
+// monotonic_now_ns() behind the Clock interface: for durations that a wall-clock step must not
+// stretch (a client's leases) where a test may give a ManualClock instead.
 class MonotonicClock final : public Clock {
  public:
   std::uint64_t now_ns() const override;

@@ -30,21 +30,6 @@ std::optional<std::uint64_t> parse_count(std::string_view text) {
   return parts->first;
 }
 
-std::uint64_t count_flag(std::string_view flag, std::string_view text, std::uint64_t min,
-                         std::uint64_t max) {
-  const auto value = parse_count(text);
-  if (!value) {
-    throw FlagError("--" + std::string(flag) + " " + std::string(text) +
-                    ": expected a whole number " + std::to_string(min) + ".." +
-                    std::to_string(max));
-  }
-  if (*value < min || *value > max) {
-    throw FlagError("--" + std::string(flag) + " " + std::string(text) + ": must be " +
-                    std::to_string(min) + ".." + std::to_string(max));
-  }
-  return *value;
-}
-
 std::optional<std::uint64_t> parse_size(std::string_view text) {
   auto parts = split_number(text);
   if (!parts) return std::nullopt;
@@ -103,38 +88,6 @@ std::string format_duration_ms(std::uint64_t ms) {
     if (ms != 0 && ms % unit.ms == 0) return std::to_string(ms / unit.ms) + std::string(unit.name);
   }
   return std::to_string(ms) + "ms";
-}
-
-std::uint64_t duration_flag(std::string_view flag, std::string_view text, std::uint64_t min_ms,
-                            std::uint64_t max_ms) {
-  const std::string head = "--" + std::string(flag) + " " + std::string(text) + ": ";
-  std::optional<std::uint64_t> value = parse_duration_ms(text);
-  if (!value) {
-    const auto bare = parse_count(text);
-    if (!bare) {
-      throw FlagError(head + "expected a duration with a unit (ms, s, m, h, d), e.g. 500ms, " +
-                      "60s, 5m");
-    }
-    if (*bare != 0) throw FlagError(head + "give a unit, e.g. " + std::string(text) + "s");
-    value = 0;  // a bare 0 needs no unit; the range decides whether it is allowed
-  }
-  if (*value < min_ms || *value > max_ms) {
-    const std::string low = min_ms == 0 ? "0" : format_duration_ms(min_ms);
-    throw FlagError(head + "must be " + low + ".." + format_duration_ms(max_ms));
-  }
-  return *value;
-}
-
-std::string format_host_port(std::string_view host, std::uint16_t port) {
-  const bool v6 = host.find(':') != std::string_view::npos;
-  std::string out;
-  out.reserve(host.size() + 8);
-  if (v6) out += '[';
-  out += host;
-  if (v6) out += ']';
-  out += ':';
-  out += std::to_string(port);
-  return out;
 }
 
 }  // namespace sluice

@@ -5,11 +5,8 @@
 // pair, sized alike); a false positive of its -Wmismatched-new-delete on coroutine frames.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <charconv>
@@ -29,10 +26,6 @@ namespace {
 // The longest line a watch stream may send (one message of events); etcd's own requests are
 // at most 1.5 MiB. A unary answer is bounded by Beast's default body limit, 8 MiB.
 constexpr std::size_t kMaxWatchMessage = 16u << 20;
-
-auto redirect(boost::system::error_code& ec) {
-  return asio::redirect_error(asio::use_awaitable, ec);
-}
 
 // The gateway writes int64 values as strings ("revision":"7") and leaves out fields that are 0.
 std::int64_t int_field(const json& object, const char* name) {
@@ -103,14 +96,14 @@ std::string error_of(const json& answer) {
 }
 
 // Parses `text` as a JSON object (the gateway's answer), or says why it is not one.
-Result<json> parse_object(std::string_view text, std::string_view what) {
+Expected<json> parse_object(std::string_view text, std::string_view what) {
   json answer = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (answer.is_discarded() || !answer.is_object()) {
-    return Result<json>::failure(std::string(what) +
-                                 ": not a JSON object: " + std::string(text.substr(0, 200)));
+    return Unexpected{std::string(what) +
+                      ": not a JSON object: " + std::string(text.substr(0, 200))};
   }
   if (std::string why = error_of(answer); !why.empty()) {
-    return Result<json>::failure(std::string(what) + ": " + why);
+    return Unexpected{std::string(what) + ": " + why};
   }
   return answer;
 }
@@ -168,7 +161,7 @@ int sextet(char c) {
 
 }  // namespace
 
-Result<std::vector<Endpoint>> parse_endpoints(std::string_view urls) {
+Expected<std::vector<Endpoint>> parse_endpoints(std::string_view urls) {
   std::vector<Endpoint> out;
   constexpr std::string_view kScheme = "http://";
   std::size_t at = 0;
@@ -177,8 +170,7 @@ Result<std::vector<Endpoint>> parse_endpoints(std::string_view urls) {
     const std::string_view url =
         urls.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at);
     const auto bad = [&](std::string_view why) {
-      return Result<std::vector<Endpoint>>::failure("etcd endpoint '" + std::string(url) +
-                                                    "': " + std::string(why));
+      return Unexpected{"etcd endpoint '" + std::string(url) + "': " + std::string(why)};
     };
     if (!url.starts_with(kScheme)) return bad("expected http://HOST:PORT");
     std::string_view rest = url.substr(kScheme.size());
@@ -262,15 +254,15 @@ Client::~Client() { stop_watches(); }
 asio::awaitable<std::string> Client::connect(Connection& connection, const Endpoint& endpoint) {
   boost::system::error_code ec;
   tcp::resolver resolver(io_);
-  const auto found =
-      co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port), redirect(ec));
+  const auto found = co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port),
+                                                     net::redirect(ec));
   if (ec) co_return "resolve " + endpoint.host + ": " + ec.message();
-  co_await connection.stream.async_connect(found, redirect(ec));
+  co_await connection.stream.async_connect(found, net::redirect(ec));
   if (ec) co_return "connect: " + ec.message();
   co_return "";
 }
 
-asio::awaitable<Result<std::string>> Client::post(std::string_view path, std::string body) {
+asio::awaitable<Expected<std::string>> Client::post(std::string_view path, std::string body) {
   const auto deadline = Clock::now() + config_.timeout;
   std::string errors;
   for (std::size_t i = 0; i < config_.endpoints.size(); ++i) {
@@ -287,10 +279,11 @@ asio::awaitable<Result<std::string>> Client::post(std::string_view path, std::st
     if (why.empty()) {
       const auto request = json_post(path, where, body, /*keep_alive=*/false);
       boost::system::error_code ec;
-      co_await http::async_write(connection.stream, request, redirect(ec));
+      co_await http::async_write(connection.stream, request, net::redirect(ec));
       http::response<http::string_body> response;
       if (!ec)
-        co_await http::async_read(connection.stream, connection.buffer, response, redirect(ec));
+        co_await http::async_read(connection.stream, connection.buffer, response,
+                                  net::redirect(ec));
       if (ec) {
         why = ec == beast::error::timeout ? "no answer in time" : ec.message();
       } else if (response.result() != http::status::ok) {
@@ -300,7 +293,7 @@ asio::awaitable<Result<std::string>> Client::post(std::string_view path, std::st
         why = "HTTP " + std::to_string(response.result_int()) +
               (message.empty() ? "" : ": " + message);
         // etcd answered: another endpoint (the same cluster) would say the same.
-        co_return Result<std::string>::failure(std::string(path) + " at " + where + ": " + why);
+        co_return Unexpected{std::string(path) + " at " + where + ": " + why};
       } else {
         co_return std::move(response.body());
       }
@@ -308,44 +301,44 @@ asio::awaitable<Result<std::string>> Client::post(std::string_view path, std::st
     add_error(errors, where, why);
   }
   if (errors.empty()) errors = "no endpoint tried before the deadline";
-  co_return Result<std::string>::failure(std::string(path) + ": " + errors);
+  co_return Unexpected{std::string(path) + ": " + errors};
 }
 
-asio::awaitable<Result<Lease>> Client::grant(std::chrono::seconds ttl) {
+asio::awaitable<Expected<Lease>> Client::grant(std::chrono::seconds ttl) {
   std::string body = json{{"TTL", ttl.count()}}.dump();
-  const Result<std::string> text = co_await post("/v3/lease/grant", std::move(body));
-  if (!text) co_return Result<Lease>::failure(text.error());
-  const Result<json> answer = parse_object(*text, "lease grant");
-  if (!answer) co_return Result<Lease>::failure(answer.error());
+  const Expected<std::string> text = co_await post("/v3/lease/grant", std::move(body));
+  if (!text) co_return Unexpected{text.error()};
+  const Expected<json> answer = parse_object(*text, "lease grant");
+  if (!answer) co_return Unexpected{answer.error()};
   Lease lease{int_field(*answer, "ID"), int_field(*answer, "TTL")};
-  if (lease.id == 0) co_return Result<Lease>::failure("lease grant: no lease ID in " + *text);
+  if (lease.id == 0) co_return Unexpected{"lease grant: no lease ID in " + *text};
   co_return lease;
 }
 
-asio::awaitable<Result<std::int64_t>> Client::keepalive(std::int64_t lease) {
+asio::awaitable<Expected<std::int64_t>> Client::keepalive(std::int64_t lease) {
   std::string body = json{{"ID", std::to_string(lease)}}.dump();
-  const Result<std::string> text = co_await post("/v3/lease/keepalive", std::move(body));
-  if (!text) co_return Result<std::int64_t>::failure(text.error());
+  const Expected<std::string> text = co_await post("/v3/lease/keepalive", std::move(body));
+  if (!text) co_return Unexpected{text.error()};
   // A stream of one message here: {"result": {...}} on a line of its own.
-  const Result<json> answer = parse_object(*text, "lease keepalive");
+  const Expected<json> answer = parse_object(*text, "lease keepalive");
   if (!answer) {
     // etcd 3.4 answers a lease it does not have with an error, as it does an expired one.
     if (answer.error().find("lease not found") != std::string::npos) co_return std::int64_t{0};
-    co_return Result<std::int64_t>::failure(answer.error());
+    co_return Unexpected{answer.error()};
   }
   const auto result = answer->find("result");
   if (result == answer->end() || !result->is_object()) {
-    co_return Result<std::int64_t>::failure("lease keepalive: no result in " + *text);
+    co_return Unexpected{"lease keepalive: no result in " + *text};
   }
   co_return int_field(*result, "TTL");
 }
 
-asio::awaitable<Result<Client::TimeToLive>> Client::time_to_live(std::int64_t lease) {
+asio::awaitable<Expected<Client::TimeToLive>> Client::time_to_live(std::int64_t lease) {
   std::string body = json{{"ID", std::to_string(lease)}}.dump();
-  const Result<std::string> text = co_await post("/v3/lease/timetolive", std::move(body));
-  if (!text) co_return Result<TimeToLive>::failure(text.error());
-  const Result<json> answer = parse_object(*text, "lease timetolive");
-  if (!answer) co_return Result<TimeToLive>::failure(answer.error());
+  const Expected<std::string> text = co_await post("/v3/lease/timetolive", std::move(body));
+  if (!text) co_return Unexpected{text.error()};
+  const Expected<json> answer = parse_object(*text, "lease timetolive");
+  if (!answer) co_return Unexpected{answer.error()};
   TimeToLive out;
   // An expired lease is answered with TTL -1; the field is absent when it is 0.
   out.ttl_s = answer->contains("TTL") ? int_field(*answer, "TTL") : 0;
@@ -353,29 +346,29 @@ asio::awaitable<Result<Client::TimeToLive>> Client::time_to_live(std::int64_t le
   co_return out;
 }
 
-asio::awaitable<Result<bool>> Client::revoke(std::int64_t lease) {
+asio::awaitable<Expected<bool>> Client::revoke(std::int64_t lease) {
   std::string body = json{{"ID", std::to_string(lease)}}.dump();
-  const Result<std::string> text = co_await post("/v3/lease/revoke", std::move(body));
-  if (!text) co_return Result<bool>::failure(text.error());
-  const Result<json> answer = parse_object(*text, "lease revoke");
-  if (!answer) co_return Result<bool>::failure(answer.error());
+  const Expected<std::string> text = co_await post("/v3/lease/revoke", std::move(body));
+  if (!text) co_return Unexpected{text.error()};
+  const Expected<json> answer = parse_object(*text, "lease revoke");
+  if (!answer) co_return Unexpected{answer.error()};
   co_return true;
 }
 
-asio::awaitable<Result<std::int64_t>> Client::put(std::string_view key, std::string_view value,
-                                                  std::int64_t lease) {
+asio::awaitable<Expected<std::int64_t>> Client::put(std::string_view key, std::string_view value,
+                                                    std::int64_t lease) {
   json request{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) request["lease"] = std::to_string(lease);
-  const Result<std::string> text = co_await post("/v3/kv/put", request.dump());
-  if (!text) co_return Result<std::int64_t>::failure(text.error());
-  const Result<json> answer = parse_object(*text, "put");
-  if (!answer) co_return Result<std::int64_t>::failure(answer.error());
+  const Expected<std::string> text = co_await post("/v3/kv/put", request.dump());
+  if (!text) co_return Unexpected{text.error()};
+  const Expected<json> answer = parse_object(*text, "put");
+  if (!answer) co_return Unexpected{answer.error()};
   co_return header_revision(*answer);
 }
 
-asio::awaitable<Result<Client::PutIfAbsent>> Client::put_if_absent(std::string_view key,
-                                                                   std::string_view value,
-                                                                   std::int64_t lease) {
+asio::awaitable<Expected<Client::PutIfAbsent>> Client::put_if_absent(std::string_view key,
+                                                                     std::string_view value,
+                                                                     std::int64_t lease) {
   json put{{"key", base64_encode(key)}, {"value", base64_encode(value)}};
   if (lease != 0) put["lease"] = std::to_string(lease);
   const json request{{"compare", json::array({json{{"key", base64_encode(key)},
@@ -383,20 +376,20 @@ asio::awaitable<Result<Client::PutIfAbsent>> Client::put_if_absent(std::string_v
                                                    {"result", "EQUAL"},
                                                    {"create_revision", "0"}}})},
                      {"success", json::array({json{{"request_put", put}}})}};
-  const Result<std::string> text = co_await post("/v3/kv/txn", request.dump());
-  if (!text) co_return Result<PutIfAbsent>::failure(text.error());
-  const Result<json> answer = parse_object(*text, "txn");
-  if (!answer) co_return Result<PutIfAbsent>::failure(answer.error());
+  const Expected<std::string> text = co_await post("/v3/kv/txn", request.dump());
+  if (!text) co_return Unexpected{text.error()};
+  const Expected<json> answer = parse_object(*text, "txn");
+  if (!answer) co_return Unexpected{answer.error()};
   co_return PutIfAbsent{bool_field(*answer, "succeeded"), header_revision(*answer)};
 }
 
-asio::awaitable<Result<RangeResult>> Client::range(std::string_view key, bool prefix) {
+asio::awaitable<Expected<RangeResult>> Client::range(std::string_view key, bool prefix) {
   json request{{"key", base64_encode(key)}};
   if (prefix) request["range_end"] = base64_encode(prefix_end(key));
-  const Result<std::string> text = co_await post("/v3/kv/range", request.dump());
-  if (!text) co_return Result<RangeResult>::failure(text.error());
-  const Result<json> answer = parse_object(*text, "range");
-  if (!answer) co_return Result<RangeResult>::failure(answer.error());
+  const Expected<std::string> text = co_await post("/v3/kv/range", request.dump());
+  if (!text) co_return Unexpected{text.error()};
+  const Expected<json> answer = parse_object(*text, "range");
+  if (!answer) co_return Unexpected{answer.error()};
   RangeResult out;
   out.revision = header_revision(*answer);
   const auto kvs = answer->find("kvs");
@@ -406,12 +399,12 @@ asio::awaitable<Result<RangeResult>> Client::range(std::string_view key, bool pr
   co_return out;
 }
 
-asio::awaitable<Result<std::int64_t>> Client::del(std::string_view key) {
+asio::awaitable<Expected<std::int64_t>> Client::del(std::string_view key) {
   std::string body = json{{"key", base64_encode(key)}}.dump();
-  const Result<std::string> text = co_await post("/v3/kv/deleterange", std::move(body));
-  if (!text) co_return Result<std::int64_t>::failure(text.error());
-  const Result<json> answer = parse_object(*text, "delete");
-  if (!answer) co_return Result<std::int64_t>::failure(answer.error());
+  const Expected<std::string> text = co_await post("/v3/kv/deleterange", std::move(body));
+  if (!text) co_return Unexpected{text.error()};
+  const Expected<json> answer = parse_object(*text, "delete");
+  if (!answer) co_return Unexpected{answer.error()};
   co_return int_field(*answer, "deleted");
 }
 
@@ -442,7 +435,7 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
     }
     const auto request = json_post("/v3/watch", where, body, /*keep_alive=*/true);
     boost::system::error_code ec;
-    co_await http::async_write(connection->stream, request, redirect(ec));
+    co_await http::async_write(connection->stream, request, net::redirect(ec));
     // The answer is one chunked response, a JSON message per line, for as long as the watch
     // lasts: each chunk's bytes are collected and every whole line is handed on.
     std::string pending;
@@ -455,7 +448,7 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
     parser.on_chunk_body(on_chunk);
     if (!ec)
       co_await http::async_read_header(connection->stream, connection->buffer, parser,
-                                       redirect(ec));
+                                       net::redirect(ec));
     if (connection->stopped) co_return "stopped";
     if (ec || parser.get().result() != http::status::ok) {
       why = ec ? ec.message() : "HTTP " + std::to_string(parser.get().result_int());
@@ -464,7 +457,8 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
     }
     bool created = false;
     while (!parser.is_done()) {
-      co_await http::async_read_some(connection->stream, connection->buffer, parser, redirect(ec));
+      co_await http::async_read_some(connection->stream, connection->buffer, parser,
+                                     net::redirect(ec));
       if (connection->stopped) co_return "stopped";
       if (ec) {
         co_return "watch at " + where + ": " +
@@ -479,7 +473,7 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
         const std::string line = pending.substr(0, end);
         pending.erase(0, end + 1);
         if (line.empty()) continue;
-        const Result<json> answer = parse_object(line, "watch");
+        const Expected<json> answer = parse_object(line, "watch");
         if (!answer) co_return answer.error();
         const auto result = answer->find("result");
         if (result == answer->end() || !result->is_object()) {

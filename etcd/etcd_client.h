@@ -10,10 +10,8 @@
 // deadline does not bound: give addresses.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -24,30 +22,9 @@
 #include <variant>
 #include <vector>
 
+#include "core/expected.h"
+
 namespace sluice::etcd {
-
-// A value or why there is none.
-template <typename T>
-class Result {
- public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit, like std::optional
-  static Result failure(std::string why) {
-    Result r;
-    r.error_ = std::move(why);
-    return r;
-  }
-  bool ok() const { return value_.has_value(); }
-  explicit operator bool() const { return ok(); }
-  const T& operator*() const { return *value_; }
-  T& operator*() { return *value_; }
-  const T* operator->() const { return &*value_; }
-  const std::string& error() const { return error_; }
-
- private:
-  Result() = default;
-  std::optional<T> value_;
-  std::string error_;
-};
 
 struct Endpoint {
   std::string host;  // a name or an IPv4 address
@@ -57,7 +34,7 @@ struct Endpoint {
 
 // "http://HOST:PORT[,http://HOST:PORT...]" (what --etcd takes): the endpoints, or why not.
 // Only http:// (the gateway without TLS), a port in 1..65535, no path.
-Result<std::vector<Endpoint>> parse_endpoints(std::string_view urls);
+Expected<std::vector<Endpoint>> parse_endpoints(std::string_view urls);
 
 // Standard base64 with padding, as the gateway writes bytes.
 std::string base64_encode(std::string_view bytes);
@@ -110,35 +87,35 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // POST /v3/lease/grant.
-  boost::asio::awaitable<Result<Lease>> grant(std::chrono::seconds ttl);
+  boost::asio::awaitable<Expected<Lease>> grant(std::chrono::seconds ttl);
   // POST /v3/lease/keepalive, once: the TTL etcd now gives the lease, 0 when it has expired
   // (or never existed).
-  boost::asio::awaitable<Result<std::int64_t>> keepalive(std::int64_t lease);
+  boost::asio::awaitable<Expected<std::int64_t>> keepalive(std::int64_t lease);
   // POST /v3/lease/timetolive: the whole seconds the lease has left (-1 when it has expired or
   // never existed) and the TTL it was granted.
   struct TimeToLive {
     std::int64_t ttl_s = -1;
     std::int64_t granted_s = 0;
   };
-  boost::asio::awaitable<Result<TimeToLive>> time_to_live(std::int64_t lease);
+  boost::asio::awaitable<Expected<TimeToLive>> time_to_live(std::int64_t lease);
   // POST /v3/lease/revoke.
-  boost::asio::awaitable<Result<bool>> revoke(std::int64_t lease);
+  boost::asio::awaitable<Expected<bool>> revoke(std::int64_t lease);
   // POST /v3/kv/put: the revision of the write. `lease` 0: none.
-  boost::asio::awaitable<Result<std::int64_t>> put(std::string_view key, std::string_view value,
-                                                   std::int64_t lease = 0);
+  boost::asio::awaitable<Expected<std::int64_t>> put(std::string_view key, std::string_view value,
+                                                     std::int64_t lease = 0);
   // POST /v3/kv/put in a transaction that succeeds only if `key` does not exist: whether it
   // was written (and the revision either way).
   struct PutIfAbsent {
     bool written = false;
     std::int64_t revision = 0;
   };
-  boost::asio::awaitable<Result<PutIfAbsent>> put_if_absent(std::string_view key,
-                                                            std::string_view value,
-                                                            std::int64_t lease = 0);
+  boost::asio::awaitable<Expected<PutIfAbsent>> put_if_absent(std::string_view key,
+                                                              std::string_view value,
+                                                              std::int64_t lease = 0);
   // POST /v3/kv/range of one key, or of every key starting with `key` when `prefix`.
-  boost::asio::awaitable<Result<RangeResult>> range(std::string_view key, bool prefix);
+  boost::asio::awaitable<Expected<RangeResult>> range(std::string_view key, bool prefix);
   // POST /v3/kv/deleterange of one key: how many were deleted (0 or 1).
-  boost::asio::awaitable<Result<std::int64_t>> del(std::string_view key);
+  boost::asio::awaitable<Expected<std::int64_t>> del(std::string_view key);
 
   // POST /v3/watch on every key starting with `prefix`, from `start_revision` (0: from now).
   // Calls `on_batch` for each message until it returns false, etcd cancels the watch, the
@@ -152,7 +129,7 @@ class Client {
  private:
   struct Connection;
   // One request: POST `path` with `body` (JSON), the JSON answer's text, or why not.
-  boost::asio::awaitable<Result<std::string>> post(std::string_view path, std::string body);
+  boost::asio::awaitable<Expected<std::string>> post(std::string_view path, std::string body);
 
   // The stream of `endpoint`, connected, or why not.
   boost::asio::awaitable<std::string> connect(Connection& connection, const Endpoint& endpoint);

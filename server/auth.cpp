@@ -1,8 +1,8 @@
 #include "server/auth.h"
 
-#include <fmt/core.h>
+#include "net/asio.h"  // before any other Asio header
 
-#include <boost/asio/ip/address.hpp>
+#include <fmt/core.h>
 
 #include "auth/token.h"
 

@@ -1,16 +1,12 @@
 #include "server/connection.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <utility>
 
 #include <fmt/core.h>
 #include <algorithm>
 #include <array>
-#include <boost/asio/buffer.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 #include <cstring>
 #include <exception>
 
@@ -37,10 +33,6 @@ constexpr std::size_t kGrownInput = 128 * 1024;
 constexpr std::size_t kBacklogItemBytes = sizeof(HandoverItem) + sizeof(protocol::AcquireResult);
 // How long a closing connection may take to send its last bytes and see the peer close.
 constexpr auto kCloseGrace = std::chrono::seconds(1);
-
-auto redirect(boost::system::error_code& ec) {
-  return asio::redirect_error(asio::use_awaitable, ec);
-}
 
 }  // namespace
 
@@ -247,7 +239,7 @@ asio::awaitable<void> Connection::read_loop() {
     if (!closing_ && should_pause_reading()) {
       read_resume_.expires_at(Clock::time_point::max());
       read_paused_ = true;
-      co_await read_resume_.async_wait(redirect(ec));
+      co_await read_resume_.async_wait(net::redirect(ec));
       read_paused_ = false;
       if (closed_) break;
       continue;
@@ -293,7 +285,7 @@ asio::awaitable<void> Connection::read_loop() {
     }
     reading_ = true;
     const std::size_t n = co_await socket_.async_read_some(
-        asio::buffer(in_.get() + in_end_, in_capacity_ - in_end_), redirect(ec));
+        asio::buffer(in_.get() + in_end_, in_capacity_ - in_end_), net::redirect(ec));
     reading_ = false;
     // Cancelled by shed_for_memory(), so that this loop frees the input: go on closing.
     if (ec == asio::error::operation_aborted && !closed_) continue;
@@ -319,12 +311,12 @@ asio::awaitable<void> Connection::write_loop() {
       // hand-over replies.
       if (closing_ && (failed_ || frames_pending() == 0)) break;
       write_signal_.expires_at(Clock::time_point::max());
-      co_await write_signal_.async_wait(redirect(ec));
+      co_await write_signal_.async_wait(net::redirect(ec));
       continue;
     }
     std::swap(out_queued_, out_writing_);
     writing_ = true;
-    co_await asio::async_write(socket_, asio::buffer(out_writing_), redirect(ec));
+    co_await asio::async_write(socket_, asio::buffer(out_writing_), net::redirect(ec));
     writing_ = false;
     out_writing_.clear();
     if (ec) {
@@ -366,7 +358,7 @@ asio::awaitable<void> Connection::watchdog_loop() {
     }
     boost::system::error_code ec;
     watchdog_timer_.expires_at(deadline);
-    co_await watchdog_timer_.async_wait(redirect(ec));
+    co_await watchdog_timer_.async_wait(net::redirect(ec));
   }
 }
 

@@ -1,11 +1,11 @@
 #include "server/coordinator.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <utility>
 
 #include <fmt/core.h>
 #include <algorithm>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <iterator>
 #include <map>
 #include <random>

@@ -1,10 +1,11 @@
 #include "server/dispatcher.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <utility>
 
 #include <fmt/core.h>
 #include <algorithm>
-#include <boost/asio/post.hpp>
 
 #include "core/key_hash.h"
 #include "core/rule.h"

@@ -1,13 +1,10 @@
 #include "server/etcd_membership.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <memory>
 
 #include "cluster/etcd_members.h"
@@ -26,12 +23,14 @@ milliseconds call_timeout(std::chrono::seconds ttl) {
   return std::max(milliseconds(200), std::chrono::duration_cast<milliseconds>(ttl) / 4);
 }
 
-std::chrono::nanoseconds now() { return std::chrono::nanoseconds(lease_clock_ns()); }
+std::chrono::nanoseconds now() {
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(monotonic_now_ns()));
+}
 
 }  // namespace
 
 EtcdMembership::EtcdMembership(asio::io_context& io, MembershipConfig config, Adopt adopt,
-                               WarmUp warm_up, std::atomic<std::int64_t>& deadline)
+                               WarmUp warm_up, std::atomic<std::uint64_t>& deadline)
     : io_(io),
       config_(std::move(config)),
       adopt_(std::move(adopt)),
@@ -50,7 +49,7 @@ void EtcdMembership::say(const std::string& message) {
 }
 
 void EtcdMembership::publish_fence() {
-  deadline_.store(map_current_ ? fence_.deadline().count() : 0);
+  deadline_.store(map_current_ ? static_cast<std::uint64_t>(fence_.deadline().count()) : 0);
 }
 
 void EtcdMembership::lose(const std::string& why) {
@@ -67,7 +66,7 @@ void EtcdMembership::lose(const std::string& why) {
 asio::awaitable<void> EtcdMembership::pause(milliseconds how_long) {
   asio::steady_timer timer(io_, how_long);
   boost::system::error_code ec;
-  co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  co_await timer.async_wait(net::redirect(ec));
 }
 
 asio::awaitable<void> EtcdMembership::run() {
@@ -301,7 +300,7 @@ asio::awaitable<void> EtcdMembership::warm(std::uint64_t session) {
   if (!wait->done) {
     cancel_warm_ = [wait] { wait->timer.cancel(); };
     boost::system::error_code ec;
-    co_await wait->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_await wait->timer.async_wait(net::redirect(ec));
     cancel_warm_ = nullptr;
   }
   if (!current(session)) co_return;

@@ -10,12 +10,9 @@
 // touched only there.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <atomic>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -48,14 +45,14 @@ struct MembershipConfig {
 class EtcdMembership {
  public:
   // `adopt` gets each member set read from etcd as a map (on the io thread; it may block while
-  // the shards take it). `deadline` is where the fence deadline is published (lease_clock_ns()
+  // the shards take it). `deadline` is where the fence deadline is published (monotonic_now_ns()
   // units; 0 = not primary), read by every shard.
   using Adopt = std::function<void(const cluster::ClusterMap&)>;
   // `warm_up(done)`: the node, joining in the map last adopted, fetches the partitions it will
   // own once active and calls done(records) on the io thread (Coordinator::warm_up).
   using WarmUp = std::function<void(std::function<void(std::size_t records)> done)>;
   EtcdMembership(boost::asio::io_context& io, MembershipConfig config, Adopt adopt, WarmUp warm_up,
-                 std::atomic<std::int64_t>& deadline);
+                 std::atomic<std::uint64_t>& deadline);
   EtcdMembership(const EtcdMembership&) = delete;
   EtcdMembership& operator=(const EtcdMembership&) = delete;
 
@@ -96,7 +93,7 @@ class EtcdMembership {
   Adopt adopt_;
   WarmUp warm_up_;
   std::function<void()> cancel_warm_;  // while warm() waits: ends the wait (stop())
-  std::atomic<std::int64_t>& deadline_;
+  std::atomic<std::uint64_t>& deadline_;
   etcd::Client client_;
   cluster::LeaseFence fence_;
   std::string key_;

@@ -1,13 +1,10 @@
 // sluiced: parses flags, starts a Server, stops it on SIGINT or SIGTERM, and rereads its cluster
 // file on SIGHUP.
 // Exit status: 0 after a clean stop, 1 when the server cannot start, 2 on bad flags.
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <fmt/core.h>
 #include <malloc.h>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/address.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 #include <csignal>
@@ -21,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "auth/token.h"
-#include "core/units.h"
+#include "cli/flags.h"
 #include "core/version.h"
+#include "net/host_port.h"
 #include "server/auth.h"
 #include "server/server.h"
 
@@ -32,18 +29,10 @@ namespace {
 namespace po = boost::program_options;
 using sluice::server::ServerConfig;
 
-using sluice::count_flag;
-using sluice::FlagError;
-
-std::uint64_t parse_size_flag(const std::string& flag, const std::string& text, std::uint64_t min,
-                              std::uint64_t max) {
-  const auto value = sluice::parse_size(text);
-  if (!value || *value < min || *value > max) {
-    throw FlagError{
-        fmt::format("--{} {}: must be {}..{} bytes (e.g. 64MiB, 1GiB)", flag, text, min, max)};
-  }
-  return *value;
-}
+using sluice::cli::count_flag;
+using sluice::cli::duration_flag;
+using sluice::cli::FlagError;
+using sluice::cli::size_flag;
 
 // "1GiB" when the size is a whole number of GiB, and so on down to bytes.
 std::string format_size(std::uint64_t bytes) {
@@ -121,22 +110,7 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "in large tables, a pause of up to milliseconds per 2 MiB the table grows into")(
       "version", "print the version and exit");
 
-  po::variables_map vm;
-  try {
-    // No positional arguments: they are collected only to be named in the error.
-    po::options_description all;
-    all.add(options).add_options()("stray", po::value<std::vector<std::string>>());
-    po::positional_options_description stray;
-    stray.add("stray", -1);
-    po::store(po::command_line_parser(argc, argv).options(all).positional(stray).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw FlagError{e.what()};
-  }
-  if (vm.count("stray") != 0) {
-    throw FlagError{"unexpected argument '" + vm["stray"].as<std::vector<std::string>>().front() +
-                    "' (flags start with --)"};
-  }
+  const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, options);
   if (vm.count("help") != 0) {
     std::cout << "Usage: sluiced [options]\n" << options << std::flush;
     return std::nullopt;
@@ -160,27 +134,27 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       static_cast<std::uint16_t>(count_flag("shard-base-port", text("shard-base-port"), 0, 65535));
   config.shards = static_cast<unsigned>(count_flag("shards", text("shards"), 0, 1024));
   config.max_memory =
-      parse_size_flag("max-memory", text("max-memory"), 1, std::numeric_limits<std::size_t>::max());
-  config.max_frame = static_cast<std::uint32_t>(parse_size_flag(
-      "max-frame", text("max-frame"), 64, std::numeric_limits<std::uint32_t>::max()));
+      size_flag("max-memory", text("max-memory"), 1, std::numeric_limits<std::size_t>::max());
+  config.max_frame = static_cast<std::uint32_t>(
+      size_flag("max-frame", text("max-frame"), 64, std::numeric_limits<std::uint32_t>::max()));
   config.max_key = static_cast<std::uint16_t>(count_flag("max-key", text("max-key"), 1, 65535));
   config.max_batch =
       static_cast<std::uint16_t>(count_flag("max-batch", text("max-batch"), 1, 65535));
   config.max_connections = static_cast<std::uint32_t>(count_flag(
       "max-connections", text("max-connections"), 1, std::numeric_limits<std::uint32_t>::max()));
-  config.max_queued_output = parse_size_flag("max-queued-output", text("max-queued-output"), 1,
-                                             std::numeric_limits<std::uint32_t>::max());
+  config.max_queued_output = size_flag("max-queued-output", text("max-queued-output"), 1,
+                                       std::numeric_limits<std::uint32_t>::max());
   config.max_pending_items = static_cast<std::uint32_t>(
       count_flag("max-pending-items", text("max-pending-items"), 1, 1u << 24));
   config.max_buffer_memory = text("max-buffer-memory") == "0"
                                  ? 0
-                                 : parse_size_flag("max-buffer-memory", text("max-buffer-memory"),
-                                                   1, std::numeric_limits<std::size_t>::max());
+                                 : size_flag("max-buffer-memory", text("max-buffer-memory"), 1,
+                                             std::numeric_limits<std::size_t>::max());
   constexpr std::uint64_t kMaxIdleMs = 366ull * 24 * 3600 * 1000;
-  config.idle_timeout = std::chrono::milliseconds(
-      sluice::duration_flag("idle-timeout", text("idle-timeout"), 0, kMaxIdleMs));
+  config.idle_timeout =
+      std::chrono::milliseconds(duration_flag("idle-timeout", text("idle-timeout"), 0, kMaxIdleMs));
   config.shutdown_timeout = std::chrono::milliseconds(
-      sluice::duration_flag("shutdown-timeout", text("shutdown-timeout"), 0, 3'600'000));
+      duration_flag("shutdown-timeout", text("shutdown-timeout"), 0, 3'600'000));
   config.sliding_log_cap = static_cast<std::uint32_t>(
       count_flag("sliding-log-cap", text("sliding-log-cap"), 1, sluice::server::kMaxSlidingLogCap));
   config.node_id = text("node-id");
@@ -191,8 +165,7 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   config.etcd = text("etcd");
   config.cluster_name = text("cluster-name");
   config.advertise = text("advertise");
-  const std::uint64_t ttl_ms =
-      sluice::duration_flag("lease-ttl", text("lease-ttl"), 2000, 3'600'000);
+  const std::uint64_t ttl_ms = duration_flag("lease-ttl", text("lease-ttl"), 2000, 3'600'000);
   if (ttl_ms % 1000 != 0) throw FlagError{"--lease-ttl: whole seconds (etcd's TTLs are)"};
   config.lease_ttl = std::chrono::seconds(ttl_ms / 1000);
   if (!config.etcd.empty()) {
@@ -206,7 +179,7 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
     throw FlagError{"--cluster-name and --advertise are for the etcd mode (--etcd)"};
   }
   if (vm.count("auth-token-file") != 0) {
-    config.auth_token = sluice::auth::token_file_flag("sluiced", text("auth-token-file"));
+    config.auth_token = sluice::cli::token_file_flag("sluiced", text("auth-token-file"));
   }
   config.busy_poll = vm.count("busy-poll") != 0;
   config.huge_pages = vm.count("huge-pages") != 0;
@@ -272,7 +245,7 @@ int main(int argc, char** argv) {
     fmt::print(
         "sluiced {} listening on {} (public), shard ports {} ({} shards), max memory {}, buffer "
         "memory {}{}\n",
-        sluice::kVersion, sluice::format_host_port(config->bind, server.port()),
+        sluice::kVersion, sluice::net::format_host_port(config->bind, server.port()),
         join_ports(server.shard_ports()), server.shard_count(), format_size(config->max_memory),
         format_size(server.max_buffer_memory()),
         sluice::server::requires_authentication(*config) ? ", token required" : "");

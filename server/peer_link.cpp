@@ -1,17 +1,12 @@
 #include "server/peer_link.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <utility>
 
 #include <fmt/core.h>
 #include <sys/socket.h>
 #include <algorithm>
-#include <boost/asio/buffer.hpp>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 #include <cstring>
 #include <limits>
 
@@ -25,10 +20,6 @@ namespace {
 // Replies from another node can be large (a page of a PULL with sliding logs).
 constexpr std::uint32_t kMaxPeerFrame = 64u << 20;
 constexpr std::size_t kReadChunk = 64 * 1024;
-
-auto redirect(boost::system::error_code& ec) {
-  return asio::redirect_error(asio::use_awaitable, ec);
-}
 
 }  // namespace
 
@@ -103,7 +94,7 @@ asio::awaitable<void> PeerLink::run() {
                                       jitter_() % static_cast<std::uint32_t>(base + 1));
     boost::system::error_code ec;
     backoff_.expires_after(std::chrono::milliseconds(delay));
-    co_await backoff_.async_wait(redirect(ec));
+    co_await backoff_.async_wait(net::redirect(ec));
   }
 }
 
@@ -129,10 +120,10 @@ asio::awaitable<std::string> PeerLink::session() {
   } cancel_deadline{deadline_};
 
   tcp::resolver resolver(io_);
-  const auto endpoints =
-      co_await resolver.async_resolve(config_.host, std::to_string(config_.port), redirect(ec));
+  const auto endpoints = co_await resolver.async_resolve(config_.host, std::to_string(config_.port),
+                                                         net::redirect(ec));
   if (ec) co_return fmt::format("resolve {}: {}", where, ec.message());
-  co_await asio::async_connect(socket_, endpoints, redirect(ec));
+  co_await asio::async_connect(socket_, endpoints, net::redirect(ec));
   if (ec) co_return fmt::format("connect {}: {}", where, *timed_out ? "timed out" : ec.message());
   socket_.set_option(tcp::no_delay(true), ec);
 
@@ -140,7 +131,7 @@ asio::awaitable<std::string> PeerLink::session() {
   protocol::encode_hello_request(
       request, 0, protocol::HelloRequest{protocol::kVersion, config_.name, config_.token},
       framing());
-  co_await asio::async_write(socket_, asio::buffer(request), redirect(ec));
+  co_await asio::async_write(socket_, asio::buffer(request), net::redirect(ec));
   if (ec) co_return fmt::format("HELLO to {}: {}", where, ec.message());
 
   const protocol::FrameDecoder decoder(kMaxPeerFrame);
@@ -199,7 +190,7 @@ asio::awaitable<std::string> PeerLink::session() {
     }
     if (end == in.size()) in.resize(std::min<std::size_t>(in.size() * 2, kMaxPeerFrame + 64));
     const std::size_t n = co_await socket_.async_read_some(
-        asio::buffer(in.data() + end, in.size() - end), redirect(ec));
+        asio::buffer(in.data() + end, in.size() - end), net::redirect(ec));
     if (ec) {
       co_return fmt::format("{} {}: {}", handshaken ? "read from" : "HELLO from", where,
                             *timed_out ? "timed out" : ec.message());
@@ -214,12 +205,12 @@ asio::awaitable<void> PeerLink::write_loop(std::shared_ptr<bool> alive) {
     boost::system::error_code ec;
     if (out_queued_.empty()) {
       write_signal_.expires_at(asio::steady_timer::time_point::max());
-      co_await write_signal_.async_wait(redirect(ec));
+      co_await write_signal_.async_wait(net::redirect(ec));
       continue;
     }
     std::swap(out_queued_, out_writing_);
     writing_ = true;
-    co_await asio::async_write(socket_, asio::buffer(out_writing_), redirect(ec));
+    co_await asio::async_write(socket_, asio::buffer(out_writing_), net::redirect(ec));
     writing_ = false;
     out_writing_.clear();
     if (ec) {

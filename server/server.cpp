@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <utility>
 
 #include <fmt/core.h>
@@ -7,9 +9,6 @@
 #include <sys/resource.h>
 #include <algorithm>
 #include <atomic>
-#include <boost/asio/ip/address.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/socket_base.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -23,7 +22,7 @@
 #include "cluster/etcd_members.h"
 #include "cluster/membership_file.h"
 #include "cluster/node.h"
-#include "core/units.h"
+#include "net/host_port.h"
 #include "server/cluster_view.h"
 #include "server/coordinator.h"
 #include "server/etcd_membership.h"
@@ -50,7 +49,7 @@ std::uint16_t bind_guard(boost::asio::ip::tcp::acceptor& guard,
   if (!ec) bound = guard.local_endpoint(ec).port();
   if (ec) {
     throw std::system_error(std::error_code(ec.value(), std::system_category()),
-                            "cannot bind " + format_host_port(address.to_string(), port));
+                            "cannot bind " + net::format_host_port(address.to_string(), port));
   }
   return bound;
 }
@@ -114,7 +113,7 @@ MembershipConfig etcd_membership_config(const ServerConfig& config, std::uint16_
       throw std::invalid_argument("--bind " + config.bind +
                                   " is no address other nodes can reach: give --advertise");
     }
-    address = format_host_port(config.bind, public_port);
+    address = net::format_host_port(config.bind, public_port);
   }
   if (const auto parsed = cluster::parse_node_address(address); !parsed) {
     throw std::invalid_argument("--advertise: " + parsed.error());
@@ -399,8 +398,8 @@ void Server::start() {
         context.shards[i]->listen_shard(address, static_cast<std::uint16_t>(wanted));
   }
 
-  context.node_id =
-      config.node_id.empty() ? format_host_port(config.bind, context.public_port) : config.node_id;
+  context.node_id = config.node_id.empty() ? net::format_host_port(config.bind, context.public_port)
+                                           : config.node_id;
 
   // RELOAD from a connection: on the coordinator's thread, which may block on the shards.
   context.reload_cluster = [impl =

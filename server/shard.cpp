@@ -1,5 +1,7 @@
 #include "server/shard.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <utility>
 
 #include <fcntl.h>
@@ -7,11 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/socket_base.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
 #include <chrono>
 #include <exception>
@@ -208,8 +206,7 @@ asio::awaitable<void> Shard::accept_loop(tcp::acceptor& acceptor, bool public_po
   asio::steady_timer backoff(io_);
   while (!stopping_) {
     boost::system::error_code ec;
-    tcp::socket socket =
-        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    tcp::socket socket = co_await acceptor.async_accept(net::redirect(ec));
     if (stopping_ || ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
     if (ec) {
       log_accept_error(ec);
@@ -218,7 +215,7 @@ asio::awaitable<void> Shard::accept_loop(tcp::acceptor& acceptor, bool public_po
       // cure, a reset before accept) try again shortly.
       if (out_of_descriptors(ec) && refuse_without_descriptor(acceptor)) continue;
       backoff.expires_after(kAcceptBackoff);
-      co_await backoff.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      co_await backoff.async_wait(net::redirect(ec));
       continue;
     }
     accept(std::move(socket), public_port);
@@ -320,25 +317,11 @@ void Shard::enforce_buffer_budget() {
   enforcing_ = false;
 }
 
-namespace {
-
-// The posted flush_queued(), with its operation in the shard's slot (no heap per post).
-struct FlushHandler {
-  using allocator_type = OneSlotAllocator<void>;
-  Shard* shard;
-  HandlerSlot* slot;
-  allocator_type get_allocator() const noexcept { return allocator_type(*slot); }
-  void operator()() const;
-};
-
-}  // namespace
-
 void Shard::queue_flush(std::shared_ptr<Connection> connection) {
-  if (to_flush_.empty()) asio::post(io_, FlushHandler{this, &flush_slot_});
+  // The posted flush_queued() has its operation in the shard's slot: no heap per post.
+  if (to_flush_.empty()) asio::post(io_, net::in_slot(flush_slot_, [this] { flush_queued(); }));
   to_flush_.push_back(std::move(connection));
 }
-
-void FlushHandler::operator()() const { shard->flush_queued(); }
 
 void Shard::flush_queued() {
   flushing_.swap(to_flush_);  // a flush_now() may queue again (it does not today)
@@ -350,7 +333,7 @@ asio::awaitable<void> Shard::sweep_loop() {
   while (!stopping_) {
     boost::system::error_code ec;
     sweep_timer_.expires_after(kSweepInterval);
-    co_await sweep_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_await sweep_timer_.async_wait(net::redirect(ec));
     if (stopping_) break;
     table_.sweep_step(context_.clock->now_ns());
     publish_table_stats();

@@ -4,14 +4,9 @@
 // docs/ARCHITECTURE.md describes the threads, the request flow and shutdown.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <atomic>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -27,13 +22,13 @@
 #include "core/clock.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "net/handler_slot.h"
 #include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/cluster_view.h"
 #include "server/dispatcher.h"
 #include "server/mpsc_queue.h"
-#include "server/one_slot_allocator.h"
 #include "server/peer.h"
 #include "server/replicator.h"
 #include "server/server.h"
@@ -86,14 +81,6 @@ struct HandoverTask : MpscNode {
   std::vector<HandoverItem> items;
 };
 
-// The monotonic clock of lease fencing (CLOCK_MONOTONIC, in ns): it does not jump with the wall
-// clock, and etcd's TTLs are durations.
-inline std::int64_t lease_clock_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 // State shared by all shards. Set up before the threads start; afterwards only the atomics
 // change.
 struct ServerContext {
@@ -112,10 +99,10 @@ struct ServerContext {
   std::function<void(std::function<void(std::uint64_t, std::string)> done)> drain_node;
 
   // etcd mode (docs/ARCHITECTURE.md, "Fencing and failover with etcd"): the node decides as
-  // primary only while lease_clock_ns() is below lease_deadline_ns, which the membership agent
+  // primary only while monotonic_now_ns() is below lease_deadline_ns, which the membership agent
   // moves forward with each answered keepalive and sets to 0 when the lease is lost.
   bool leased = false;  // set before the shard threads start
-  std::atomic<std::int64_t> lease_deadline_ns{0};
+  std::atomic<std::uint64_t> lease_deadline_ns{0};
 
   std::atomic<std::uint32_t> connections{0};  // open connections on all shards (max_connections)
 
@@ -208,7 +195,7 @@ class Shard {
   // for the decisions that follow; past its deadline they answer UNAVAILABLE instead of deciding
   // as primary. Called before each batch (decide_prefetched does); a no-op in other modes.
   void check_lease() {
-    if (context_.leased) lease_ok_ = lease_clock_ns() < context_.lease_deadline_ns.load();
+    if (context_.leased) lease_ok_ = monotonic_now_ns() < context_.lease_deadline_ns.load();
   }
 
   // Records between nodes (docs/ARCHITECTURE.md, "Replication", "Moving partitions").
@@ -286,7 +273,7 @@ class Shard {
   ServerContext& context_;
   const unsigned index_;
   // Before io_: a flush still posted when io_ is destroyed gives its slot back.
-  HandlerSlot flush_slot_;
+  net::HandlerSlot flush_slot_;
   boost::asio::io_context io_;  // declared early: destroyed after everything bound to it
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   CounterTable table_;

@@ -10,7 +10,6 @@
 #include <string>
 #include <string_view>
 
-#include "core/units.h"
 #include "protocol/messages.h"
 
 namespace sluice::auth {
@@ -177,19 +176,6 @@ TEST_CASE("a token file writable but not readable by others draws no warning") {
   const TokenFile read = read_token_file(file.path());
   REQUIRE(read.ok());
   CHECK(read.warning.empty());
-}
-
-TEST_CASE("token_file_flag returns the token or throws a FlagError for the flag") {
-  const TempFile good("s3cret\n");
-  CHECK(token_file_flag("auth_tests", good.path()) == "s3cret");
-  const TempFile empty("\n");
-  try {
-    token_file_flag("auth_tests", empty.path());
-    FAIL("no FlagError");
-  } catch (const FlagError& e) {
-    CHECK(std::string(e.what()) ==
-          "--auth-token-file " + empty.path() + ": empty (or only whitespace)");
-  }
 }
 
 }  // namespace

@@ -1,10 +1,7 @@
 // Async batches, the transport probe, several connections per shard, and a client that runs on
 // the caller's io_context.
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 #include <optional>
 #include <string>

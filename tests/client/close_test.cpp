@@ -2,10 +2,8 @@
 // calls, a callback that closes the client must not pull the list being completed from under
 // it. Each callback captures more than two pointers, so std::function keeps it on the heap and
 // AddressSanitizer sees any use of a callback destroyed while it runs.
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
 #include <future>
 #include <optional>

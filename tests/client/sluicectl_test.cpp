@@ -245,7 +245,7 @@ bool has_ipv6_loopback() {
 
 TEST_CASE("an IPv6 endpoint prints in brackets in sluiced and sluicectl and sluice-load") {
   if (!has_ipv6_loopback()) {
-    WARN("no IPv6 loopback on this machine: units_test checks format_host_port alone");
+    WARN("no IPv6 loopback on this machine: host_port_test checks format_host_port alone");
     return;
   }
   Child sluiced(sibling("sluiced"),

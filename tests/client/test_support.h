@@ -2,7 +2,7 @@
 // node that answers HELLO and then holds, answers or drops replies on command.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <atomic>
 #include <boost/asio.hpp>

@@ -21,32 +21,6 @@ TEST_CASE("parse_count reads whole decimal numbers only", "[units]") {
   CHECK_FALSE(parse_count("10k").has_value());
 }
 
-// What a FlagError says, or "no error".
-template <typename F>
-std::string flag_message(F&& parse) {
-  try {
-    parse();
-  } catch (const FlagError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-TEST_CASE("count_flag keeps a whole number within its bounds and states the range otherwise",
-          "[units]") {
-  CHECK(count_flag("port", "0", 0, 65535) == 0u);
-  CHECK(count_flag("port", "65535", 0, 65535) == 65535u);
-  const auto message = [](std::string_view text) {
-    return flag_message([&] { count_flag("port", text, 1, 65535); });
-  };
-  CHECK(message("65536") == "--port 65536: must be 1..65535");
-  CHECK(message("0") == "--port 0: must be 1..65535");
-  CHECK(message("80x") == "--port 80x: expected a whole number 1..65535");
-  CHECK(message("") == "--port : expected a whole number 1..65535");
-  CHECK(flag_message([] { count_flag("limit", "4294967296", 1, 4294967295); }) ==
-        "--limit 4294967296: must be 1..4294967295");
-}
-
 TEST_CASE("parse_size reads bytes with binary suffixes", "[units]") {
   CHECK(parse_size("1048576") == 1048576u);
   CHECK(parse_size("0") == 0u);
@@ -103,33 +77,6 @@ TEST_CASE("format_duration_ms prints the largest exact unit, which parses back",
   for (std::uint64_t ms : {1ull, 999ull, 1000ull, 61'000ull, 3'600'000ull, 123'456'789ull}) {
     CHECK(parse_duration_ms(format_duration_ms(ms)) == ms);
   }
-}
-
-TEST_CASE("duration_flag refuses a bare number with the fix, and states the range", "[units]") {
-  constexpr std::uint64_t kDay = 86'400'000;
-  CHECK(duration_flag("period", "60s", 1, 366 * kDay) == 60'000u);
-  CHECK(duration_flag("idle-timeout", "0", 0, 366 * kDay) == 0u);  // 0 = off needs no unit
-  CHECK(duration_flag("idle-timeout", "0s", 0, 366 * kDay) == 0u);
-  CHECK(flag_message([] { duration_flag("period", "60", 1, 366 * kDay); }) ==
-        "--period 60: give a unit, e.g. 60s");
-  CHECK(flag_message([] { duration_flag("idle-timeout", "5", 0, 366 * kDay); }) ==
-        "--idle-timeout 5: give a unit, e.g. 5s");
-  CHECK(flag_message([] { duration_flag("period", "0", 1, 366 * kDay); }) ==
-        "--period 0: must be 1ms..366d");
-  CHECK(flag_message([] { duration_flag("period", "0s", 1, 366 * kDay); }) ==
-        "--period 0s: must be 1ms..366d");
-  CHECK(flag_message([] { duration_flag("idle-timeout", "367d", 0, 366 * kDay); }) ==
-        "--idle-timeout 367d: must be 0..366d");
-  CHECK(flag_message([] { duration_flag("period", "soon", 1, kDay); }) ==
-        "--period soon: expected a duration with a unit (ms, s, m, h, d), e.g. 500ms, 60s, 5m");
-}
-
-TEST_CASE("format_host_port puts an IPv6 address in brackets", "[units]") {
-  CHECK(format_host_port("127.0.0.1", 7420) == "127.0.0.1:7420");
-  CHECK(format_host_port("localhost", 80) == "localhost:80");
-  CHECK(format_host_port("::1", 7420) == "[::1]:7420");
-  CHECK(format_host_port("fe80::1%lo", 1) == "[fe80::1%lo]:1");
-  CHECK(format_host_port("::", 0) == "[::]:0");
 }
 
 }  // namespace

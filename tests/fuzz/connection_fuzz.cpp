@@ -22,7 +22,7 @@
 // across inputs would carry their keys, counters and pooled tasks). Its shards' tables start at a
 // few chunks, and under perf its set-up (a few dozen system calls) weighs far less than
 // libFuzzer's own bookkeeping.
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <algorithm>
 #include <chrono>

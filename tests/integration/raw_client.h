@@ -4,14 +4,9 @@
 // per thread. Helpers throw std::runtime_error on anything unexpected; Catch2 reports it.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <algorithm>
-#include <boost/asio/buffer.hpp>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/write.hpp>
 #include <chrono>
 #include <cstdint>
 #include <map>

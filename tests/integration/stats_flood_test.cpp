@@ -1,14 +1,14 @@
 // A flood of STATS from connections that never read does not starve a well-behaved client.
+
 #include <fmt/core.h>
 #include <algorithm>
 #include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <thread>
 #include <vector>
+#include "net/asio.h"  // before any other Asio header
 
 #include "tests/integration/raw_client.h"
 #include "tests/integration/test_server.h"

@@ -1,11 +1,8 @@
 // End-to-end runs of the load driver: against an in-process sluiced on 127.0.0.1 (system clock,
 // ephemeral ports) and against a fake RESP server that answers scripted replies, so no Redis is
 // needed. Every run is bounded by a request count and a duration.
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/write.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <list>

@@ -4,7 +4,7 @@
 // per figure that docs/RELIABILITY.md quotes.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <fcntl.h>
 #include <fmt/core.h>

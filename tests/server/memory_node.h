@@ -4,7 +4,7 @@
 // (run_until_idle()), so hand-overs between shards happen deterministically.
 #pragma once
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <cstddef>
 #include <cstdint>

@@ -2,10 +2,10 @@
 // while the other node is not there, and nothing after close().
 #include "server/peer_link.h"
 
+#include "net/asio.h"  // before any other Asio header
+
 #include <utility>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>

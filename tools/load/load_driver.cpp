@@ -1,16 +1,11 @@
 #include "tools/load/load_driver.h"
 
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <atomic>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/write.hpp>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -19,10 +14,11 @@
 #include <thread>
 
 #include "client/client.h"
-#include "client/connection.h"  // HandlerSlot / in_slot: Asio handler memory without the heap
 #include "cluster/ring.h"
+#include "core/clock.h"
 #include "core/key_hash.h"
-#include "core/units.h"
+#include "net/handler_slot.h"
+#include "net/host_port.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "tools/load/json_writer.h"
@@ -36,8 +32,8 @@ using tcp = asio::ip::tcp;
 using client::ErrorCode;
 using client::Result;
 using client::Status;
-using client::detail::HandlerSlot;
-using client::detail::in_slot;
+using net::HandlerSlot;
+using net::in_slot;
 
 std::optional<BackendKind> parse_backend(std::string_view name) {
   if (name == "sluice") return BackendKind::kSluice;
@@ -141,18 +137,6 @@ constexpr auto kTick = std::chrono::milliseconds(10);
 // Open loop: requests one handler may issue before it yields to the event loop (replies, the
 // deadline tick), however far behind the schedule is.
 constexpr unsigned kIssuePerHandler = 64;
-
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
-
-std::uint64_t unix_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::system_clock::now().time_since_epoch())
-                                        .count());
-}
 
 asio::steady_timer::time_point at_ns(std::uint64_t ns) {
   return asio::steady_timer::time_point(std::chrono::nanoseconds(ns));
@@ -304,9 +288,9 @@ class Worker {
       const tcp::endpoint ep = ctx_.endpoint;
       c.socket.async_connect(ep, [this, &c, ep](const boost::system::error_code& ec) {
         if (ec) {
-          return setup_failed(fmt::format("connect to {} failed: {}",
-                                          format_host_port(ep.address().to_string(), ep.port()),
-                                          ec.message()));
+          return setup_failed(fmt::format(
+              "connect to {} failed: {}",
+              net::format_host_port(ep.address().to_string(), ep.port()), ec.message()));
         }
         boost::system::error_code ignored;
         c.socket.set_option(tcp::no_delay(true), ignored);
@@ -442,7 +426,7 @@ class Worker {
     }
     const std::size_t initial = static_cast<std::size_t>(connections_) * o_.depth;
     for (std::size_t i = 0; i < initial && !stopping_; ++i) {
-      issue(sluice_ ? kNone : static_cast<std::uint32_t>(i % conns_.size()), steady_ns());
+      issue(sluice_ ? kNone : static_cast<std::uint32_t>(i % conns_.size()), monotonic_now_ns());
     }
     after_handler();
   }
@@ -451,7 +435,7 @@ class Worker {
     tick_timer_.expires_after(kTick);
     tick_timer_.async_wait(in_slot(tick_slot_, [this](const boost::system::error_code& ec) {
       if (ec || finished_) return;
-      const std::uint64_t now = steady_ns();
+      const std::uint64_t now = monotonic_now_ns();
       if (open_ && !stopping_) note_backlog(now);
       if (!stopping_ && ctx_.deadline_ns != 0 && now >= ctx_.deadline_ns) begin_stop(now);
       if (stopping_ && !finished_ && now >= drain_deadline_ns_) finish(now);
@@ -464,7 +448,7 @@ class Worker {
   // one handler and at most max_in_flight_ in flight. Whatever is due beyond that is the
   // backlog: it goes out as soon as replies make room, still timed from its intended time.
   void pace() {
-    const std::uint64_t now = steady_ns();
+    const std::uint64_t now = monotonic_now_ns();
     unsigned issued = 0;
     while (!stopping_ && next_intended_ <= now && issued < kIssuePerHandler) {
       if (in_flight_requests_ >= max_in_flight_) {
@@ -531,11 +515,12 @@ class Worker {
     req.intended_ns = intended_ns;
     req.parts_left = 0;
     const std::uint32_t base = r * o_.batch;
-    req.sent_unix_ns = sluice_ && ctx_.audit ? unix_ns() : 0;  // Redis audits by server time
+    req.sent_unix_ns = sluice_ && ctx_.audit ? SystemClock::instance().now_ns()
+                                             : 0;  // Redis audits by server time
     ++in_flight_requests_;
     in_flight_max_ = std::max(in_flight_max_, in_flight_requests_);
     sent_ += n;
-    step(steady_ns()).sent += n;
+    step(monotonic_now_ns()).sent += n;
     if (sluice_) {
       issue_sluice(r, base, n);
     } else {
@@ -570,9 +555,9 @@ class Worker {
 
   void on_sluice_results(std::uint32_t r, std::span<const Result<client::Decision>> results) {
     if (finished_) return;  // close() failing what was in flight: already counted as lost
-    now_ns_ = steady_ns();
+    now_ns_ = monotonic_now_ns();
     const bool audit = ctx_.audit && o_.op == Operation::kAcquire;
-    now_unix_ns_ = audit ? unix_ns() : 0;
+    now_unix_ns_ = audit ? SystemClock::instance().now_ns() : 0;
     TimelineEntry& t = step(now_ns_);
     const Request& req = requests_[r];
     const std::uint32_t base = r * o_.batch;
@@ -636,7 +621,7 @@ class Worker {
     writer_.clear();
     const bool incr_window =
         o_.op == Operation::kAcquire && o_.redis_design == RedisDesign::kIncrWindow;
-    const std::uint64_t now_ms = incr_window ? unix_ns() / 1'000'000 : 0;
+    const std::uint64_t now_ms = incr_window ? SystemClock::instance().now_ns() / 1'000'000 : 0;
     for (std::uint32_t i = 0; i < count; ++i) {
       Item& item = items_[first + i];
       item.key = next_key();
@@ -709,8 +694,8 @@ class Worker {
                                                : "read failed: " + ec.message());
           }
           c.end += n;
-          now_ns_ = steady_ns();
-          now_unix_ns_ = ctx_.audit ? unix_ns() : 0;
+          now_ns_ = monotonic_now_ns();
+          now_unix_ns_ = ctx_.audit ? SystemClock::instance().now_ns() : 0;
           const bool ok = read_redis(c);
           if (!ok || finished_) return;
           start_read(c);
@@ -862,7 +847,7 @@ class Worker {
     if (stopping_) return;
     note_stop(now);
     stopping_ = true;
-    drain_deadline_ns_ = std::max(now, steady_ns()) +
+    drain_deadline_ns_ = std::max(now, monotonic_now_ns()) +
                          static_cast<std::uint64_t>(o_.drain_timeout.count()) * 1'000'000;
     pace_timer_.cancel();
     if (in_flight_requests_ == 0) finish(now);
@@ -882,7 +867,7 @@ class Worker {
   // A failed connection ends this worker's run: what is in flight counts as errors.
   void fail(std::string why) {
     if (first_error_.empty()) first_error_ = std::move(why);
-    const std::uint64_t now = steady_ns();
+    const std::uint64_t now = monotonic_now_ns();
     if (!stopping_) note_stop(now);
     stopping_ = true;
     finish(now);
@@ -968,11 +953,12 @@ class Worker {
 };
 
 Result<tcp::endpoint> resolve(const std::string& server) {
-  std::string host;
-  std::uint16_t port = 0;
-  if (!client::split_host_port(server, host, port)) {
+  const std::optional<net::HostPort> parsed = net::parse_host_port(server);
+  if (!parsed) {
     return Status(ErrorCode::kInvalidArgument, "expected HOST:PORT, got \"" + server + "\"");
   }
+  const std::string& host = parsed->host;
+  const std::uint16_t port = parsed->port;
   asio::io_context io;
   tcp::resolver resolver(io);
   boost::system::error_code ec;
@@ -1090,7 +1076,7 @@ Result<LoadReport> run_load(const LoadOptions& options) {
     report.nodes = std::max(report.nodes, w->nodes());
   }
 
-  ctx.start_ns = steady_ns();
+  ctx.start_ns = monotonic_now_ns();
   if (options.duration.count() > 0) {
     ctx.deadline_ns =
         ctx.start_ns + static_cast<std::uint64_t>(options.duration.count()) * 1'000'000;
@@ -1240,7 +1226,7 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
   } else {
     what += fmt::format(" {}", algorithm_name(o.rule.algorithm));
   }
-  // The server as given: an IPv6 address is already in brackets (split_host_port needs them).
+  // The server as given: an IPv6 address is already in brackets (parse_host_port needs them).
   std::string out = fmt::format(
       "{} at {}{}, {} loop{}, {} connections, depth {}, batch {}, {} threads, {} keys {}{}\n", what,
       o.servers.front(), r.nodes > 1 ? fmt::format(" ({} nodes)", r.nodes) : "",

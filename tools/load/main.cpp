@@ -11,10 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "auth/token.h"
+#include "cli/flags.h"
 #include "client/client.h"
 #include "core/rule.h"
-#include "core/units.h"
 #include "core/version.h"
 #include "tools/load/load_driver.h"
 
@@ -23,9 +22,9 @@ namespace {
 namespace po = boost::program_options;
 using namespace sluice::load;
 
-using sluice::count_flag;
-using sluice::duration_flag;
-using sluice::FlagError;
+using sluice::cli::count_flag;
+using sluice::cli::duration_flag;
+using sluice::cli::FlagError;
 
 // Bounds of the flags, stated once for the checks and the help.
 constexpr std::uint64_t kMaxRunMs = 366ull * 24 * 3600 * 1000;
@@ -88,22 +87,7 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "FILE holding the node's token (the file sluiced --auth-token-file reads); sluice only")(
       "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr")(
       "version", "print the version and exit");
-  po::variables_map vm;
-  try {
-    // No positional arguments: they are collected only to be named in the error.
-    po::options_description all;
-    all.add(flags).add_options()("stray", po::value<std::vector<std::string>>());
-    po::positional_options_description stray;
-    stray.add("stray", -1);
-    po::store(po::command_line_parser(argc, argv).options(all).positional(stray).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw FlagError{e.what()};
-  }
-  if (vm.count("stray") != 0) {
-    throw FlagError{"unexpected argument '" + vm["stray"].as<std::vector<std::string>>().front() +
-                    "' (flags start with --)"};
-  }
+  const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, flags);
   if (vm.count("help") != 0) {
     std::cout << "sluice-load: drives Sluice or Redis with rate-limit traffic and reports\n"
               << flags << "\n";
@@ -128,22 +112,7 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   const auto op = parse_operation(text("op"));
   if (!op) throw FlagError{"--op " + text("op") + ": expected acquire, ping or incr"};
   o.op = *op;
-  o.servers.clear();
-  const std::string servers = text("servers");
-  for (std::size_t at = 0; at <= servers.size();) {
-    const std::size_t comma = std::min(servers.find(',', at), servers.size());
-    if (comma > at) o.servers.push_back(servers.substr(at, comma - at));
-    at = comma + 1;
-  }
-  if (o.servers.empty()) throw FlagError{"--servers lists no HOST:PORT"};
-  for (const std::string& server : o.servers) {
-    std::string host;
-    std::uint16_t port = 0;
-    if (!sluice::client::split_host_port(server, host, port)) {
-      throw FlagError{fmt::format(
-          "--servers {}: expected HOST:PORT with a port 1..65535 (IPv6: [::1]:7420)", server)};
-    }
-  }
+  o.servers = sluice::cli::servers_flag("servers", text("servers"));
   o.connections =
       static_cast<unsigned>(count_flag("connections", text("connections"), 1, kMaxConnections));
   o.depth = static_cast<unsigned>(count_flag("depth", text("depth"), 1, 100000));
@@ -191,7 +160,7 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   if (vm.count("auth-token-file") != 0) {
     // Refused before the file is read: a Redis run would never use it.
     if (o.backend != BackendKind::kSluice) throw FlagError{std::string(kAuthTokenNeedsSluice)};
-    o.auth_token = sluice::auth::token_file_flag("sluice-load", text("auth-token-file"));
+    o.auth_token = sluice::cli::token_file_flag("sluice-load", text("auth-token-file"));
   }
   json = vm.count("json") != 0;
   if (vm.count("quiet") == 0) {

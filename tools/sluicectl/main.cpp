@@ -3,13 +3,10 @@
 // (acquire/peek), a cluster file refused by some node (cluster reload) or a drain refused, 2 any
 // error (bad flags included), with the
 // reason on stderr. docs/CLIENT.md shows the output formats.
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp needs std::exchange
+#include "net/asio.h"  // before any other Asio header
 
 #include <fmt/core.h>
 #include <algorithm>
-#include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/program_options.hpp>
 #include <charconv>
 #include <cstdint>
@@ -21,11 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "auth/token.h"
+#include "cli/flags.h"
 #include "client/client.h"
 #include "cluster/etcd_members.h"
 #include "core/rule.h"
-#include "core/units.h"
 #include "core/version.h"
 #include "etcd/etcd_client.h"
 #include "tools/load/json_writer.h"
@@ -73,40 +69,26 @@ struct UsageError {
 std::uint32_t parse_u32(const std::string& flag, const std::string& text, std::uint32_t min) {
   try {
     return static_cast<std::uint32_t>(
-        sluice::count_flag(flag, text, min, std::numeric_limits<std::uint32_t>::max()));
-  } catch (const sluice::FlagError& e) {
+        sluice::cli::count_flag(flag, text, min, std::numeric_limits<std::uint32_t>::max()));
+  } catch (const sluice::cli::FlagError& e) {
     throw UsageError{e.what()};
   }
 }
 
 std::uint64_t parse_ms(const std::string& flag, const std::string& text, std::uint64_t max_ms) {
   try {
-    return sluice::duration_flag(flag, text, 1, max_ms);
-  } catch (const sluice::FlagError& e) {
+    return sluice::cli::duration_flag(flag, text, 1, max_ms);
+  } catch (const sluice::cli::FlagError& e) {
     throw UsageError{e.what()};
   }
 }
 
-// Every entry must be HOST:PORT (IPv6 in brackets), so a typo is a usage error, not a failed
-// connection.
 std::vector<std::string> split_servers(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t begin = 0;
-  while (begin <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', begin), text.size());
-    if (comma > begin) out.push_back(text.substr(begin, comma - begin));
-    begin = comma + 1;
+  try {
+    return sluice::cli::servers_flag("servers", text);
+  } catch (const sluice::cli::FlagError& e) {
+    throw UsageError{e.what()};
   }
-  if (out.empty()) throw UsageError{"--servers lists no HOST:PORT"};
-  for (const std::string& server : out) {
-    std::string host;
-    std::uint16_t port = 0;
-    if (!sluice::client::split_host_port(server, host, port)) {
-      throw UsageError{fmt::format(
-          "--servers {}: expected HOST:PORT with a port 1..65535 (IPv6: [::1]:7420)", server)};
-    }
-  }
-  return out;
 }
 
 std::string usage(const po::options_description& flags) {
@@ -227,8 +209,8 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
   if (vm.count("auth-token-file")) {
     try {
       o.auth_token =
-          sluice::auth::token_file_flag("sluicectl", vm["auth-token-file"].as<std::string>());
-    } catch (const sluice::FlagError& e) {
+          sluice::cli::token_file_flag("sluicectl", vm["auth-token-file"].as<std::string>());
+    } catch (const sluice::cli::FlagError& e) {
       throw UsageError{e.what()};
     }
   }

@@ -1,14 +1,19 @@
-// Errors as values for cluster/: an Expected<T, E> holds either a T or the E that says why
-// there is none. It is the part of C++23's std::expected that cluster/ needs (g++ 12 has no
-// std::expected in C++20 mode), spelled the same way so that it can be swapped for it later.
-// The cluster's errors are messages for an operator, so E is a std::string unless said otherwise.
+// Errors as values for the code whose errors are messages for an operator (cluster/, etcd/): an
+// Expected<T, E> holds either a T or the E that says why there is none. It is the part of
+// C++23's std::expected that they need (g++ 12 has no std::expected in C++20 mode), spelled the
+// same way so that it can be swapped for it later. E is a std::string unless said otherwise.
+//
+// The client library has an error type of its own, client::Result<T> with a client::Status: its
+// errors carry an ErrorCode that a program branches on (retry, fail open, give up), and it is
+// the public API's, shaped like Status (ok(), status(), code()). Expected is for errors that a
+// program only passes on to a person.
 #pragma once
 
 #include <string>
 #include <utility>
 #include <variant>
 
-namespace sluice::cluster {
+namespace sluice {
 
 // What a failed Expected is made from: `return Unexpected{message};`.
 template <typename E>
@@ -46,4 +51,4 @@ class Expected {
   std::variant<T, E> state_;
 };
 
-}  // namespace sluice::cluster
+}  // namespace sluice

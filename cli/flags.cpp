@@ -1,0 +1,104 @@
+#include "cli/flags.h"
+
+#include <fmt/core.h>
+
+#include <utility>
+
+#include "auth/token.h"
+#include "core/units.h"
+#include "net/host_port.h"
+
+namespace sluice::cli {
+
+namespace po = boost::program_options;
+
+std::uint64_t count_flag(std::string_view flag, std::string_view text, std::uint64_t min,
+                         std::uint64_t max) {
+  const auto value = parse_count(text);
+  if (!value) {
+    throw FlagError(fmt::format("--{} {}: expected a whole number {}..{}", flag, text, min, max));
+  }
+  if (*value < min || *value > max) {
+    throw FlagError(fmt::format("--{} {}: must be {}..{}", flag, text, min, max));
+  }
+  return *value;
+}
+
+std::uint64_t duration_flag(std::string_view flag, std::string_view text, std::uint64_t min_ms,
+                            std::uint64_t max_ms) {
+  const std::string head = fmt::format("--{} {}: ", flag, text);
+  std::optional<std::uint64_t> value = parse_duration_ms(text);
+  if (!value) {
+    const auto bare = parse_count(text);
+    if (!bare) {
+      throw FlagError(head + "expected a duration with a unit (ms, s, m, h, d), e.g. 500ms, " +
+                      "60s, 5m");
+    }
+    if (*bare != 0) throw FlagError(head + "give a unit, e.g. " + std::string(text) + "s");
+    value = 0;  // a bare 0 needs no unit; the range decides whether it is allowed
+  }
+  if (*value < min_ms || *value > max_ms) {
+    const std::string low = min_ms == 0 ? "0" : format_duration_ms(min_ms);
+    throw FlagError(head + "must be " + low + ".." + format_duration_ms(max_ms));
+  }
+  return *value;
+}
+
+std::uint64_t size_flag(std::string_view flag, std::string_view text, std::uint64_t min,
+                        std::uint64_t max) {
+  const auto value = parse_size(text);
+  if (!value || *value < min || *value > max) {
+    throw FlagError(
+        fmt::format("--{} {}: must be {}..{} bytes (e.g. 64MiB, 1GiB)", flag, text, min, max));
+  }
+  return *value;
+}
+
+std::vector<std::string> servers_flag(std::string_view flag, std::string_view text) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; at <= text.size();) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    if (comma > at) out.emplace_back(text.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (out.empty()) throw FlagError(fmt::format("--{} lists no HOST:PORT", flag));
+  for (const std::string& server : out) {
+    if (!net::parse_host_port(server)) {
+      throw FlagError(fmt::format(
+          "--{} {}: expected HOST:PORT with a port 1..65535 (IPv6: [::1]:7420)", flag, server));
+    }
+  }
+  return out;
+}
+
+std::string token_file_flag(std::string_view program, const std::string& path) {
+  auth::TokenFile file = auth::read_token_file(path);
+  if (!file.ok()) throw FlagError("--auth-token-file " + file.error);
+  if (!file.warning.empty()) {
+    fmt::print(stderr, "{}: warning: --auth-token-file {}\n", program, file.warning);
+  }
+  return std::move(file.token);
+}
+
+po::variables_map parse_command_line(int argc, char** argv,
+                                     const po::options_description& options) {
+  po::variables_map vm;
+  try {
+    // No positional arguments: they are collected only to be named in the error.
+    po::options_description all;
+    all.add(options).add_options()("stray", po::value<std::vector<std::string>>());
+    po::positional_options_description stray;
+    stray.add("stray", -1);
+    po::store(po::command_line_parser(argc, argv).options(all).positional(stray).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw FlagError(e.what());
+  }
+  if (vm.count("stray") != 0) {
+    throw FlagError("unexpected argument '" + vm["stray"].as<std::vector<std::string>>().front() +
+                    "' (flags start with --)");
+  }
+  return vm;
+}
+
+}  // namespace sluice::cli
