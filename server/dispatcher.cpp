@@ -223,7 +223,7 @@ void Dispatcher::handle_reset(Peer& peer, std::uint32_t request_id,
   bool handed_over = false;
   std::uint64_t invalid = 0;
   const std::uint64_t now_ns = context.clock->now_ns();
-  shard_.check_lease();
+  shard_.check_fence();
   for (std::size_t i = 0; i < reset_keys_.size(); ++i) {
     const std::string_view key = reset_keys_[i];
     if (key.empty() || key.size() > context.config.max_key) {

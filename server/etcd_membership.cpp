@@ -58,8 +58,8 @@ void EtcdMembership::lose(const std::string& why) {
   fence_.lose();
   publish_fence();
   if (cancel_warm_) cancel_warm_();  // a warm-up for a lost session is of no use
-  say(fmt::format("lease {:x} lost ({}): no longer serving as primary; registering again", lease_,
-                  why));
+  say(fmt::format("lease {:x} lost ({}): no longer serving as primary; registering again",
+                  etcd_lease_, why));
   client_.stop_watches();
 }
 
@@ -76,12 +76,12 @@ asio::awaitable<void> EtcdMembership::run() {
     if (co_await open_session()) {
       co_await follow(session_);
     }
-    const std::int64_t ended = lease_;
+    const std::int64_t ended = etcd_lease_;
     ++session_;  // the session's keepalive loop stops
     fence_.lose();
     publish_fence();
     state_ = cluster::NodeState::kDown;
-    lease_ = 0;
+    etcd_lease_ = 0;
     if (stopped_) break;
     // The key may outlive a lease etcd still holds (a watch that broke, say): give it up, so
     // that registering again does not wait for it to expire.
@@ -101,7 +101,7 @@ asio::awaitable<bool> EtcdMembership::open_session() {
     co_await client_.revoke(lease->id);
     co_return false;
   }
-  lease_ = lease->id;
+  etcd_lease_ = lease->id;
   fence_.on_answer(sent, std::chrono::seconds(lease->ttl_s));
   publish_fence();
   asio::co_spawn(io_, keepalive_loop(session_), asio::detached);
@@ -112,14 +112,14 @@ asio::awaitable<bool> EtcdMembership::open_session() {
       {config_.node_id, config_.address, cluster::NodeState::kJoining}, config_.shard_ports);
   const auto waited_since = now();
   while (current(session_) && !lost_) {
-    const auto put = co_await client_.put_if_absent(key_, joining, lease_);
+    const auto put = co_await client_.put_if_absent(key_, joining, etcd_lease_);
     if (!put) {
       say("cannot register " + key_ + ": " + put.error());
       co_return false;
     }
     if (put->written) {
       state_ = cluster::NodeState::kJoining;
-      say(fmt::format("registered {} as joining under lease {:x} (TTL {} s)", key_, lease_,
+      say(fmt::format("registered {} as joining under lease {:x} (TTL {} s)", key_, etcd_lease_,
                       lease->ttl_s));
       co_return true;
     }
@@ -140,7 +140,7 @@ asio::awaitable<void> EtcdMembership::keepalive_loop(std::uint64_t session) {
       std::chrono::duration_cast<milliseconds>(config_.ttl) / 4;  // --lease-ttl / 4
   while (current(session) && !lost_) {
     const auto sent = now();
-    const auto ttl = co_await client_.keepalive(lease_);
+    const auto ttl = co_await client_.keepalive(etcd_lease_);
     if (!current(session)) break;
     if (!ttl) {
       // The fence closes by itself if this goes on; the lease may well still be alive.
@@ -162,7 +162,7 @@ asio::awaitable<bool> EtcdMembership::write_state(cluster::NodeState state, std:
   const std::string value =
       cluster::encode_member_value({config_.node_id, config_.address, state}, config_.shard_ports);
   while (current(session) && !lost_) {
-    const auto put = co_await client_.put(key_, value, lease_);
+    const auto put = co_await client_.put(key_, value, etcd_lease_);
     if (put) {
       state_ = state;
       say(fmt::format("{} is {} (revision {})", key_, cluster::node_state_name(state), *put));
@@ -337,7 +337,7 @@ void EtcdMembership::stop(std::function<void()> done) {
   fence_.lose();
   publish_fence();
   client_.stop_watches();
-  const std::int64_t lease = std::exchange(lease_, 0);
+  const std::int64_t lease = std::exchange(etcd_lease_, 0);
   if (lease == 0) {
     done();
     return;

@@ -1,10 +1,11 @@
 // A node's membership in etcd mode (issue 14; docs/ARCHITECTURE.md, "Membership in etcd mode"):
-// it grants a lease, registers the node's record under it (`joining`, then `active`), renews
-// the lease every TTL/4 with one keepalive, watches the cluster's member prefix and hands every
-// new member set to the server as a cluster map whose epoch is the etcd revision of the change.
-// Each answered keepalive moves the node's fence deadline forward (cluster/lease_fence.h); a
-// lost lease (etcd says TTL 0, or the node's own key is deleted) closes it at once and starts
-// a new session: new lease, `joining`, `active`, with the hand-over pulls the new map brings.
+// it grants an etcd lease (etcd's liveness lease, never a token allowance), registers the node's
+// record under it (`joining`, then `active`), renews it every TTL/4 with one keepalive, watches
+// the cluster's member prefix and hands every new member set to the server as a cluster map
+// whose epoch is the etcd revision of the change. Each answered keepalive moves the node's fence
+// deadline forward (cluster/lease_fence.h); a lost etcd lease (etcd says TTL 0, or the node's
+// own key is deleted) closes the fence at once and starts a new session: new etcd lease,
+// `joining`, `active`, with the hand-over pulls the new map brings.
 //
 // Runs on the coordinator's io_context (one thread, off the data path); every member below is
 // touched only there.
@@ -98,8 +99,8 @@ class EtcdMembership {
   cluster::LeaseFence fence_;
   std::string key_;
   std::uint64_t session_ = 0;  // bumped when a session ends: its coroutines stop
-  std::int64_t lease_ = 0;
-  bool lost_ = false;  // the session's lease is gone
+  std::int64_t etcd_lease_ = 0;
+  bool lost_ = false;  // the session's etcd lease is gone
   // Whether the session has adopted a map read after it registered. Until then the fence stays
   // closed whatever the lease says: a node whose old lease expired while it was paused still
   // holds the map of before, in which it is primary of partitions others serve now.

@@ -167,7 +167,7 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   config.advertise = text("advertise");
   const std::uint64_t ttl_ms = duration_flag("lease-ttl", text("lease-ttl"), 2000, 3'600'000);
   if (ttl_ms % 1000 != 0) throw FlagError{"--lease-ttl: whole seconds (etcd's TTLs are)"};
-  config.lease_ttl = std::chrono::seconds(ttl_ms / 1000);
+  config.etcd_lease_ttl = std::chrono::seconds(ttl_ms / 1000);
   if (!config.etcd.empty()) {
     if (!config.cluster_file.empty()) {
       throw FlagError{"--etcd and --cluster are two cluster modes: give one"};
@@ -251,7 +251,8 @@ int main(int argc, char** argv) {
         sluice::server::requires_authentication(*config) ? ", token required" : "");
     if (!config->etcd.empty()) {
       fmt::print("sluiced: node {} of the etcd cluster {} at {} (lease TTL {} s)\n",
-                 config->node_id, config->cluster_name, config->etcd, config->lease_ttl.count());
+                 config->node_id, config->cluster_name, config->etcd,
+                 config->etcd_lease_ttl.count());
     }
     if (!config->cluster_file.empty()) {
       fmt::print("sluiced: node {} of the static cluster {} (epoch {})\n", config->node_id,

@@ -97,14 +97,14 @@ MembershipConfig etcd_membership_config(const ServerConfig& config, std::uint16_
     throw std::invalid_argument("--node-id: " + bad);
   }
   out.node_id = config.node_id;
-  if (config.lease_ttl < std::chrono::seconds(2)) {
+  if (config.etcd_lease_ttl < std::chrono::seconds(2)) {
     throw std::invalid_argument("--lease-ttl must be at least 2 s (etcd's minimum)");
   }
-  out.ttl = config.lease_ttl;
-  if (config.lease_margin >= config.lease_ttl / 2) {
+  out.ttl = config.etcd_lease_ttl;
+  if (config.fence_margin >= config.etcd_lease_ttl / 2) {
     throw std::invalid_argument("the lease margin must be below half the lease TTL");
   }
-  out.margin = config.lease_margin;
+  out.margin = config.fence_margin;
   std::string address = config.advertise;
   if (address.empty()) {
     boost::system::error_code ec;
@@ -432,8 +432,8 @@ void Server::start() {
     membership->shard_ports = context.shard_ports;
     // Until the first member set is read, nobody owns anything; until the lease is granted,
     // the node decides nothing as primary.
-    context.leased = true;
-    context.lease_deadline_ns.store(0);
+    context.fenced = true;
+    context.fence_deadline_ns.store(0);
     std::lock_guard<std::mutex> lock(impl_->reload_mutex);
     impl_->adopt_locked(cluster::ClusterMap());
   }
@@ -454,7 +454,7 @@ void Server::start() {
         impl->coordinator->io(), std::move(*membership),
         [impl](const cluster::ClusterMap& map) { impl->adopt_from_etcd(map); },
         [impl](std::function<void(std::size_t)> done) { impl->warm_up(std::move(done)); },
-        context.lease_deadline_ns);
+        context.fence_deadline_ns);
     EtcdMembership* agent = impl->membership.get();
     impl->coordinator->run([agent] { agent->start(); });
     context.drain_node = [impl, agent](std::function<void(std::uint64_t, std::string)> done) {
@@ -475,7 +475,7 @@ void Server::stop() {
 
 void Server::stop_now() {
   if (!impl_->started.load()) return;
-  impl_->context.lease_deadline_ns.store(0);
+  impl_->context.fence_deadline_ns.store(0);
   // Not under reload_mutex: a reload on the coordinator's thread may be waiting for it.
   if (Coordinator* coordinator = impl_->coordinator_live.load()) coordinator->stop();
   impl_->stop_requested.store(true);

@@ -68,12 +68,13 @@ struct ServerConfig {
   std::string cluster_file;
   // etcd cluster mode (docs/ARCHITECTURE.md, "Membership in etcd mode"), instead of
   // cluster_file: etcd's gateway URLs ("http://HOST:PORT[,...]"), the cluster's name (its key
-  // prefix in etcd) and the node's lease TTL (whole seconds; etcd's minimum is 2). REQUIRES
-  // node_id. The node decides as primary only until lease_margin before its lease could expire.
+  // prefix in etcd) and the TTL of the node's etcd lease (whole seconds; etcd's minimum is 2).
+  // REQUIRES node_id. The fence closes (the node stops deciding as primary) fence_margin before
+  // that lease could expire.
   std::string etcd;
   std::string cluster_name;
-  std::chrono::seconds lease_ttl{2};
-  std::chrono::milliseconds lease_margin{250};
+  std::chrono::seconds etcd_lease_ttl{2};
+  std::chrono::milliseconds fence_margin{250};
   // HOST:PORT other nodes and clients reach this node's public port at, in its etcd record.
   // Empty: bind and the public port (refused when bind is a wildcard address).
   std::string advertise;

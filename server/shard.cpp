@@ -353,7 +353,7 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
     // A node never counts a key it is not the serving primary of (docs/ARCHITECTURE.md).
     std::uint32_t owner = 0;
     Route route = view_->route(hash, owner);
-    if (route == Route::kDecide && !lease_ok_) route = Route::kUnavailable;
+    if (route == Route::kDecide && !fence_open_) route = Route::kUnavailable;
     if (route != Route::kDecide) {
       protocol::AcquireResult result;
       if (route == Route::kRedirect) {
@@ -432,7 +432,7 @@ protocol::ResetStatus Shard::reset_local(const KeyHash& hash, std::uint64_t now_
   if (view_ != nullptr) {
     std::uint32_t owner = 0;
     Route route = view_->route(hash, owner);
-    if (route == Route::kDecide && !lease_ok_) route = Route::kUnavailable;
+    if (route == Route::kDecide && !fence_open_) route = Route::kUnavailable;
     if (route == Route::kRedirect) {
       counters_[Stat::kRedirected].add();
       return protocol::ResetStatus::kRedirect;
@@ -663,7 +663,7 @@ void Shard::run_task(HandoverTask* task) {
               item.hash, item.rule, item.cost, item.peek, now_ns, item.kind, item.stamp);
         });
   } else {
-    check_lease();
+    check_fence();
     for (const HandoverItem& item : task->items) {
       frame.reset_results[item.index] = reset_local(item.hash, now_ns);
     }

@@ -98,11 +98,13 @@ struct ServerContext {
   // not)`. Set by Server in etcd mode only.
   std::function<void(std::function<void(std::uint64_t, std::string)> done)> drain_node;
 
-  // etcd mode (docs/ARCHITECTURE.md, "Fencing and failover with etcd"): the node decides as
-  // primary only while monotonic_now_ns() is below lease_deadline_ns, which the membership agent
-  // moves forward with each answered keepalive and sets to 0 when the lease is lost.
-  bool leased = false;  // set before the shard threads start
-  std::atomic<std::uint64_t> lease_deadline_ns{0};
+  // The fence, in etcd mode (docs/ARCHITECTURE.md, "Fencing and failover with etcd"): the node
+  // decides as primary only while monotonic_now_ns() is below fence_deadline_ns, which the
+  // membership agent moves forward with each answered keepalive of its etcd lease and sets to 0
+  // when that lease is lost. `fenced`: the node runs under a fence (set before the shard threads
+  // start).
+  bool fenced = false;
+  std::atomic<std::uint64_t> fence_deadline_ns{0};
 
   std::atomic<std::uint32_t> connections{0};  // open connections on all shards (max_connections)
 
@@ -163,7 +165,7 @@ class Shard {
   template <typename HashAt, typename Decide>
   void decide_prefetched(std::size_t n, HashAt hash_at, Decide decide) {
     if (view_ == nullptr) return table_.for_each_prefetched(n, hash_at, decide);
-    check_lease();
+    check_fence();
     table_.for_each_prefetched(
         n,
         [&](std::size_t k) {
@@ -191,11 +193,12 @@ class Shard {
   // between frames (Server posts it to every shard).
   const ClusterView* view() const { return view_.get(); }
   void set_view(std::shared_ptr<const ClusterView> view);
-  // etcd mode: reads whether the node's lease is surely alive (ServerContext::lease_deadline_ns)
-  // for the decisions that follow; past its deadline they answer UNAVAILABLE instead of deciding
-  // as primary. Called before each batch (decide_prefetched does); a no-op in other modes.
-  void check_lease() {
-    if (context_.leased) lease_ok_ = monotonic_now_ns() < context_.lease_deadline_ns.load();
+  // etcd mode: reads whether the fence is open (the node's etcd lease is surely alive,
+  // ServerContext::fence_deadline_ns) for the decisions that follow; once it has closed they
+  // answer UNAVAILABLE instead of deciding as primary. Called before each batch (decide_prefetched
+  // does); a no-op in other modes.
+  void check_fence() {
+    if (context_.fenced) fence_open_ = monotonic_now_ns() < context_.fence_deadline_ns.load();
   }
 
   // Records between nodes (docs/ARCHITECTURE.md, "Replication", "Moving partitions").
@@ -280,7 +283,7 @@ class Shard {
   ShardCounters counters_;
   Dispatcher dispatcher_;
   std::shared_ptr<const ClusterView> view_;
-  bool lease_ok_ = true;  // check_lease(): false once the lease may have expired
+  bool fence_open_ = true;  // check_fence(): false once the etcd lease may have expired
   Replicator replicator_;
   mutable std::mutex lag_mutex_;
   std::vector<Replicator::PeerLag> published_lag_;  // under lag_mutex_
