@@ -17,7 +17,7 @@ void run_steps(benchmark::State& bench, std::uint64_t start_ns, std::uint64_t ga
   std::uint64_t now = start_ns;
   std::int64_t denied = 0;
   for (auto _ : bench) {
-    const Decision d = step(now);
+    const Verdict d = step(now);
     benchmark::DoNotOptimize(d);
     denied += d.allowed ? 0 : 1;
     now += gap_ns;

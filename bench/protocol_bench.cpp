@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/decision.h"
 #include "core/rule.h"
+#include "core/verdict.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -98,7 +98,7 @@ void BM_DecodeParseAcquireReply(benchmark::State& state) {
 }
 
 void BM_ToResult(benchmark::State& state) {
-  Decision decision{false, 200, 0, 1'234'567'891, 4'999'999};
+  Verdict decision{false, 200, 0, 1'234'567'891, 4'999'999};
   for (auto _ : state) {
     benchmark::DoNotOptimize(decision);
     benchmark::DoNotOptimize(to_result(decision));

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/decision.h"
+#include "core/verdict.h"
 
 namespace sluice::client {
 

@@ -23,8 +23,8 @@ FallbackLimiter::FallbackLimiter(std::size_t capacity, std::uint32_t gateways)
   for (std::size_t s = 0; s < kShards; ++s) shards_[s].buckets.resize(shape.buckets_per_shard);
 }
 
-sluice::Decision FallbackLimiter::decide(std::uint64_t fingerprint, const Rule& rule,
-                                         std::uint32_t cost, bool peek, std::uint64_t now_ns) {
+sluice::Verdict FallbackLimiter::decide(std::uint64_t fingerprint, const Rule& rule,
+                                        std::uint32_t cost, bool peek, std::uint64_t now_ns) {
   const Rule local = local_rule(rule, gateways_);
   const Request request{now_ns, cost, peek};
   Shard& shard = shards_[fingerprint >> 58];

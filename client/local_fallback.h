@@ -35,8 +35,8 @@ class FallbackLimiter {
 
   // Decides `cost` units (a peek changes nothing) for the key and rule named by `fingerprint`
   // (blocked_fingerprint()) under local_rule(rule, gateways) at `now_ns` (wall-clock ns).
-  sluice::Decision decide(std::uint64_t fingerprint, const Rule& rule, std::uint32_t cost,
-                          bool peek, std::uint64_t now_ns);
+  sluice::Verdict decide(std::uint64_t fingerprint, const Rule& rule, std::uint32_t cost, bool peek,
+                         std::uint64_t now_ns);
 
   std::uint32_t gateways() const { return gateways_; }
   std::size_t capacity() const { return capacity_; }

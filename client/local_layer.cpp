@@ -38,7 +38,7 @@ Decision local_denial(const Rule& rule, std::uint64_t retry_after_ms, std::uint6
   return denied;
 }
 
-Decision from_local(const sluice::Decision& d, const Rule& rule) {
+Decision from_local(const sluice::Verdict& d, const Rule& rule) {
   Decision out;
   out.allowed = d.allowed;
   out.limit = d.limit;

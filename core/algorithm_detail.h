@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "core/algorithms.h"
-#include "core/decision.h"
 #include "core/rule.h"
+#include "core/verdict.h"
 
 namespace sluice::detail {
 
@@ -54,12 +54,12 @@ constexpr bool admits_nothing(const Rule& rule) {
   return rule.limit == 0 || rule.period_ms == 0 || rule.period_ms > kMaxPeriodMs;
 }
 
-constexpr Decision never_decision(const Rule& rule) {
-  return Decision{.allowed = false,
-                  .limit = rule.capacity(),
-                  .remaining = 0,
-                  .reset_after_ns = 0,
-                  .retry_after_ns = kNever};
+constexpr Verdict never_decision(const Rule& rule) {
+  return Verdict{.allowed = false,
+                 .limit = rule.capacity(),
+                 .remaining = 0,
+                 .reset_after_ns = 0,
+                 .retry_after_ns = kNever};
 }
 
 // Per algorithm, the time from which `state` is equivalent to fresh (see idle_at_ns()); each

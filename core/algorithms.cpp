@@ -7,7 +7,7 @@
 
 namespace sluice {
 
-Decision decide(const Rule& rule, CounterState& state, const Request& request) {
+Verdict decide(const Rule& rule, CounterState& state, const Request& request) {
   switch (rule.algorithm) {
     case Algorithm::kFixedWindow:
       return fixed_window(rule, state, request);

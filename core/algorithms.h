@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <span>
 
-#include "core/decision.h"
 #include "core/rule.h"
+#include "core/verdict.h"
 
 namespace sluice {
 
@@ -38,14 +38,14 @@ struct CounterState {
 };
 static_assert(sizeof(CounterState) == 16);
 
-Decision fixed_window(const Rule& rule, CounterState& state, const Request& request);
-Decision sliding_window(const Rule& rule, CounterState& state, const Request& request);
-Decision token_bucket(const Rule& rule, CounterState& state, const Request& request);
-Decision gcra(const Rule& rule, CounterState& state, const Request& request);
+Verdict fixed_window(const Rule& rule, CounterState& state, const Request& request);
+Verdict sliding_window(const Rule& rule, CounterState& state, const Request& request);
+Verdict token_bucket(const Rule& rule, CounterState& state, const Request& request);
+Verdict gcra(const Rule& rule, CounterState& state, const Request& request);
 
 // Dispatch on rule.algorithm for the four algorithms above. Must not be called with
 // Algorithm::kSlidingLog (that one needs a SlidingLog).
-Decision decide(const Rule& rule, CounterState& state, const Request& request);
+Verdict decide(const Rule& rule, CounterState& state, const Request& request);
 
 // The time from which `state` is equivalent to a fresh state and may be dropped. 0 when the
 // state is already fresh.
@@ -59,10 +59,10 @@ struct SlidingLog {
   std::uint32_t count = 0;  // number of live entries
 };
 
-Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request);
+Verdict sliding_log(const Rule& rule, SlidingLog& log, const Request& request);
 // What sliding_log() answers for `log` moved to a ring of at least rule.limit entries, writing
 // nothing: for a peek, whatever the log's ring (an empty SlidingLog for a key with no log).
-Decision sliding_log_answer(const Rule& rule, const SlidingLog& log, const Request& request);
+Verdict sliding_log_answer(const Rule& rule, const SlidingLog& log, const Request& request);
 std::uint64_t sliding_log_idle_at_ns(const Rule& rule, const SlidingLog& log);
 
 // Leases (issue 15; docs/ALGORITHMS.md, "Leases"): a client takes several units at once, spends
@@ -70,7 +70,7 @@ std::uint64_t sliding_log_idle_at_ns(const Rule& rule, const SlidingLog& log);
 struct LeaseGrant {
   // For granted >= 1: the decision of an acquire of `granted` units (allowed). For none: the
   // decision of a one-unit acquire (denied), with its retry_after.
-  Decision decision;
+  Verdict decision;
   std::uint32_t granted = 0;
   // What give_back() needs to tell how much of the units still counts: lease_stamp().
   std::uint32_t stamp = 0;

@@ -16,7 +16,7 @@ u128 fresh_at(const CounterState& state, std::uint64_t period) {
 
 }  // namespace
 
-Decision fixed_window(const Rule& rule, CounterState& state, const Request& request) {
+Verdict fixed_window(const Rule& rule, CounterState& state, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
   const std::uint64_t period = rule.period_ns();
   const std::uint64_t now = request.now_ns;
@@ -40,7 +40,7 @@ Decision fixed_window(const Rule& rule, CounterState& state, const Request& requ
   const CounterState after{.a = window + 1, .b = used_after};
   if (allowed && !request.peek) state = after;
 
-  Decision d;
+  Verdict d;
   d.allowed = allowed;
   d.limit = rule.capacity();
   d.remaining = detail::saturating_sub(limit, used_after);

@@ -27,7 +27,7 @@ void store_tat(CounterState& state, u128 tat, std::uint64_t limit) {
 
 }  // namespace
 
-Decision gcra(const Rule& rule, CounterState& state, const Request& request) {
+Verdict gcra(const Rule& rule, CounterState& state, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
   const std::uint64_t period = rule.period_ns();  // the emission interval, in 1/limit ns
   const std::uint64_t limit = rule.limit;
@@ -44,7 +44,7 @@ Decision gcra(const Rule& rule, CounterState& state, const Request& request) {
 
   const u128 tat_after = allowed ? new_tat : tat;
   const u128 horizon = now + tolerance;
-  Decision d;
+  Verdict d;
   d.allowed = allowed;
   d.limit = rule.capacity();
   const u128 used_until = allowed ? new_tat : base;

@@ -66,8 +66,8 @@ std::uint64_t judged_at(const Entries& entries, std::uint64_t request_ns) {
 
 // The decision for `entries` in a ring of `ring_capacity` entries, `expired` of them expired at
 // `now` (judged_at()). Writes nothing.
-Decision judge(const Rule& rule, const Entries& entries, std::uint64_t ring_capacity,
-               std::uint64_t now, std::size_t expired, const Request& request) {
+Verdict judge(const Rule& rule, const Entries& entries, std::uint64_t ring_capacity,
+              std::uint64_t now, std::size_t expired, const Request& request) {
   const std::uint64_t period = rule.period_ns();
   const std::uint64_t limit = rule.limit;
   const std::uint64_t cost = request.cost;
@@ -77,7 +77,7 @@ Decision judge(const Rule& rule, const Entries& entries, std::uint64_t ring_capa
 
   const bool fits = cost <= capacity;
   const bool allowed = fits && live <= capacity - cost;
-  Decision d;
+  Verdict d;
   d.allowed = allowed;
   d.limit = rule.capacity();
   d.remaining = detail::saturating_sub(limit, allowed ? live + cost : live);
@@ -98,12 +98,12 @@ Decision judge(const Rule& rule, const Entries& entries, std::uint64_t ring_capa
 
 }  // namespace
 
-Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) {
+Verdict sliding_log(const Rule& rule, SlidingLog& log, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
   const Entries entries(log);
   const std::uint64_t now = judged_at(entries, request.now_ns);
   const std::size_t expired = entries.expired_at(now, rule.period_ns());
-  const Decision d = judge(rule, entries, entries.capacity(), now, expired, request);
+  const Verdict d = judge(rule, entries, entries.capacity(), now, expired, request);
 
   if (!request.peek && entries.capacity() != 0) {
     const std::size_t size = entries.capacity();
@@ -119,7 +119,7 @@ Decision sliding_log(const Rule& rule, SlidingLog& log, const Request& request) 
   return d;
 }
 
-Decision sliding_log_answer(const Rule& rule, const SlidingLog& log, const Request& request) {
+Verdict sliding_log_answer(const Rule& rule, const SlidingLog& log, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
   const Entries entries(log);
   const std::uint64_t now = judged_at(entries, request.now_ns);

@@ -73,7 +73,7 @@ u128 first_fit_time(const WindowView& v, std::uint64_t limit, std::uint64_t cost
 
 }  // namespace
 
-Decision sliding_window(const Rule& rule, CounterState& state, const Request& request) {
+Verdict sliding_window(const Rule& rule, CounterState& state, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
   const std::uint64_t period = rule.period_ns();
   const std::uint64_t now = request.now_ns;
@@ -90,7 +90,7 @@ Decision sliding_window(const Rule& rule, CounterState& state, const Request& re
                                                static_cast<std::uint32_t>(v.previous))};
   if (allowed && !request.peek) state = after;
 
-  Decision d;
+  Verdict d;
   d.allowed = allowed;
   d.limit = rule.capacity();
   d.remaining = detail::saturating_sub(limit, allowed ? used + cost : used);

@@ -52,7 +52,7 @@ u128 full_at(const Bucket& b, std::uint64_t limit, std::uint64_t period) {
 
 }  // namespace
 
-Decision token_bucket(const Rule& rule, CounterState& state, const Request& request) {
+Verdict token_bucket(const Rule& rule, CounterState& state, const Request& request) {
   if (detail::admits_nothing(rule)) return detail::never_decision(rule);
   const std::uint64_t period = rule.period_ns();
   const std::uint64_t now = request.now_ns;
@@ -64,7 +64,7 @@ Decision token_bucket(const Rule& rule, CounterState& state, const Request& requ
   const std::uint64_t available = capacity > b.used ? capacity - b.used : 0;
   const bool fits = cost <= capacity;
   const bool allowed = cost <= available;
-  Decision d;
+  Verdict d;
   d.allowed = allowed;
   d.limit = rule.capacity();
   if (allowed) {

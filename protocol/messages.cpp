@@ -284,7 +284,7 @@ std::string_view item_status_name(ItemStatus status) {
   return "unknown";
 }
 
-AcquireResult to_result(const Decision& decision) {
+AcquireResult to_result(const Verdict& decision) {
   AcquireResult result;
   result.status = decision.allowed ? ItemStatus::kAllowed : ItemStatus::kDenied;
   result.limit = decision.limit;

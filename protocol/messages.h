@@ -15,8 +15,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/decision.h"
 #include "core/rule.h"
+#include "core/verdict.h"
 #include "protocol/frame.h"
 
 namespace sluice::protocol {
@@ -132,8 +132,8 @@ struct AcquireResult {
   friend constexpr bool operator==(const AcquireResult&, const AcquireResult&) = default;
 };
 
-// A Decision in protocol units (milliseconds, rounded up).
-AcquireResult to_result(const Decision& decision);
+// A Verdict in protocol units (milliseconds, rounded up).
+AcquireResult to_result(const Verdict& decision);
 
 // Incremental encoding (natural batching): begin, add items, finish. REQUIRES: between begin
 // and finish only add_acquire_item() for that frame appends to `out`; at most 65535 items.

@@ -401,10 +401,10 @@ protocol::AcquireResult Shard::lease_local(const KeyHash& hash, const Rule& rule
   // cannot be stored answers as denied to the grant, which then stops.
   bool no_memory = false;
   const LeaseGrant grant = grant_lease(Request{now_ns, want, false}, [&](const Request& r) {
-    if (no_memory) return Decision{};  // nothing more is tried once the table is full
+    if (no_memory) return Verdict{};  // nothing more is tried once the table is full
     const TableAnswer answer = table_.acquire(hash, rule, r);
     if (answer.outcome == TableOutcome::kNoMemory) no_memory = true;
-    return answer.outcome == TableOutcome::kNoMemory ? Decision{} : answer.decision;
+    return answer.outcome == TableOutcome::kNoMemory ? Verdict{} : answer.decision;
   });
   protocol::AcquireResult result;
   if (no_memory) {

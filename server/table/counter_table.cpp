@@ -46,7 +46,7 @@ std::uint64_t stamp_of(std::uint64_t now_ns) { return (now_ns >> kStampTimeShift
 // The remaining-capacity class of a decision: 15 * remaining / limit, rounded down (0 for a
 // limit of 0). Without new requests a key's remaining capacity only grows, under every
 // algorithm, so the class stored at a key's last request is a lower bound of its class now.
-std::uint64_t capacity_class(const Decision& decision) {
+std::uint64_t capacity_class(const Verdict& decision) {
   if (decision.limit == 0) return 0;
   const std::uint64_t remaining = std::min(decision.remaining, decision.limit);
   return kTopClass * remaining / decision.limit;
@@ -60,7 +60,7 @@ std::uint64_t expiry_bits(std::uint64_t idle_at_ns) {
 }
 // The meta word after a request that was not a peek and left `decision` behind.
 std::uint64_t make_meta(std::uint8_t tag, std::uint64_t now_ns, std::uint64_t idle_at_ns,
-                        const Decision& decision) {
+                        const Verdict& decision) {
   return expiry_bits(idle_at_ns) | (stamp_of(now_ns) << kStampShift) |
          (capacity_class(decision) << kClassShift) | tag;
 }
@@ -743,7 +743,7 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
   Record& r = at(seg, probe.pos);
   const std::uint64_t now = request.now_ns;
   if (rule.algorithm != Algorithm::kSlidingLog) {
-    const Decision decision = decide(rule, r.state, request);
+    const Verdict decision = decide(rule, r.state, request);
     if (!request.peek) {
       const std::uint64_t idle_at = idle_at_ns(rule, r.state);
       if (r.state == CounterState{} || idle_at <= now) {
@@ -789,7 +789,7 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
     }
   }
   r.state = encode_log(handle.ring, handle.ring_class, handle.log);
-  const Decision decision = sliding_log(rule, handle.log, request);
+  const Verdict decision = sliding_log(rule, handle.log, request);
   if (request.peek && handle.log.count != 0) {
     r.meta = with_stamp(r.meta, now);
     return {TableOutcome::kOk, decision};
@@ -808,7 +808,7 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, con
                                      const Request& request) {
   const std::uint64_t now = request.now_ns;
   Record record{key.lo, key.hi, CounterState{}, 0};
-  Decision decision;
+  Verdict decision;
   if (rule.algorithm != Algorithm::kSlidingLog) {
     decision = decide(rule, record.state, request);
     const std::uint64_t idle_at = idle_at_ns(rule, record.state);
@@ -899,7 +899,7 @@ std::uint32_t CounterTable::give_back(const KeyHash& key, const Rule& rule, std:
     return credited;
   }
   CounterState copy = r.state;
-  const Decision now = decide(rule, copy, Request{now_ns, 1, /*peek=*/true});
+  const Verdict now = decide(rule, copy, Request{now_ns, 1, /*peek=*/true});
   r.meta = make_meta(tag_of(r.meta), now_ns, idle_at, now);
   return credited;
 }

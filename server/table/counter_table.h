@@ -72,7 +72,7 @@ struct ScanResult {
 
 struct TableAnswer {
   TableOutcome outcome = TableOutcome::kOk;
-  Decision decision;
+  Verdict decision;
 };
 
 class CounterTable {

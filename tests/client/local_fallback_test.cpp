@@ -71,15 +71,15 @@ TEST_CASE("local counters are per key and rule, a peek consumes nothing, cost co
   CHECK(admitted(limiter, "b", ten, 9, kT0) == 5);
   CHECK(admitted(limiter, "a", twenty, 15, kT0) == 10);
   // A peek of a fresh key answers allowed with the local limit, and keeps nothing.
-  const sluice::Decision peeked = limiter.decide(fp("c", ten), ten, 1, true, kT0);
+  const sluice::Verdict peeked = limiter.decide(fp("c", ten), ten, 1, true, kT0);
   CHECK(peeked.allowed);
   CHECK(peeked.limit == 5);
   CHECK(peeked.remaining == 4);
   CHECK(limiter.size() == 3);
-  const sluice::Decision three = limiter.decide(fp("c", ten), ten, 3, false, kT0);
+  const sluice::Verdict three = limiter.decide(fp("c", ten), ten, 3, false, kT0);
   CHECK(three.allowed);
   CHECK(three.remaining == 2);
-  const sluice::Decision denied = limiter.decide(fp("c", ten), ten, 3, false, kT0);
+  const sluice::Verdict denied = limiter.decide(fp("c", ten), ten, 3, false, kT0);
   CHECK_FALSE(denied.allowed);
   CHECK(denied.retry_after_ns == 1000 * kMs);  // the window's end
 }

@@ -11,7 +11,7 @@
 
 namespace sluice {
 
-inline std::ostream& operator<<(std::ostream& os, const Decision& d) {
+inline std::ostream& operator<<(std::ostream& os, const Verdict& d) {
   return os << "{allowed=" << d.allowed << " limit=" << d.limit << " remaining=" << d.remaining
             << " reset_after_ns=" << d.reset_after_ns << " retry_after_ns=" << d.retry_after_ns
             << "}";
@@ -22,7 +22,7 @@ namespace test {
 inline constexpr std::uint64_t kMs = 1'000'000;
 inline constexpr std::uint64_t kSec = 1'000'000'000;
 
-using StateAlgorithm = Decision (*)(const Rule&, CounterState&, const Request&);
+using StateAlgorithm = Verdict (*)(const Rule&, CounterState&, const Request&);
 
 // A sliding log that owns its ring, so tests can copy it.
 struct OwnedLog {
@@ -31,9 +31,9 @@ struct OwnedLog {
   std::uint32_t head = 0;
   std::uint32_t count = 0;
 
-  Decision step(const Rule& rule, const Request& request) {
+  Verdict step(const Rule& rule, const Request& request) {
     SlidingLog log{.ring = ring, .head = head, .count = count};
-    const Decision d = sliding_log(rule, log, request);
+    const Verdict d = sliding_log(rule, log, request);
     head = log.head;
     count = log.count;
     return d;
@@ -62,11 +62,11 @@ struct Subject {
     return s;
   }
 
-  Decision step(const Rule& rule, const Request& request) {
+  Verdict step(const Rule& rule, const Request& request) {
     return algorithm != nullptr ? algorithm(rule, state, request) : log.step(rule, request);
   }
   // The answer at `now` for `cost`, on a copy: the subject is untouched.
-  Decision peek(const Rule& rule, std::uint64_t now, std::uint32_t cost) const {
+  Verdict peek(const Rule& rule, std::uint64_t now, std::uint32_t cost) const {
     Subject copy = *this;
     return copy.step(rule, Request{.now_ns = now, .cost = cost, .peek = true});
   }
@@ -79,7 +79,7 @@ struct Subject {
 
 // A denied request's retry_after is exact: allowed at now + retry, still denied 1 ns earlier.
 inline void check_retry_is_exact(const Subject& s, const Rule& rule, std::uint64_t now,
-                                 std::uint32_t cost, const Decision& denied) {
+                                 std::uint32_t cost, const Verdict& denied) {
   if (denied.allowed || denied.retry_after_ns == kNever) return;
   REQUIRE(denied.retry_after_ns > 0);
   INFO("now=" << now << " cost=" << cost << " retry=" << denied.retry_after_ns);
@@ -89,12 +89,12 @@ inline void check_retry_is_exact(const Subject& s, const Rule& rule, std::uint64
 
 // Makes the request, after checking that a peek first answers the same and changes nothing,
 // and that a denial's retry_after is exact.
-inline Decision checked_step(Subject& s, const Rule& rule, std::uint64_t now, std::uint32_t cost) {
+inline Verdict checked_step(Subject& s, const Rule& rule, std::uint64_t now, std::uint32_t cost) {
   const Subject before = s;
-  const Decision peeked = s.step(rule, Request{.now_ns = now, .cost = cost, .peek = true});
+  const Verdict peeked = s.step(rule, Request{.now_ns = now, .cost = cost, .peek = true});
   REQUIRE(s == before);
   check_retry_is_exact(s, rule, now, cost, peeked);
-  const Decision d = s.step(rule, Request{.now_ns = now, .cost = cost});
+  const Verdict d = s.step(rule, Request{.now_ns = now, .cost = cost});
   CHECK(d == peeked);
   if (!d.allowed) CHECK(s.peek(rule, now, cost) == before.peek(rule, now, cost));
   return d;
@@ -114,11 +114,11 @@ inline void run_table(Subject s, const Rule& rule, const std::vector<Step>& step
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const Step& step = steps[i];
     INFO("step " << i << ": now_ns=" << step.now_ns << " cost=" << step.cost);
-    const Decision expected{.allowed = step.allowed,
-                            .limit = rule.capacity(),
-                            .remaining = step.remaining,
-                            .reset_after_ns = step.reset_after_ns,
-                            .retry_after_ns = step.retry_after_ns};
+    const Verdict expected{.allowed = step.allowed,
+                           .limit = rule.capacity(),
+                           .remaining = step.remaining,
+                           .reset_after_ns = step.reset_after_ns,
+                           .retry_after_ns = step.retry_after_ns};
     CHECK(checked_step(s, rule, step.now_ns, step.cost) == expected);
   }
 }

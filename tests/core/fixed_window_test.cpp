@@ -46,7 +46,7 @@ TEST_CASE("fixed window peek answers without counting", "[fixed_window]") {
   fixed_window(kThreePerSecond, state, Request{.now_ns = 5 * kSec, .cost = 2});
   const CounterState before = state;
   for (int i = 0; i < 5; ++i) {
-    const Decision d =
+    const Verdict d =
         fixed_window(kThreePerSecond, state, Request{.now_ns = 5 * kSec, .cost = 1, .peek = true});
     CHECK(d.allowed);
     CHECK(d.remaining == 0);
@@ -59,7 +59,7 @@ TEST_CASE("fixed window: a zeroed state is a fresh key", "[fixed_window]") {
   fixed_window(kThreePerSecond, state, Request{.now_ns = 5 * kSec, .cost = 3});
   CHECK_FALSE(fixed_window(kThreePerSecond, state, Request{.now_ns = 5 * kSec}).allowed);
   state = CounterState{};
-  const Decision d = fixed_window(kThreePerSecond, state, Request{.now_ns = 5 * kSec});
+  const Verdict d = fixed_window(kThreePerSecond, state, Request{.now_ns = 5 * kSec});
   CHECK(d.allowed);
   CHECK(d.remaining == 2);
 }
@@ -75,7 +75,7 @@ TEST_CASE("fixed window state is idle from the end of its window", "[fixed_windo
 TEST_CASE("fixed window keeps its later window when the clock steps back", "[fixed_window]") {
   CounterState state;
   fixed_window(kThreePerSecond, state, Request{.now_ns = 2 * kSec, .cost = 3});
-  const Decision d = fixed_window(kThreePerSecond, state, Request{.now_ns = 2 * kSec - 1});
+  const Verdict d = fixed_window(kThreePerSecond, state, Request{.now_ns = 2 * kSec - 1});
   CHECK_FALSE(d.allowed);
   CHECK(d.retry_after_ns == kSec + 1);  // until the end of the key's own window
 }

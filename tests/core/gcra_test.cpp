@@ -67,7 +67,7 @@ TEST_CASE("gcra peek answers without moving the arrival time", "[gcra]") {
   CounterState state;
   gcra(kTwoPerSecondBurstFour, state, Request{.now_ns = 0, .cost = 4});
   const CounterState before = state;
-  const Decision d =
+  const Verdict d =
       gcra(kTwoPerSecondBurstFour, state, Request{.now_ns = 1200 * kMs, .cost = 2, .peek = true});
   CHECK(d.allowed);
   CHECK(d.remaining == 0);

@@ -37,7 +37,7 @@ TEST_CASE("a limit of 0 denies everything, forever, and changes nothing", "[limi
       INFO(c.name << " burst=" << burst);
       const Rule rule{.algorithm = c.algorithm, .limit = 0, .period_ms = 1000, .burst = burst};
       const Subject before = c.subject;
-      const Decision d = c.subject.step(rule, Request{.now_ns = 3 * kSec});
+      const Verdict d = c.subject.step(rule, Request{.now_ns = 3 * kSec});
       CHECK_FALSE(d.allowed);
       CHECK(d.remaining == 0);
       CHECK(d.retry_after_ns == kNever);
@@ -53,7 +53,7 @@ TEST_CASE("a cost above the capacity is never admitted and consumes nothing", "[
     const Rule rule{.algorithm = c.algorithm, .limit = 10, .period_ms = 1000};
     c.subject.step(rule, Request{.now_ns = kSec, .cost = 4});
     const Subject before = c.subject;
-    const Decision d = c.subject.step(rule, Request{.now_ns = kSec, .cost = 11});
+    const Verdict d = c.subject.step(rule, Request{.now_ns = kSec, .cost = 11});
     CHECK_FALSE(d.allowed);
     CHECK(d.retry_after_ns == kNever);
     CHECK(d.remaining == 6);
@@ -67,7 +67,7 @@ TEST_CASE("an invalid period denies instead of dividing by zero", "[limits]") {
     for (std::uint64_t period_ms : {std::uint64_t{0}, kMaxPeriodMs + 1, kMaxU64}) {
       INFO(c.name << " period_ms=" << period_ms);
       const Rule rule{.algorithm = c.algorithm, .limit = 4, .period_ms = period_ms};
-      const Decision d = c.subject.step(rule, Request{.now_ns = kSec});
+      const Verdict d = c.subject.step(rule, Request{.now_ns = kSec});
       CHECK_FALSE(d.allowed);
       CHECK(d.retry_after_ns == kNever);
     }
@@ -88,12 +88,12 @@ TEST_CASE("the largest limit and period neither overflow nor lose exactness, at 
     for (std::uint64_t now : nows) {
       INFO(c.name << " now=" << now);
       Subject s = c.subject;
-      const Decision all = test::checked_step(s, rule, now, limit);
+      const Verdict all = test::checked_step(s, rule, now, limit);
       CHECK(all.allowed);
       CHECK(all.remaining == 0);
       CHECK(all.reset_after_ns > 0);
       CHECK(all.reset_after_ns <= 2 * max_period_ns);
-      const Decision one_more = test::checked_step(s, rule, now + 1, 1);
+      const Verdict one_more = test::checked_step(s, rule, now + 1, 1);
       CHECK_FALSE(one_more.allowed);
       CHECK(one_more.retry_after_ns > 0);
       CHECK(one_more.retry_after_ns <= 2 * max_period_ns);
@@ -110,7 +110,7 @@ TEST_CASE("a burst of 2^32-1 at one unit a year: the arrival time goes past 2^64
     const std::uint64_t period = rule.period_ns();
     const std::uint64_t now = 1ull << 63;
     CounterState state;
-    const Decision all = decide(rule, state, Request{.now_ns = now, .cost = kMaxU32});
+    const Verdict all = decide(rule, state, Request{.now_ns = now, .cost = kMaxU32});
     CHECK(all.allowed);
     CHECK(all.limit == kMaxU32);
     CHECK(all.remaining == 0);
@@ -119,9 +119,9 @@ TEST_CASE("a burst of 2^32-1 at one unit a year: the arrival time goes past 2^64
 
     Subject s = Subject::of(algorithm == Algorithm::kGcra ? gcra : token_bucket);
     s.state = state;
-    const Decision one = test::checked_step(s, rule, now, 1);
+    const Verdict one = test::checked_step(s, rule, now, 1);
     CHECK(one.retry_after_ns == period);
-    const Decision refilled = test::checked_step(s, rule, now + period, 1);
+    const Verdict refilled = test::checked_step(s, rule, now + period, 1);
     CHECK(refilled.allowed);
     CHECK(refilled.remaining == 0);
     CHECK(s.peek(rule, now + period, kMaxU32).retry_after_ns == kMaxWaitNs);
@@ -137,7 +137,7 @@ TEST_CASE("the largest limit and burst with the shortest period: sub-nanosecond 
     Subject s = c.subject;
     const std::uint64_t now = (1ull << 63) + 999'999;
     CHECK(test::checked_step(s, rule, now, kMaxU32).allowed);
-    const Decision d = test::checked_step(s, rule, now, 1);
+    const Verdict d = test::checked_step(s, rule, now, 1);
     CHECK_FALSE(d.allowed);
     if (c.algorithm == Algorithm::kTokenBucket || c.algorithm == Algorithm::kGcra) {
       CHECK(d.retry_after_ns == 1);  // ceil(1 ms / (2^32-1))
@@ -151,7 +151,7 @@ TEST_CASE("a now of 2^64-1 answers without wrapping", "[limits]") {
     const Rule rule{.algorithm = c.algorithm, .limit = 10, .period_ms = kMaxPeriodMs};
     Subject s = c.subject;
     CHECK(s.step(rule, Request{.now_ns = kMaxU64, .cost = 10}).allowed);
-    const Decision d = s.step(rule, Request{.now_ns = kMaxU64, .cost = 1});
+    const Verdict d = s.step(rule, Request{.now_ns = kMaxU64, .cost = 1});
     CHECK_FALSE(d.allowed);
     CHECK(d.retry_after_ns > 0);
     CHECK(d.retry_after_ns <= 2 * rule.period_ns());
@@ -166,7 +166,7 @@ TEST_CASE("decide dispatches on the rule's algorithm", "[limits]") {
     INFO(c.name);
     const Rule rule{.algorithm = c.algorithm, .limit = 3, .period_ms = 1000};
     CounterState via_decide;
-    const Decision d = decide(rule, via_decide, request);
+    const Verdict d = decide(rule, via_decide, request);
     CHECK(d == c.subject.step(rule, request));
     CHECK(via_decide == c.subject.state);
   }

@@ -32,7 +32,7 @@ Rule random_rule(std::mt19937_64& rng, Algorithm algorithm) {
 
 // Gaps that hit the interesting places: nothing, a nanosecond, a fraction of an interval,
 // window boundaries, and the exact retry_after of the previous denial.
-std::uint64_t next_gap(std::mt19937_64& rng, const Rule& rule, const Decision& last) {
+std::uint64_t next_gap(std::mt19937_64& rng, const Rule& rule, const Verdict& last) {
   const std::uint64_t period = rule.period_ns();
   switch (rng() % 7) {
     case 0:
@@ -58,7 +58,7 @@ void run_random(Named n, std::uint64_t seed, int rules, int steps) {
     const Rule rule = random_rule(rng, n.algorithm);
     Subject s = n.subject.fresh();
     std::uint64_t now = rng() % 2 == 0 ? rng() % (10'000 * kMs) : (1ull << 62) + rng() % 999;
-    Decision last;
+    Verdict last;
     for (int i = 0; i < steps; ++i) {
       now += next_gap(rng, rule, last);
       const auto cost = static_cast<std::uint32_t>(rng() % (rule.capacity() + 1) + 1);
@@ -100,7 +100,7 @@ TEST_CASE("token bucket and gcra give the same answers to the same traffic", "[p
     CounterState bucket_state;
     CounterState cell_state;
     std::uint64_t now = rng() % (5000 * kMs);
-    Decision last;
+    Verdict last;
     for (int i = 0; i < 200; ++i) {
       now += next_gap(rng, bucket, last);
       const auto cost = static_cast<std::uint32_t>(rng() % (bucket.capacity() + 1) + 1);

@@ -71,7 +71,7 @@ TEST_CASE("sliding log peek answers without touching the log", "[sliding_log]") 
   log.step(kThreePerSecond, Request{.now_ns = 0, .cost = 2});
   const OwnedLog before = log;
   // At 1.5 s both entries have expired: a peek sees them gone but does not drop them.
-  const Decision d =
+  const Verdict d =
       log.step(kThreePerSecond, Request{.now_ns = 1500 * kMs, .cost = 3, .peek = true});
   CHECK(d.allowed);
   CHECK(log == before);
@@ -98,8 +98,8 @@ TEST_CASE("sliding log: a peek answers for any ring as for one of the rule's siz
           const Rule rule{.algorithm = Algorithm::kSlidingLog, .limit = limit, .period_ms = 1000};
           const Request request{.now_ns = 7 * kSec, .cost = cost, .peek = peek};
           OwnedLog log(ring);
-          const Decision expected = log.step(rule, request);
-          const Decision answer = sliding_log_answer(rule, SlidingLog{}, request);
+          const Verdict expected = log.step(rule, request);
+          const Verdict answer = sliding_log_answer(rule, SlidingLog{}, request);
           INFO("limit " << limit << " ring " << ring << " cost " << cost << " peek " << peek);
           CHECK(answer.allowed == expected.allowed);
           CHECK(answer.limit == expected.limit);
@@ -111,8 +111,7 @@ TEST_CASE("sliding log: a peek answers for any ring as for one of the rule's siz
     }
   }
   const Rule three{.algorithm = Algorithm::kSlidingLog, .limit = 3, .period_ms = 1000};
-  const Decision d =
-      sliding_log_answer(three, SlidingLog{}, Request{.now_ns = 7 * kSec, .cost = 2});
+  const Verdict d = sliding_log_answer(three, SlidingLog{}, Request{.now_ns = 7 * kSec, .cost = 2});
   CHECK(d.allowed);
   CHECK(d.remaining == 1);
   CHECK(d.reset_after_ns == kSec);
@@ -133,8 +132,8 @@ TEST_CASE("sliding log: a peek with a larger limit answers as if the log had a b
   const SlidingLog view{.ring = small.ring, .head = small.head, .count = small.count};
   for (const std::uint32_t cost : {1u, 3u, 4u, 7u}) {
     const Request peek{.now_ns = 500 * kMs, .cost = cost, .peek = true};
-    const Decision answer = sliding_log_answer(six, view, peek);
-    const Decision expected = big.step(six, peek);
+    const Verdict answer = sliding_log_answer(six, view, peek);
+    const Verdict expected = big.step(six, peek);
     INFO("cost " << cost);
     CHECK(answer.allowed == expected.allowed);
     CHECK(answer.remaining == expected.remaining);
@@ -161,7 +160,7 @@ TEST_CASE("sliding log stamps a request behind the newest entry at that entry's 
   OwnedLog log(3);
   log.step(kThreePerSecond, Request{.now_ns = 5 * kSec, .cost = 2});
   // The clock steps back 1 s; the unit is stamped 5 s, so it lapses at 6 s.
-  const Decision d = log.step(kThreePerSecond, Request{.now_ns = 4 * kSec});
+  const Verdict d = log.step(kThreePerSecond, Request{.now_ns = 4 * kSec});
   CHECK(d.allowed);
   CHECK(d.reset_after_ns == 2 * kSec);
   CHECK(log.step(kThreePerSecond, Request{.now_ns = 6 * kSec, .cost = 3}).allowed);
@@ -171,7 +170,7 @@ TEST_CASE("sliding log with a ring smaller than its limit never writes past the 
           "[sliding_log]") {
   OwnedLog log(2);
   CHECK(log.step(kThreePerSecond, Request{.now_ns = 0, .cost = 2}).allowed);
-  const Decision d = log.step(kThreePerSecond, Request{.now_ns = 0, .cost = 1});
+  const Verdict d = log.step(kThreePerSecond, Request{.now_ns = 0, .cost = 1});
   CHECK_FALSE(d.allowed);
   CHECK(log.count == 2);
 }

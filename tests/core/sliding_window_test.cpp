@@ -63,7 +63,7 @@ TEST_CASE("sliding window retry after crosses into the next window", "[sliding_w
   // 10 at 0.7 s fill window 0; a request of 3 at 0.8 s fits once ceil(10 * (1 - e)) <= 7,
   // that is 0.3 s into window 1.
   s.step(kTenPerSecond, Request{.now_ns = 700 * kMs, .cost = 10});
-  const Decision d = test::checked_step(s, kTenPerSecond, 800 * kMs, 3);
+  const Verdict d = test::checked_step(s, kTenPerSecond, 800 * kMs, 3);
   CHECK_FALSE(d.allowed);
   CHECK(d.retry_after_ns == 500 * kMs);
   // A request of the full limit waits for the whole of window 1 to pass.
@@ -77,7 +77,7 @@ TEST_CASE("sliding window retry after rounds up to the exact nanosecond", "[slid
   s.step(rule, Request{.now_ns = 2 * kMs, .cost = 7});
   for (std::uint64_t now : {3 * kMs, 3 * kMs + 1, 4 * kMs + 333'333, 5 * kMs + 999'999}) {
     for (std::uint32_t cost = 1; cost <= 7; ++cost) {
-      const Decision d = s.peek(rule, now, cost);
+      const Verdict d = s.peek(rule, now, cost);
       test::check_retry_is_exact(s, rule, now, cost, d);
     }
   }
@@ -87,7 +87,7 @@ TEST_CASE("sliding window peek answers without counting", "[sliding_window]") {
   CounterState state;
   sliding_window(kTenPerSecond, state, Request{.now_ns = 500 * kMs, .cost = 9});
   const CounterState before = state;
-  const Decision d =
+  const Verdict d =
       sliding_window(kTenPerSecond, state, Request{.now_ns = 1500 * kMs, .cost = 5, .peek = true});
   CHECK(d.allowed);
   CHECK(d.remaining == 0);  // 10 - ceil(9 * 0.5) - 5

@@ -71,8 +71,8 @@ TEST_CASE("token bucket peek answers without taking tokens", "[token_bucket]") {
   CounterState state;
   token_bucket(kTwoPerSecondBurstFour, state, Request{.now_ns = 0, .cost = 4});
   const CounterState before = state;
-  const Decision d = token_bucket(kTwoPerSecondBurstFour, state,
-                                  Request{.now_ns = 1200 * kMs, .cost = 2, .peek = true});
+  const Verdict d = token_bucket(kTwoPerSecondBurstFour, state,
+                                 Request{.now_ns = 1200 * kMs, .cost = 2, .peek = true});
   CHECK(d.allowed);
   CHECK(d.remaining == 0);
   CHECK(state == before);
@@ -100,7 +100,7 @@ TEST_CASE("token bucket credits nothing while the clock is behind its last refil
           "[token_bucket]") {
   CounterState state;
   token_bucket(kTwoPerSecondBurstFour, state, Request{.now_ns = 5 * kSec, .cost = 4});
-  const Decision d = token_bucket(kTwoPerSecondBurstFour, state, Request{.now_ns = 4 * kSec});
+  const Verdict d = token_bucket(kTwoPerSecondBurstFour, state, Request{.now_ns = 4 * kSec});
   CHECK_FALSE(d.allowed);
   CHECK(d.retry_after_ns == 1500 * kMs);  // the token of 5.5 s
 }

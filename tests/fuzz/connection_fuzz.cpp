@@ -37,9 +37,9 @@
 #include <vector>
 
 #include "core/clock.h"
-#include "core/decision.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "core/verdict.h"
 #include "protocol/cluster_messages.h"
 #include "protocol/coding.h"
 #include "protocol/frame.h"

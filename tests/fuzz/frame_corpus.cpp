@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/decision.h"
 #include "core/rule.h"
+#include "core/verdict.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/decision.h"
 #include "core/rule.h"
+#include "core/verdict.h"
 #include "protocol/frame.h"
 
 namespace sluice::protocol {
@@ -584,7 +584,7 @@ TEST_CASE("a malformed ACQUIRE reply body fails to parse") {
 }
 
 TEST_CASE("a decision becomes a result in whole milliseconds, rounded up") {
-  Decision allowed;
+  Verdict allowed;
   allowed.allowed = true;
   allowed.limit = 20;
   allowed.remaining = 19;
@@ -592,13 +592,13 @@ TEST_CASE("a decision becomes a result in whole milliseconds, rounded up") {
   allowed.retry_after_ns = 0;
   CHECK(to_result(allowed) == AcquireResult{ItemStatus::kAllowed, 20, 19, 100, 0});
 
-  Decision denied;
+  Verdict denied;
   denied.limit = 20;
   denied.reset_after_ns = 1'999'999'999;
   denied.retry_after_ns = 1;
   CHECK(to_result(denied) == AcquireResult{ItemStatus::kDenied, 20, 0, 2000, 1});
 
-  Decision never;
+  Verdict never;
   never.retry_after_ns = kNever;
   never.reset_after_ns = kNever;
   const AcquireResult result = to_result(never);

@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/decision.h"
 #include "core/key_hash.h"
+#include "core/verdict.h"
 #include "protocol/cluster_messages.h"
 #include "protocol/messages.h"
 

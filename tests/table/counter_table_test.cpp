@@ -41,7 +41,7 @@ TableConfig config(std::size_t max_bytes, std::size_t initial_slots = 1024,
   return c;
 }
 
-Decision allowed(CounterTable& table, const KeyHash& k, const Rule& rule, const Request& r) {
+Verdict allowed(CounterTable& table, const KeyHash& k, const Rule& rule, const Request& r) {
   const TableAnswer a = table.acquire(k, rule, r);
   REQUIRE(a.outcome == TableOutcome::kOk);
   return a.decision;
@@ -51,7 +51,7 @@ Decision allowed(CounterTable& table, const KeyHash& k, const Rule& rule, const 
 
 TEST_CASE("a key's first request is stored and found again") {
   CounterTable table(config(1 << 20));
-  const Decision d = allowed(table, key(1), kFixed10, at(kT0));
+  const Verdict d = allowed(table, key(1), kFixed10, at(kT0));
   CHECK(d.allowed);
   CHECK(d.remaining == 9);
   CHECK(table.size() == 1);
@@ -63,11 +63,11 @@ TEST_CASE("a key's first request is stored and found again") {
 TEST_CASE("the same key continues from its stored state across calls") {
   CounterTable table(config(1 << 20));
   for (std::uint32_t i = 1; i <= 10; ++i) {
-    const Decision d = allowed(table, key(1), kFixed10, at(kT0 + i * kMs));
+    const Verdict d = allowed(table, key(1), kFixed10, at(kT0 + i * kMs));
     CHECK(d.allowed);
     CHECK(d.remaining == 10 - i);
   }
-  const Decision denied = allowed(table, key(1), kFixed10, at(kT0 + 11 * kMs));
+  const Verdict denied = allowed(table, key(1), kFixed10, at(kT0 + 11 * kMs));
   CHECK_FALSE(denied.allowed);
   CHECK(denied.retry_after_ns > 0);
   CHECK(table.size() == 1);
@@ -77,7 +77,7 @@ TEST_CASE("different keys keep independent counters") {
   CounterTable table(config(1 << 20));
   for (int i = 0; i < 10; ++i) allowed(table, key(1), kFixed10, at(kT0));
   CHECK_FALSE(allowed(table, key(1), kFixed10, at(kT0)).allowed);
-  const Decision other = allowed(table, key(2), kFixed10, at(kT0));
+  const Verdict other = allowed(table, key(2), kFixed10, at(kT0));
   CHECK(other.allowed);
   CHECK(other.remaining == 9);
 }
@@ -126,7 +126,7 @@ TEST_CASE("an expired record is treated as absent and its slot reused") {
   // The fixed window of 1 s that held the requests is over by kT0 + 1 s.
   const std::uint64_t later = kT0 + 2 * kSec;
   CHECK_FALSE(table.contains(key(1), later));
-  const Decision d = allowed(table, key(1), kFixed10, at(later));
+  const Verdict d = allowed(table, key(1), kFixed10, at(later));
   CHECK(d.allowed);
   CHECK(d.remaining == 9);
   CHECK(table.size() == 1);
@@ -187,10 +187,10 @@ TEST_CASE("a key used under another algorithm starts fresh") {
   CounterTable table(config(1 << 20));
   for (int i = 0; i < 10; ++i) allowed(table, key(1), kFixed10, at(kT0));
   CHECK_FALSE(allowed(table, key(1), kFixed10, at(kT0)).allowed);
-  const Decision bucket = allowed(table, key(1), kBucket10, at(kT0));
+  const Verdict bucket = allowed(table, key(1), kBucket10, at(kT0));
   CHECK(bucket.allowed);
   CHECK(bucket.remaining == 9);
-  const Decision back = allowed(table, key(1), kFixed10, at(kT0));
+  const Verdict back = allowed(table, key(1), kFixed10, at(kT0));
   CHECK(back.allowed);
   CHECK(back.remaining == 9);
   CHECK(table.size() == 1);
@@ -198,7 +198,7 @@ TEST_CASE("a key used under another algorithm starts fresh") {
 
 TEST_CASE("a peek answers without storing or consuming") {
   CounterTable table(config(1 << 20));
-  const Decision fresh = allowed(table, key(1), kFixed10, at(kT0, 3, true));
+  const Verdict fresh = allowed(table, key(1), kFixed10, at(kT0, 3, true));
   CHECK(fresh.allowed);
   CHECK(fresh.remaining == 7);
   CHECK(table.size() == 0);
@@ -347,7 +347,7 @@ TEST_CASE("a sliding-log key whose limit grows moves to a bigger ring and keeps 
   const Rule big{Algorithm::kSlidingLog, 1000, 1000, 0};
   for (int i = 0; i < 5; ++i) CHECK(allowed(table, key(1), small, at(kT0 + i * kMs)).allowed);
   CHECK_FALSE(allowed(table, key(1), small, at(kT0 + 10 * kMs)).allowed);
-  const Decision d = allowed(table, key(1), big, at(kT0 + 20 * kMs));
+  const Verdict d = allowed(table, key(1), big, at(kT0 + 20 * kMs));
   CHECK(d.allowed);
   CHECK(d.remaining == 1000 - 6);
   // The first entries still expire on time: at kT0 + 1 s the first one has gone.
@@ -514,7 +514,7 @@ TEST_CASE("at the cap a peek with a larger limit answers without a ring and evic
   const std::uint64_t now = kT0 + 3 * kSec;
   allowed(table, key(-1), kLog20, at(now));
   const auto before = table.stats();
-  const Decision peek = allowed(table, key(-1), kLog40, at(now, 30, true));
+  const Verdict peek = allowed(table, key(-1), kLog40, at(now, 30, true));
   CHECK(peek.allowed);  // 1 + 30 fit under 40, though not in key(-1)'s 32-entry ring
   CHECK(peek.remaining == 40 - 31);
   CHECK(table.stats().evicted == before.evicted);
@@ -531,7 +531,7 @@ TEST_CASE("at the cap a sliding-log key whose limit grows takes a larger ring fr
   allowed(table, key(-1), kLog20, at(now));  // the most recently used log
   const auto before = table.stats();
   // key(-1) holds one entry in a 32-entry ring; with limit 40 it moves to a 64-entry ring.
-  const Decision d = allowed(table, key(-1), kLog40, at(now + kMs));
+  const Verdict d = allowed(table, key(-1), kLog40, at(now + kMs));
   CHECK(d.allowed);
   CHECK(d.remaining == 40 - 2);  // its first entry came along
   CHECK(table.stats().evicted == before.evicted + 1);
@@ -595,7 +595,7 @@ TEST_CASE("at the cap a sliding-log key finds no ring in smaller ones, and a pee
   CHECK(table.acquire(key(-1), large, at(now)).outcome == TableOutcome::kNoMemory);
   CHECK(table.stats().failed_inserts == 1);
   // A peek at an absent key answers for an empty log without a ring, and stores nothing.
-  const Decision peek = allowed(table, key(-2), small, at(now, 5, true));
+  const Verdict peek = allowed(table, key(-2), small, at(now, 5, true));
   CHECK(peek.allowed);
   CHECK(peek.remaining == 15);
   CHECK(table.size() == stored);
@@ -618,13 +618,13 @@ struct ModelKey {
   std::uint32_t count = 0;
 };
 
-Decision model_acquire(std::unordered_map<int, ModelKey>& model, int k, const Rule& rule,
-                       const Request& request) {
+Verdict model_acquire(std::unordered_map<int, ModelKey>& model, int k, const Rule& rule,
+                      const Request& request) {
   auto it = model.find(k);
   ModelKey fresh;
   fresh.algorithm = rule.algorithm;
   ModelKey m = it != model.end() && it->second.algorithm == rule.algorithm ? it->second : fresh;
-  Decision d;
+  Verdict d;
   if (rule.algorithm == Algorithm::kSlidingLog) {
     if (m.ring.size() < rule.limit) {
       std::vector<std::uint64_t> bigger(rule.limit);
@@ -682,7 +682,7 @@ TEST_CASE("decisions match a simple map of states over random operations") {
     const Rule& rule = rules[rule_of[k]];
     const Request request = at(now, 1 + static_cast<std::uint32_t>(rng() % 3), rng() % 10 == 0);
     const TableAnswer got = table.acquire(key(k), rule, request);
-    const Decision want = model_acquire(model, k, rule, request);
+    const Verdict want = model_acquire(model, k, rule, request);
     REQUIRE(got.outcome == TableOutcome::kOk);
     INFO("op " << op << " key " << k << " rule " << rule_of[k]);
     REQUIRE(got.decision == want);

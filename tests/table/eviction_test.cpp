@@ -38,7 +38,7 @@ TableConfig capped(std::size_t max_bytes) {
   return c;
 }
 
-Decision decide_ok(CounterTable& table, const KeyHash& k, const Rule& rule, std::uint64_t now) {
+Verdict decide_ok(CounterTable& table, const KeyHash& k, const Rule& rule, std::uint64_t now) {
   const TableAnswer a = table.acquire(k, rule, Request{now, 1, false});
   REQUIRE(a.outcome == TableOutcome::kOk);
   return a.decision;

@@ -44,7 +44,7 @@ const std::vector<Rule> kRules = {
     {Algorithm::kGcra, 10, 1000, 15},
 };
 
-Decision decide_ok(CounterTable& table, const KeyHash& k, const Rule& rule, const Request& r) {
+Verdict decide_ok(CounterTable& table, const KeyHash& k, const Rule& rule, const Request& r) {
   const TableAnswer a = table.acquire(k, rule, r);
   REQUIRE(a.outcome == TableOutcome::kOk);
   return a.decision;
@@ -125,7 +125,7 @@ TEST_CASE("a key exhausted on the source stays denied on the target") {
     CHECK(e.image.capacity_class == 0);
     REQUIRE(apply(target, e, kT0 + kMs) == ApplyOutcome::kApplied);
     const Request later{kT0 + 10 * kSec};
-    const Decision denied = decide_ok(target, key(1), rule, later);
+    const Verdict denied = decide_ok(target, key(1), rule, later);
     CHECK_FALSE(denied.allowed);
     CHECK(denied == decide_ok(source, key(1), rule, later));
     CHECK(target.TEST_check_invariants());

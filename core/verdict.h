@@ -1,4 +1,5 @@
-// What every algorithm answers, in nanoseconds; the protocol carries milliseconds.
+// What every algorithm answers (a Verdict), in nanoseconds; the protocol carries milliseconds, and
+// the client library turns it into a client::Decision (milliseconds, header fields).
 #pragma once
 
 #include <cstdint>
@@ -13,14 +14,14 @@ inline constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max(
 // longer (a huge burst with a year-long period) is reported as this value.
 inline constexpr std::uint64_t kMaxWaitNs = kNever - 1;
 
-struct Decision {
+struct Verdict {
   bool allowed = false;
   std::uint32_t limit = 0;           // the rule's capacity (Rule::capacity())
   std::uint32_t remaining = 0;       // whole units still available after this request, rounded down
   std::uint64_t reset_after_ns = 0;  // until the key is back to its full capacity
   std::uint64_t retry_after_ns = 0;  // 0 when allowed; else until the same request would be allowed
 
-  friend constexpr bool operator==(const Decision&, const Decision&) = default;
+  friend constexpr bool operator==(const Verdict&, const Verdict&) = default;
 };
 
 // Nanoseconds to whole milliseconds, rounded up so that waiting the reported time always
