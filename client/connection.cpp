@@ -110,7 +110,7 @@ Status server_error_status(std::span<const std::uint8_t> body) {
     return Status(ErrorCode::kProtocolError, "unparsable ERROR reply");
   }
   // A refused token is the caller's to fix (the options), not a server failure: a code of its own.
-  if (error.code == protocol::ErrorCode::kUnauthenticated) {
+  if (error.code == protocol::WireErrorCode::kUnauthenticated) {
     return Status(ErrorCode::kUnauthenticated, std::string(error.message));
   }
   std::string message(protocol::error_code_name(error.code));

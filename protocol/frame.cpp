@@ -35,7 +35,7 @@ constexpr bool is_known_opcode(std::uint8_t value) {
   return false;
 }
 
-DecodeResult malformed(ErrorCode code, std::string_view reason, std::uint32_t request_id) {
+DecodeResult malformed(WireErrorCode code, std::string_view reason, std::uint32_t request_id) {
   DecodeResult result;
   result.status = DecodeStatus::kMalformed;
   result.error = code;
@@ -46,29 +46,29 @@ DecodeResult malformed(ErrorCode code, std::string_view reason, std::uint32_t re
 
 }  // namespace
 
-std::string_view error_code_name(ErrorCode code) {
+std::string_view error_code_name(WireErrorCode code) {
   switch (code) {
-    case ErrorCode::kMalformedFrame:
+    case WireErrorCode::kMalformedFrame:
       return "malformed_frame";
-    case ErrorCode::kUnsupportedVersion:
+    case WireErrorCode::kUnsupportedVersion:
       return "unsupported_version";
-    case ErrorCode::kUnknownOpcode:
+    case WireErrorCode::kUnknownOpcode:
       return "unknown_opcode";
-    case ErrorCode::kFrameTooLarge:
+    case WireErrorCode::kFrameTooLarge:
       return "frame_too_large";
-    case ErrorCode::kBatchTooLarge:
+    case WireErrorCode::kBatchTooLarge:
       return "batch_too_large";
-    case ErrorCode::kTooManyConnections:
+    case WireErrorCode::kTooManyConnections:
       return "too_many_connections";
-    case ErrorCode::kShuttingDown:
+    case WireErrorCode::kShuttingDown:
       return "shutting_down";
-    case ErrorCode::kIdleTimeout:
+    case WireErrorCode::kIdleTimeout:
       return "idle_timeout";
-    case ErrorCode::kInternal:
+    case WireErrorCode::kInternal:
       return "internal";
-    case ErrorCode::kUnauthenticated:
+    case WireErrorCode::kUnauthenticated:
       return "unauthenticated";
-    case ErrorCode::kOverloaded:
+    case WireErrorCode::kOverloaded:
       return "overloaded";
   }
   return "unknown";
@@ -82,9 +82,9 @@ DecodeResult FrameDecoder::decode(std::span<const std::uint8_t> input) const noe
   DecodeResult need_more;  // status kNeedMore
 
   if (size < 1) return need_more;
-  if (p[0] != kMagicByte0) return malformed(ErrorCode::kMalformedFrame, "bad magic", 0);
+  if (p[0] != kMagicByte0) return malformed(WireErrorCode::kMalformedFrame, "bad magic", 0);
   if (size < 2) return need_more;
-  if (p[1] != kMagicByte1) return malformed(ErrorCode::kMalformedFrame, "bad magic", 0);
+  if (p[1] != kMagicByte1) return malformed(WireErrorCode::kMalformedFrame, "bad magic", 0);
 
   // Once the magic matched, the request id is echoed in any ERROR reply if it has arrived.
   const std::uint32_t request_id = size >= kOffsetRequestId + 4 ? decode_fixed32(p + 8) : 0;
@@ -92,30 +92,31 @@ DecodeResult FrameDecoder::decode(std::span<const std::uint8_t> input) const noe
   if (size < kOffsetVersion + 1) return need_more;
   const std::uint8_t version = p[kOffsetVersion];
   if (version != kFrameVersion && version != kFrameVersionEpoch) {
-    return malformed(ErrorCode::kUnsupportedVersion, "unsupported version", request_id);
+    return malformed(WireErrorCode::kUnsupportedVersion, "unsupported version", request_id);
   }
   const std::size_t header = header_size(version);
   if (size < kOffsetOpcode + 1) return need_more;
   const std::uint8_t opcode = p[kOffsetOpcode];
   if (!is_known_opcode(opcode)) {
-    return malformed(ErrorCode::kUnknownOpcode, "unknown opcode", request_id);
+    return malformed(WireErrorCode::kUnknownOpcode, "unknown opcode", request_id);
   }
   if (size < kOffsetFlags + 2) return need_more;
   const std::uint16_t flags = decode_fixed16(p + kOffsetFlags);
   if ((flags & ~kFlagReply) != 0) {
-    return malformed(ErrorCode::kMalformedFrame, "unknown flag bits set", request_id);
+    return malformed(WireErrorCode::kMalformedFrame, "unknown flag bits set", request_id);
   }
   if (static_cast<Opcode>(opcode) == Opcode::kError && (flags & kFlagReply) == 0) {
-    return malformed(ErrorCode::kMalformedFrame, "ERROR frame without the reply flag", request_id);
+    return malformed(WireErrorCode::kMalformedFrame, "ERROR frame without the reply flag",
+                     request_id);
   }
   if (size < kOffsetReserved + 2) return need_more;
   if (decode_fixed16(p + kOffsetReserved) != 0) {
-    return malformed(ErrorCode::kMalformedFrame, "reserved header bytes not zero", request_id);
+    return malformed(WireErrorCode::kMalformedFrame, "reserved header bytes not zero", request_id);
   }
   if (size < kHeaderSize) return need_more;
   const std::uint32_t body_length = decode_fixed32(p + kOffsetBodyLength);
   if (body_length > max_frame_) {
-    return malformed(ErrorCode::kFrameTooLarge, "body length above the max frame", request_id);
+    return malformed(WireErrorCode::kFrameTooLarge, "body length above the max frame", request_id);
   }
   if (size < header) return need_more;
   // Compared as a difference so no sum can overflow.

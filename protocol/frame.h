@@ -59,9 +59,10 @@ enum class Opcode : std::uint8_t {
 
 inline constexpr std::uint16_t kFlagReply = 0x0001;
 
-// Why a connection is refused or closed. Sent in an ERROR reply; the server closes the
-// connection after sending one.
-enum class ErrorCode : std::uint16_t {
+// The code an ERROR frame carries on the wire: why a connection is refused or closed (the server
+// closes the connection after sending one). Not client::ErrorCode, which says why a client call
+// failed.
+enum class WireErrorCode : std::uint16_t {
   kMalformedFrame = 1,      // bad magic, reserved bits set, or a body that does not parse
   kUnsupportedVersion = 2,  // header version or HELLO version the server does not speak
   kUnknownOpcode = 3,
@@ -75,7 +76,7 @@ enum class ErrorCode : std::uint16_t {
   kOverloaded = 11,  // the node is out of a shared resource (buffer memory) and sheds this peer
 };
 
-std::string_view error_code_name(ErrorCode code);
+std::string_view error_code_name(WireErrorCode code);
 
 struct FrameHeader {
   std::uint8_t version = kFrameVersion;  // the framing
@@ -105,10 +106,10 @@ enum class DecodeStatus : std::uint8_t { kOk, kNeedMore, kMalformed };
 
 struct DecodeResult {
   DecodeStatus status = DecodeStatus::kNeedMore;
-  std::size_t frame_size = 0;                    // header + body bytes, when kOk
-  Frame frame;                                   // when kOk
-  ErrorCode error = ErrorCode::kMalformedFrame;  // when kMalformed
-  std::string_view reason;                       // static text, when kMalformed
+  std::size_t frame_size = 0;                            // header + body bytes, when kOk
+  Frame frame;                                           // when kOk
+  WireErrorCode error = WireErrorCode::kMalformedFrame;  // when kMalformed
+  std::string_view reason;                               // static text, when kMalformed
   // When kOk, or kMalformed with the magic matched and bytes 8..11 present; else 0. An
   // ERROR reply echoes it so the client can tell which request was refused.
   std::uint32_t request_id = 0;

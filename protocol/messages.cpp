@@ -45,7 +45,7 @@ ParseResult read_list_header(ByteReader& in, std::uint16_t max_batch, std::uint1
   }
   if (reserved != 0) return ParseResult::failure("reserved body bytes not zero");
   if (count > max_batch) {
-    return ParseResult::failure("more items than the max batch", ErrorCode::kBatchTooLarge);
+    return ParseResult::failure("more items than the max batch", WireErrorCode::kBatchTooLarge);
   }
   return {};
 }
@@ -554,8 +554,8 @@ ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<St
 
 // ---- ERROR ---------------------------------------------------------------------------------
 
-void encode_error(Bytes& out, std::uint32_t request_id, ErrorCode code, std::string_view message,
-                  const Framing& framing) {
+void encode_error(Bytes& out, std::uint32_t request_id, WireErrorCode code,
+                  std::string_view message, const Framing& framing) {
   const std::string_view text = clip(message, kU16Max);
   std::uint8_t* p =
       append_frame(out, framing, Opcode::kError, kFlagReply, request_id, 4 + text.size());
@@ -577,7 +577,7 @@ ParseResult parse_error(std::span<const std::uint8_t> body, ErrorReply& out) {
   if (!in.at_end()) return ParseResult::failure("bytes left after the ERROR message");
   // An unknown code is kept: the connection closes after any ERROR, so the client only has
   // to report it, and a newer server may add codes.
-  out.code = static_cast<ErrorCode>(code);
+  out.code = static_cast<WireErrorCode>(code);
   return {};
 }
 

@@ -35,10 +35,11 @@ void finish_frame(Bytes& out, std::size_t frame_start);
 
 struct ParseResult {
   bool ok = true;
-  ErrorCode error = ErrorCode::kMalformedFrame;
+  WireErrorCode error = WireErrorCode::kMalformedFrame;
   std::string_view reason;  // static text when !ok
   explicit operator bool() const { return ok; }
-  static ParseResult failure(std::string_view why, ErrorCode code = ErrorCode::kMalformedFrame) {
+  static ParseResult failure(std::string_view why,
+                             WireErrorCode code = WireErrorCode::kMalformedFrame) {
     return {false, code, why};
   }
 };
@@ -150,7 +151,7 @@ void set_opcode(Bytes& out, std::size_t frame_start, Opcode opcode);
 
 // Items reuse `out`'s capacity; key views point into `body`. Keys are not checked against the
 // max key here (the server answers kInvalidKey per item); item count is checked against
-// max_batch (ErrorCode::kBatchTooLarge).
+// max_batch (WireErrorCode::kBatchTooLarge).
 ParseResult parse_acquire_request(std::span<const std::uint8_t> body, std::uint16_t max_batch,
                                   std::vector<AcquireItem>& out);
 
@@ -200,12 +201,12 @@ ParseResult parse_stats_reply(std::span<const std::uint8_t> body, std::vector<St
 // ---- ERROR ---------------------------------------------------------------------------------
 
 struct ErrorReply {
-  ErrorCode code = ErrorCode::kInternal;
+  WireErrorCode code = WireErrorCode::kInternal;
   std::string_view message;  // at most 65535 bytes
 };
 
-void encode_error(Bytes& out, std::uint32_t request_id, ErrorCode code, std::string_view message,
-                  const Framing& framing = {});
+void encode_error(Bytes& out, std::uint32_t request_id, WireErrorCode code,
+                  std::string_view message, const Framing& framing = {});
 ParseResult parse_error(std::span<const std::uint8_t> body, ErrorReply& out);
 
 }  // namespace sluice::protocol

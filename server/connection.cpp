@@ -20,7 +20,7 @@ namespace sluice::server {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-using protocol::ErrorCode;
+using protocol::WireErrorCode;
 
 namespace {
 
@@ -59,7 +59,7 @@ void Connection::start() {
   spawn(watchdog_loop());
 }
 
-void Connection::start_refused(ErrorCode code, std::string_view message) {
+void Connection::start_refused(WireErrorCode code, std::string_view message) {
   failed_ = true;
   protocol::encode_error(out_queued_, 0, code, message);
   begin_closing();
@@ -134,7 +134,7 @@ void Connection::shed_for_memory(std::size_t shard_budget) {
   protocol::Bytes().swap(out_queued_);
   failed_ = true;
   protocol::encode_error(
-      out_queued_, 0, ErrorCode::kOverloaded,
+      out_queued_, 0, WireErrorCode::kOverloaded,
       fmt::format("closed: this connection held {} bytes of buffers, the most on a shard over its "
                   "buffer budget of {} bytes (--max-buffer-memory)",
                   held, shard_budget));
@@ -180,13 +180,14 @@ void Connection::shut_down(Clock::time_point deadline) {
 void Connection::maybe_send_shutdown_error() {
   if (!shutting_down_ || failed_ || closed_ || frames_pending() != 0) return;
   failed_ = true;
-  protocol::encode_error(out_queued_, 0, ErrorCode::kShuttingDown, "the server is shutting down");
+  protocol::encode_error(out_queued_, 0, WireErrorCode::kShuttingDown,
+                         "the server is shutting down");
   recharge();
   flush();
   wake_writer();
 }
 
-void Connection::send_error_and_close(std::uint32_t request_id, ErrorCode code,
+void Connection::send_error_and_close(std::uint32_t request_id, WireErrorCode code,
                                       std::string_view message) {
   if (closing_) return;
   failed_ = true;
@@ -194,7 +195,7 @@ void Connection::send_error_and_close(std::uint32_t request_id, ErrorCode code,
   begin_closing();
 }
 
-void Connection::reject(std::uint32_t request_id, ErrorCode code, std::string_view message) {
+void Connection::reject(std::uint32_t request_id, WireErrorCode code, std::string_view message) {
   send_error_and_close(request_id, code, message);
 }
 
@@ -272,7 +273,7 @@ asio::awaitable<void> Connection::read_loop() {
         const std::size_t capacity = std::min(std::max(in_capacity_ * 2, kGrownInput), max_input);
         if (capacity <= in_capacity_) {
           shard_.counters()[Stat::kProtocolErrors].add();
-          send_error_and_close(0, ErrorCode::kInternal, "input buffer exhausted");
+          send_error_and_close(0, WireErrorCode::kInternal, "input buffer exhausted");
           continue;
         }
         auto grown = std::make_unique_for_overwrite<std::uint8_t[]>(capacity);
@@ -352,7 +353,7 @@ asio::awaitable<void> Connection::watchdog_loop() {
       }
       shard_.counters()[Stat::kIdleClosed].add();
       send_error_and_close(
-          0, ErrorCode::kIdleTimeout,
+          0, WireErrorCode::kIdleTimeout,
           fmt::format("closed after {} ms without a request", idle_timeout.count()));
       continue;
     }

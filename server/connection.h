@@ -36,7 +36,7 @@ class Connection final : public Peer {
   // Starts the reader, writer and watchdog coroutines.
   void start();
   // Sends one ERROR and closes, without reading anything (used over max_connections).
-  void start_refused(protocol::ErrorCode code, std::string_view message);
+  void start_refused(protocol::WireErrorCode code, std::string_view message);
   // Closes the socket and stops the coroutines. Idempotent.
   void close();
   // The server is stopping: handles the complete frames already received (past back-pressure),
@@ -47,7 +47,7 @@ class Connection final : public Peer {
   // Peer: what the dispatcher sees.
   protocol::Bytes& reply_buffer() override { return out_queued_; }
   bool wants_replies() const override { return !closed_ && !failed_; }
-  void reject(std::uint32_t request_id, protocol::ErrorCode code,
+  void reject(std::uint32_t request_id, protocol::WireErrorCode code,
               std::string_view message) override;
   void frame_finished() override;
   bool stop_dispatching() const override {
@@ -86,7 +86,7 @@ class Connection final : public Peer {
   // After handle_input(): notes the activity and wakes the writer.
   void after_input(bool handled_any);
   // Queues an ERROR after what is already queued; nothing is handled or sent after it.
-  void send_error_and_close(std::uint32_t request_id, protocol::ErrorCode code,
+  void send_error_and_close(std::uint32_t request_id, protocol::WireErrorCode code,
                             std::string_view message);
   // Stops handling input; the writer sends what is queued, then closes.
   void begin_closing();

@@ -15,7 +15,7 @@
 
 namespace sluice::server {
 
-using protocol::ErrorCode;
+using protocol::WireErrorCode;
 
 namespace {
 
@@ -56,7 +56,7 @@ bool Dispatcher::backlog_full(const Peer& peer, const ServerConfig& config) {
          peer.items_pending() >= config.max_pending_items;
 }
 
-void Dispatcher::fail(Peer& peer, std::uint32_t request_id, ErrorCode code,
+void Dispatcher::fail(Peer& peer, std::uint32_t request_id, WireErrorCode code,
                       std::string_view message) {
   shard_.counters()[Stat::kProtocolErrors].add();
   peer.reject(request_id, code, message);
@@ -65,7 +65,7 @@ void Dispatcher::fail(Peer& peer, std::uint32_t request_id, ErrorCode code,
 void Dispatcher::fail_authentication(Peer& peer, std::uint32_t request_id,
                                      std::string_view message) {
   shard_.counters()[Stat::kAuthFailures].add();
-  peer.reject(request_id, ErrorCode::kUnauthenticated, message);
+  peer.reject(request_id, WireErrorCode::kUnauthenticated, message);
 }
 
 void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
@@ -78,7 +78,7 @@ void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
     return fail_authentication(peer, header.request_id, kHelloFirstMessage);
   }
   if (header.is_reply()) {
-    return fail(peer, header.request_id, ErrorCode::kMalformedFrame,
+    return fail(peer, header.request_id, WireErrorCode::kMalformedFrame,
                 "a client must not send a reply frame");
   }
   switch (header.opcode) {
@@ -105,7 +105,7 @@ void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
       return handle_drain(peer, header.request_id, frame.body);
     default:
       return fail(
-          peer, header.request_id, ErrorCode::kUnknownOpcode,
+          peer, header.request_id, WireErrorCode::kUnknownOpcode,
           fmt::format("unknown request opcode 0x{:02x}", static_cast<unsigned>(header.opcode)));
   }
 }
@@ -117,7 +117,7 @@ void Dispatcher::handle_hello(Peer& peer, std::uint32_t request_id,
     return fail(peer, request_id, parsed.error, parsed.reason);
   }
   if (request.version < 1) {
-    return fail(peer, request_id, ErrorCode::kUnsupportedVersion,
+    return fail(peer, request_id, WireErrorCode::kUnsupportedVersion,
                 fmt::format("HELLO version {} is not supported (this server speaks 1 to {})",
                             request.version, protocol::kVersion));
   }
@@ -369,14 +369,14 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
   }
   const ClusterView* view = shard_.view();
   if (peer.this_shard() == protocol::kPublicPort || view == nullptr) {
-    return fail(peer, request_id, ErrorCode::kMalformedFrame,
+    return fail(peer, request_id, WireErrorCode::kMalformedFrame,
                 view == nullptr ? "PULL on a node outside any cluster"
                                 : "PULL goes to a shard's own port: each shard has its records");
   }
   // Only a member node may pull (and fence): it said HELLO as a node the map lists. (With a
   // token, only holders of the token can say HELLO at all.)
   if (peer.peer_node().empty() || view->map.find(peer.peer_node()) == nullptr) {
-    return fail(peer, request_id, ErrorCode::kMalformedFrame,
+    return fail(peer, request_id, WireErrorCode::kMalformedFrame,
                 "PULL is for the cluster's nodes: say HELLO as a member node first");
   }
   const std::uint32_t partitions = view->map.ring().partition_count();

@@ -82,7 +82,7 @@ class Dispatcher {
   // Sends the frame's foreign items (staged in the shard) to their owners.
   void hand_over(Peer& peer, PendingFrame* frame);
   // A protocol error: counts it and rejects the peer.
-  void fail(Peer& peer, std::uint32_t request_id, protocol::ErrorCode code,
+  void fail(Peer& peer, std::uint32_t request_id, protocol::WireErrorCode code,
             std::string_view message);
   // ERROR UNAUTHENTICATED (server/auth.h): counts it and rejects the peer.
   void fail_authentication(Peer& peer, std::uint32_t request_id, std::string_view message);

@@ -30,7 +30,7 @@ class Peer : public std::enable_shared_from_this<Peer> {
   // False once the peer closed or failed: a reply that completes later is dropped.
   virtual bool wants_replies() const = 0;
   // Queues an ERROR after what is queued, handles no further input, then closes.
-  virtual void reject(std::uint32_t request_id, protocol::ErrorCode code,
+  virtual void reject(std::uint32_t request_id, protocol::WireErrorCode code,
                       std::string_view message) = 0;
   // A frame handed over to other shards has finished (its reply appended, unless dropped):
   // send it, and let a reader paused on pending work go on.

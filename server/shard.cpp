@@ -235,7 +235,7 @@ void Shard::accept(tcp::socket socket, bool public_port) {
     auto refused = std::make_shared<Connection>(*this, std::move(socket), this_shard, false);
     connections_.insert(refused.get());  // so that stop() closes it too
     refused->start_refused(
-        protocol::ErrorCode::kTooManyConnections,
+        protocol::WireErrorCode::kTooManyConnections,
         fmt::format("too many connections (max {})", context_.config.max_connections));
     return;
   }
@@ -254,7 +254,7 @@ bool Shard::refuse_without_descriptor(tcp::acceptor& acceptor) {
   const int accept_errno = errno;
   if (fd >= 0) {
     protocol::Bytes refusal;
-    protocol::encode_error(refusal, 0, protocol::ErrorCode::kTooManyConnections,
+    protocol::encode_error(refusal, 0, protocol::WireErrorCode::kTooManyConnections,
                            "too many connections (out of file descriptors)");
     (void)::send(fd, refusal.data(), refusal.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     // Unread input would make close() send a reset that can destroy the ERROR in flight.

@@ -355,7 +355,7 @@ Outcome outcome(int fd, std::chrono::steady_clock::time_point deadline) {
                          decoded.frame.header.opcode == protocol::Opcode::kError &&
                          decoded.frame_size == input.size() &&
                          protocol::parse_error(decoded.frame.body, error) &&
-                         error.code == protocol::ErrorCode::kTooManyConnections;
+                         error.code == protocol::WireErrorCode::kTooManyConnections;
     if (!refused) return Outcome::kOther;
     return error.message.find("file descriptors") != std::string_view::npos ? Outcome::kRefusedNoFd
                                                                             : Outcome::kRefused;

@@ -310,7 +310,7 @@ class FakeServer {
           cv_.notify_all();
         }
         if (mode_ == Mode::kRefuse) {
-          protocol::encode_error(out, id, protocol::ErrorCode::kInternal, "boom");
+          protocol::encode_error(out, id, protocol::WireErrorCode::kInternal, "boom");
           boost::system::error_code ec;
           boost::asio::write(s.socket, boost::asio::buffer(out), ec);
           s.socket.close(ec);

@@ -426,7 +426,7 @@ std::vector<Seed> seeds() {
     broken("body_length_4_gib", 15, 0xFF);
 
     Bytes out = good;
-    encode_error(out, 4, ErrorCode::kInternal, "a client sent an ERROR");
+    encode_error(out, 4, WireErrorCode::kInternal, "a client sent an ERROR");
     add("error_frame_sent", three_shards, out);
     out = good;
     out.insert(out.end(), bad.begin(), bad.end() - 1);

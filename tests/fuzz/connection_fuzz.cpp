@@ -55,11 +55,11 @@ using namespace sluice;
 using protocol::AcquireItem;
 using protocol::AcquireResult;
 using protocol::Bytes;
-using protocol::ErrorCode;
 using protocol::Frame;
 using protocol::ItemStatus;
 using protocol::Opcode;
 using protocol::ResetStatus;
+using protocol::WireErrorCode;
 using server::Stat;
 
 // Names the broken check's line before trapping: the optimizer merges the traps themselves.
@@ -240,7 +240,7 @@ struct Expected {
   std::vector<Request> requests;  // the frames the server handles, in stream order
   std::size_t consumed = 0;       // their bytes
   bool refused = false;           // the frame after them is refused with an ERROR
-  ErrorCode code = ErrorCode::kMalformedFrame;
+  WireErrorCode code = WireErrorCode::kMalformedFrame;
   std::uint32_t error_id = 0;
   // A header refused by a field before its request id (bytes 8..11) may be refused before the id
   // has arrived, and then the ERROR says 0 (protocol::DecodeResult::request_id).
@@ -254,23 +254,23 @@ bool valid_key(std::string_view key, const server::ServerConfig& config) {
 
 // The ERROR a frame gets (docs/PROTOCOL.md, sections 4 to 6), in the order the checks apply;
 // nothing when it is handled. A HELLO that is not refused authenticates its peer.
-std::optional<ErrorCode> refusal(const Frame& frame, const server::ServerConfig& config,
-                                 bool& authenticated, Scratch& s) {
+std::optional<WireErrorCode> refusal(const Frame& frame, const server::ServerConfig& config,
+                                     bool& authenticated, Scratch& s) {
   const bool token_required = !config.auth_token.empty();
   const Opcode opcode = frame.header.opcode;
   if (token_required && !authenticated && opcode != Opcode::kHello) {
-    return ErrorCode::kUnauthenticated;
+    return WireErrorCode::kUnauthenticated;
   }
-  if (frame.header.is_reply()) return ErrorCode::kMalformedFrame;
+  if (frame.header.is_reply()) return WireErrorCode::kMalformedFrame;
   protocol::ParseResult parsed;
   switch (opcode) {
     case Opcode::kHello:
       parsed = protocol::parse_hello_request(frame.body, s.hello);
       if (!parsed) return parsed.error;
-      if (s.hello.version == 0) return ErrorCode::kUnsupportedVersion;
+      if (s.hello.version == 0) return WireErrorCode::kUnsupportedVersion;
       if (token_required &&
           (s.hello.version < protocol::kFirstTokenVersion || s.hello.token != config.auth_token)) {
-        return ErrorCode::kUnauthenticated;
+        return WireErrorCode::kUnauthenticated;
       }
       authenticated = true;
       return std::nullopt;
@@ -294,7 +294,7 @@ std::optional<ErrorCode> refusal(const Frame& frame, const server::ServerConfig&
     case Opcode::kPull:  // refused on a node outside any cluster, once it parses
       parsed = protocol::parse_pull_request(frame.body, s.pull);
       if (!parsed) return parsed.error;
-      return ErrorCode::kMalformedFrame;
+      return WireErrorCode::kMalformedFrame;
     case Opcode::kReload:  // answered: this node is not in static cluster mode
       parsed = protocol::parse_reload_request(frame.body);
       break;
@@ -302,7 +302,7 @@ std::optional<ErrorCode> refusal(const Frame& frame, const server::ServerConfig&
       parsed = protocol::parse_drain_request(frame.body, s.drain_node);
       break;
     case Opcode::kError:  // the decoder refuses one without the reply flag
-      return ErrorCode::kMalformedFrame;
+      return WireErrorCode::kMalformedFrame;
   }
   if (!parsed) return parsed.error;
   return std::nullopt;
@@ -320,15 +320,15 @@ Expected expect(std::span<const std::uint8_t> stream, const server::ServerConfig
       e.refused = true;
       e.code = decoded.error;
       e.error_id = decoded.request_id;
-      e.error_id_may_be_0 = decoded.error != ErrorCode::kFrameTooLarge;
+      e.error_id_may_be_0 = decoded.error != WireErrorCode::kFrameTooLarge;
       break;
     }
     const Frame& frame = decoded.frame;
-    if (const std::optional<ErrorCode> code = refusal(frame, config, authenticated, s)) {
+    if (const std::optional<WireErrorCode> code = refusal(frame, config, authenticated, s)) {
       e.refused = true;
       e.code = *code;
       e.error_id = frame.header.request_id;
-      e.auth_failure = *code == ErrorCode::kUnauthenticated;
+      e.auth_failure = *code == WireErrorCode::kUnauthenticated;
       break;
     }
     e.consumed += decoded.frame_size;

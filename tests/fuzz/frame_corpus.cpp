@@ -130,7 +130,7 @@ std::vector<Seed> seeds() {
   }
   {
     Bytes out;
-    encode_error(out, 6, ErrorCode::kFrameTooLarge, "frame too large");
+    encode_error(out, 6, WireErrorCode::kFrameTooLarge, "frame too large");
     add("error_reply", kDefaults, out);
   }
 

@@ -16,7 +16,7 @@ namespace sluice::test {
 namespace {
 
 using namespace std::chrono_literals;
-using protocol::ErrorCode;
+using protocol::WireErrorCode;
 
 constexpr std::string_view kToken = "correct-horse-battery-staple";
 
@@ -34,7 +34,7 @@ bool contains(std::span<const std::uint8_t> haystack, std::string_view needle) {
 }
 
 struct Refusal {
-  ErrorCode code = ErrorCode::kInternal;
+  WireErrorCode code = WireErrorCode::kInternal;
   std::uint32_t request_id = 0;
   std::string message;
 };
@@ -101,7 +101,7 @@ TEST_CASE("a wrong token gets ERROR UNAUTHENTICATED and a close", "[auth]") {
   RawClient client(server.port());
   REQUIRE(client.send(hello_frame(21, protocol::kVersion, wrong)));
   const Refusal refusal = expect_error_then_close(client);
-  CHECK(refusal.code == ErrorCode::kUnauthenticated);
+  CHECK(refusal.code == WireErrorCode::kUnauthenticated);
   CHECK(refusal.request_id == 21);
   CHECK(refusal.message == "wrong or missing token");
   CHECK_THAT(refusal.message, !Catch::Contains(wrong.substr(0, 8)));
@@ -115,7 +115,7 @@ TEST_CASE("a missing token, in a version 1 HELLO or an empty one in version 2, i
   RawClient client(server.shard_port(1));
   REQUIRE(client.send(hello_frame(22, version, "")));
   const Refusal refusal = expect_error_then_close(client);
-  CHECK(refusal.code == ErrorCode::kUnauthenticated);
+  CHECK(refusal.code == WireErrorCode::kUnauthenticated);
   CHECK(refusal.request_id == 22);
   CHECK(refusal.message == "wrong or missing token");
 }
@@ -138,7 +138,7 @@ TEST_CASE("PING, ACQUIRE, RESET or STATS before HELLO gets ERROR UNAUTHENTICATED
   out.insert(out.end(), hello.begin(), hello.end());
   REQUIRE(client.send(out));
   const Refusal refusal = expect_error_then_close(client);
-  CHECK(refusal.code == ErrorCode::kUnauthenticated);
+  CHECK(refusal.code == WireErrorCode::kUnauthenticated);
   CHECK(refusal.request_id == 23);
   CHECK(refusal.message == "authentication required: send HELLO with the token first");
 
@@ -157,7 +157,7 @@ TEST_CASE("a wrong token in a second HELLO closes an authenticated connection", 
   client.hello(protocol::kVersion, kToken);
   client.hello(protocol::kVersion, kToken);  // the right token again is fine
   REQUIRE(client.send(hello_frame(25, protocol::kVersion, "guess")));
-  CHECK(expect_error_then_close(client).code == ErrorCode::kUnauthenticated);
+  CHECK(expect_error_then_close(client).code == WireErrorCode::kUnauthenticated);
 }
 
 TEST_CASE("an authenticated client is served throughout while others are refused", "[auth]") {
@@ -176,7 +176,7 @@ TEST_CASE("an authenticated client is served throughout while others are refused
       protocol::encode_ping(ping, 1, {}, false);
       REQUIRE(bad.send(ping));
     }
-    CHECK(expect_error_then_close(bad).code == ErrorCode::kUnauthenticated);
+    CHECK(expect_error_then_close(bad).code == WireErrorCode::kUnauthenticated);
     CHECK(good.acquire("served-" + std::to_string(i), any_rule()).status ==
           protocol::ItemStatus::kAllowed);
   }
@@ -230,7 +230,7 @@ TEST_CASE("a HELLO token above kMaxTokenLength is a malformed frame, not an auth
   protocol::finish_frame(frame, start);
   REQUIRE(client.send(frame));
   const Refusal refusal = expect_error_then_close(client);
-  CHECK(refusal.code == ErrorCode::kMalformedFrame);
+  CHECK(refusal.code == WireErrorCode::kMalformedFrame);
   CHECK(refusal.message == "HELLO token too long");
 
   RawClient good(server.port());

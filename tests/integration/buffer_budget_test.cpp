@@ -95,7 +95,7 @@ class RawSocket {
 struct Replies {
   std::size_t frames = 0;
   bool whole = true;  // no partial frame at the end
-  std::optional<protocol::ErrorCode> error;
+  std::optional<protocol::WireErrorCode> error;
 };
 Replies parse_replies(const protocol::Bytes& bytes) {
   const protocol::FrameDecoder decoder(std::numeric_limits<std::uint32_t>::max());
@@ -180,7 +180,7 @@ TEST_CASE("connections holding half-sent frames are shed, the largest first, wit
     } else {
       CHECK(end == RawSocket::End::kClosed);  // the ERROR arrives whole, then end of stream
       REQUIRE(replies.error.has_value());
-      CHECK(*replies.error == protocol::ErrorCode::kOverloaded);
+      CHECK(*replies.error == protocol::WireErrorCode::kOverloaded);
       ++shed;
     }
   }
@@ -245,7 +245,7 @@ TEST_CASE(
     hostile[i]->read_to_end(received, Clock::now() + 200ms);
     const Replies replies = parse_replies(received);
     // Shed with a write in flight: closed at once. Shed between writes: an ERROR first.
-    if (replies.error) CHECK(*replies.error == protocol::ErrorCode::kOverloaded);
+    if (replies.error) CHECK(*replies.error == protocol::WireErrorCode::kOverloaded);
     if (!replies.error) CHECK(sent[i] < flood.size());
     CHECK(replies.frames <= kPings + 1);
   }

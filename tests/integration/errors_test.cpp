@@ -13,7 +13,7 @@ namespace sluice::test {
 namespace {
 
 using namespace std::chrono_literals;
-using protocol::ErrorCode;
+using protocol::WireErrorCode;
 
 // A raw 16-byte header, for frames the encoders refuse to produce.
 protocol::Bytes raw_header(std::uint8_t version, std::uint8_t opcode, std::uint16_t flags,
@@ -33,8 +33,8 @@ protocol::Bytes raw_header(std::uint8_t version, std::uint8_t opcode, std::uint1
 
 // Reads the next frame, which must be an ERROR; returns it parsed. The connection must then
 // be closed by the server.
-protocol::ErrorCode expect_error_then_close(RawClient& client,
-                                            std::uint32_t* request_id = nullptr) {
+protocol::WireErrorCode expect_error_then_close(RawClient& client,
+                                                std::uint32_t* request_id = nullptr) {
   const ReceivedFrame frame = client.read();
   REQUIRE(frame.header.opcode == protocol::Opcode::kError);
   REQUIRE(frame.header.is_reply());
@@ -58,7 +58,7 @@ TEST_CASE("garbage gets an ERROR and a close, while another client keeps being s
   const std::string garbage = "GET / HTTP/1.1\r\nHost: sluice\r\n\r\n";
   REQUIRE(
       bad.send(std::span(reinterpret_cast<const std::uint8_t*>(garbage.data()), garbage.size())));
-  CHECK(expect_error_then_close(bad) == ErrorCode::kMalformedFrame);
+  CHECK(expect_error_then_close(bad) == WireErrorCode::kMalformedFrame);
 
   CHECK(good.ping());
   CHECK(good.acquire("still-served", any_rule()).status == protocol::ItemStatus::kAllowed);
@@ -73,7 +73,7 @@ TEST_CASE("an oversized body_length is refused from the header alone", "[errors]
   // Only the header: the server must not wait for a body it will never accept.
   REQUIRE(client.send(raw_header(1, 0x03, 0, 77, 4097)));
   std::uint32_t id = 0;
-  CHECK(expect_error_then_close(client, &id) == ErrorCode::kFrameTooLarge);
+  CHECK(expect_error_then_close(client, &id) == WireErrorCode::kFrameTooLarge);
   CHECK(id == 77);
 
   // max_frame itself is fine: a PING with exactly that payload is echoed.
@@ -103,7 +103,7 @@ TEST_CASE("a header version the server does not speak (3 and up) is refused", "[
   TestServer server;
   RawClient client(server.port());
   REQUIRE(client.send(raw_header(3, 0x02, 0, 11, 0)));
-  CHECK(expect_error_then_close(client) == ErrorCode::kUnsupportedVersion);
+  CHECK(expect_error_then_close(client) == WireErrorCode::kUnsupportedVersion);
 }
 
 TEST_CASE("HELLO version 0 is refused", "[errors]") {
@@ -113,7 +113,7 @@ TEST_CASE("HELLO version 0 is refused", "[errors]") {
   protocol::encode_hello_request(hello, 12, protocol::HelloRequest{0, "old", ""});
   REQUIRE(client.send(hello));
   std::uint32_t id = 0;
-  CHECK(expect_error_then_close(client, &id) == ErrorCode::kUnsupportedVersion);
+  CHECK(expect_error_then_close(client, &id) == WireErrorCode::kUnsupportedVersion);
   CHECK(id == 12);
 }
 
@@ -124,7 +124,7 @@ TEST_CASE("an unknown opcode is refused and its request id echoed", "[errors]") 
   RawClient client(server.port());
   REQUIRE(client.send(raw_header(1, opcode, 0, 13, 0)));
   std::uint32_t id = 0;
-  CHECK(expect_error_then_close(client, &id) == ErrorCode::kUnknownOpcode);
+  CHECK(expect_error_then_close(client, &id) == WireErrorCode::kUnknownOpcode);
   CHECK(id == 13);
 }
 
@@ -133,11 +133,11 @@ TEST_CASE("a reply frame sent by a client is malformed", "[errors]") {
   RawClient client(server.port());
   protocol::Bytes reply;
   SECTION("a PING reply") { protocol::encode_ping(reply, 14, {}, /*reply=*/true); }
-  SECTION("an ERROR") { protocol::encode_error(reply, 14, ErrorCode::kInternal, "oops"); }
+  SECTION("an ERROR") { protocol::encode_error(reply, 14, WireErrorCode::kInternal, "oops"); }
   SECTION("an ERROR without the reply flag") { reply = raw_header(1, 0x7F, 0, 14, 0); }
   REQUIRE(client.send(reply));
   std::uint32_t id = 0;
-  CHECK(expect_error_then_close(client, &id) == ErrorCode::kMalformedFrame);
+  CHECK(expect_error_then_close(client, &id) == WireErrorCode::kMalformedFrame);
   CHECK(id == 14);
 }
 
@@ -148,7 +148,7 @@ TEST_CASE("a body that does not parse is malformed", "[errors]") {
   protocol::Bytes frame = raw_header(1, 0x03, 0, 15, 7);
   for (std::uint8_t b : {1, 0, 0, 0, 5, 0, 0}) frame.push_back(b);
   REQUIRE(client.send(frame));
-  CHECK(expect_error_then_close(client) == ErrorCode::kMalformedFrame);
+  CHECK(expect_error_then_close(client) == WireErrorCode::kMalformedFrame);
 }
 
 TEST_CASE("replies queued before a bad frame are still delivered", "[errors][pipeline]") {
@@ -163,7 +163,7 @@ TEST_CASE("replies queued before a bad frame are still delivered", "[errors][pip
   REQUIRE(client.send(burst));
   CHECK(client.read().header.request_id == 1);
   CHECK(client.read().header.request_id == 2);
-  CHECK(expect_error_then_close(client) == ErrorCode::kUnknownOpcode);
+  CHECK(expect_error_then_close(client) == WireErrorCode::kUnknownOpcode);
 }
 
 }  // namespace

@@ -19,12 +19,12 @@ namespace sluice::test {
 namespace {
 
 using namespace std::chrono_literals;
-using protocol::ErrorCode;
 using protocol::ItemStatus;
+using protocol::WireErrorCode;
 
 Rule any_rule() { return Rule{Algorithm::kFixedWindow, 100, 60'000, 0}; }
 
-protocol::ErrorCode read_error(RawClient& client) {
+protocol::WireErrorCode read_error(RawClient& client) {
   const ReceivedFrame frame = client.read();
   REQUIRE(frame.header.opcode == protocol::Opcode::kError);
   protocol::ErrorReply error;
@@ -71,7 +71,7 @@ TEST_CASE("a batch of max_batch items is answered, one more is refused", "[limit
   protocol::Bytes request;
   protocol::encode_acquire_request(request, 99, items);
   REQUIRE(client.send(request));
-  CHECK(read_error(client) == ErrorCode::kBatchTooLarge);
+  CHECK(read_error(client) == WireErrorCode::kBatchTooLarge);
   CHECK(client.wait_closed(3s));
 
   RawClient resets(server.port());
@@ -79,7 +79,7 @@ TEST_CASE("a batch of max_batch items is answered, one more is refused", "[limit
   protocol::Bytes reset;
   protocol::encode_reset_request(reset, 100, too_many);
   REQUIRE(resets.send(reset));
-  CHECK(read_error(resets) == ErrorCode::kBatchTooLarge);
+  CHECK(read_error(resets) == WireErrorCode::kBatchTooLarge);
 }
 
 TEST_CASE("max_connections are served, one more is refused with an ERROR", "[limits]") {
@@ -93,7 +93,7 @@ TEST_CASE("max_connections are served, one more is refused with an ERROR", "[lim
   for (auto& client : clients) CHECK(client->ping());
 
   RawClient refused(server.port());
-  CHECK(read_error(refused) == ErrorCode::kTooManyConnections);
+  CHECK(read_error(refused) == WireErrorCode::kTooManyConnections);
   CHECK(refused.wait_closed(3s));
   for (auto& client : clients) CHECK(client->ping());  // the others are untouched
 
@@ -138,7 +138,7 @@ TEST_CASE("an idle connection is closed after idle_timeout", "[limits][idle]") {
     std::this_thread::sleep_for(100ms);
   }
 
-  CHECK(read_error(idle) == ErrorCode::kIdleTimeout);
+  CHECK(read_error(idle) == WireErrorCode::kIdleTimeout);
   CHECK(idle.wait_closed(10s));
   CHECK(std::chrono::steady_clock::now() - start >= 900ms);
   CHECK(busy.stats().at("total.idle_closed") == 1);

@@ -103,7 +103,7 @@ void busy_client(std::uint16_t port, int index, int depth, Clock::time_point dea
       if (decoded.frame.header.opcode == protocol::Opcode::kError) {
         protocol::ErrorReply error;
         if (protocol::parse_error(decoded.frame.body, error) &&
-            error.code == protocol::ErrorCode::kShuttingDown) {
+            error.code == protocol::WireErrorCode::kShuttingDown) {
           seen.shutting_down = true;
         }
         continue;

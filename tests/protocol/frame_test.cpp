@@ -23,7 +23,7 @@ inline std::ostream& operator<<(std::ostream& os, DecodeStatus status) {
   return os << "DecodeStatus(" << static_cast<int>(status) << ")";
 }
 
-inline std::ostream& operator<<(std::ostream& os, ErrorCode code) {
+inline std::ostream& operator<<(std::ostream& os, WireErrorCode code) {
   return os << error_code_name(code);
 }
 
@@ -100,7 +100,7 @@ TEST_CASE("a wrong magic is refused as soon as its byte arrives, without a reque
     for (std::size_t size = 1; size <= bytes.size(); ++size) {
       const DecodeResult result = decode_prefix(decoder, bytes, size);
       CHECK(result.status == DecodeStatus::kMalformed);
-      CHECK(result.error == ErrorCode::kMalformedFrame);
+      CHECK(result.error == WireErrorCode::kMalformedFrame);
       CHECK(result.request_id == 0);
     }
   }
@@ -110,7 +110,7 @@ TEST_CASE("a wrong magic is refused as soon as its byte arrives, without a reque
     for (std::size_t size = 2; size <= bytes.size(); ++size) {
       const DecodeResult result = decode_prefix(decoder, bytes, size);
       CHECK(result.status == DecodeStatus::kMalformed);
-      CHECK(result.error == ErrorCode::kMalformedFrame);
+      CHECK(result.error == WireErrorCode::kMalformedFrame);
       CHECK(result.request_id == 0);
     }
   }
@@ -123,12 +123,12 @@ TEST_CASE("a framing version other than 1 and 2 is refused with kUnsupportedVers
     bytes[2] = version;
     const DecodeResult early = decode_prefix(decoder, bytes, 3);
     CHECK(early.status == DecodeStatus::kMalformed);
-    CHECK(early.error == ErrorCode::kUnsupportedVersion);
+    CHECK(early.error == WireErrorCode::kUnsupportedVersion);
     CHECK(early.request_id == 0);  // not arrived yet
 
     const DecodeResult full = decoder.decode(bytes);
     CHECK(full.status == DecodeStatus::kMalformed);
-    CHECK(full.error == ErrorCode::kUnsupportedVersion);
+    CHECK(full.error == WireErrorCode::kUnsupportedVersion);
     CHECK(full.request_id == 42);  // echoed in the ERROR reply
   }
 }
@@ -141,9 +141,9 @@ TEST_CASE("an unknown opcode is refused with kUnknownOpcode") {
     INFO("opcode " << int{opcode});
     const DecodeResult early = decode_prefix(decoder, bytes, 4);
     CHECK(early.status == DecodeStatus::kMalformed);
-    CHECK(early.error == ErrorCode::kUnknownOpcode);
+    CHECK(early.error == WireErrorCode::kUnknownOpcode);
     const DecodeResult full = decoder.decode(bytes);
-    CHECK(full.error == ErrorCode::kUnknownOpcode);
+    CHECK(full.error == WireErrorCode::kUnknownOpcode);
     CHECK(full.request_id == 3);
   }
 }
@@ -170,7 +170,7 @@ TEST_CASE("any flag bit other than reply is refused as malformed") {
     INFO("flag bit " << bit);
     const DecodeResult early = decode_prefix(decoder, bytes, 6);
     CHECK(early.status == DecodeStatus::kMalformed);
-    CHECK(early.error == ErrorCode::kMalformedFrame);
+    CHECK(early.error == WireErrorCode::kMalformedFrame);
     CHECK(decoder.decode(bytes).request_id == 11);
   }
 }
@@ -179,7 +179,7 @@ TEST_CASE("an ERROR frame without the reply flag is refused as malformed") {
   const Bytes bytes = frame_with_body(Opcode::kError, 0, 1, {});
   const DecodeResult result = FrameDecoder().decode(bytes);
   CHECK(result.status == DecodeStatus::kMalformed);
-  CHECK(result.error == ErrorCode::kMalformedFrame);
+  CHECK(result.error == WireErrorCode::kMalformedFrame);
 }
 
 TEST_CASE("non-zero reserved header bytes are refused as malformed") {
@@ -189,7 +189,7 @@ TEST_CASE("non-zero reserved header bytes are refused as malformed") {
     bytes[offset] = 0x01;
     const DecodeResult early = decode_prefix(decoder, bytes, 8);
     CHECK(early.status == DecodeStatus::kMalformed);
-    CHECK(early.error == ErrorCode::kMalformedFrame);
+    CHECK(early.error == WireErrorCode::kMalformedFrame);
     CHECK(decoder.decode(bytes).request_id == 12);
   }
 }
@@ -201,11 +201,11 @@ TEST_CASE("checks run in the documented order") {
   bytes[3] = 0x55;
   bytes[4] = 0x80;
   bytes[6] = 1;
-  CHECK(FrameDecoder().decode(bytes).error == ErrorCode::kUnsupportedVersion);
+  CHECK(FrameDecoder().decode(bytes).error == WireErrorCode::kUnsupportedVersion);
   bytes[2] = kFrameVersion;
-  CHECK(FrameDecoder().decode(bytes).error == ErrorCode::kUnknownOpcode);
+  CHECK(FrameDecoder().decode(bytes).error == WireErrorCode::kUnknownOpcode);
   bytes[3] = static_cast<std::uint8_t>(Opcode::kPing);
-  CHECK(FrameDecoder().decode(bytes).error == ErrorCode::kMalformedFrame);
+  CHECK(FrameDecoder().decode(bytes).error == WireErrorCode::kMalformedFrame);
 }
 
 TEST_CASE("a body length above max frame is refused with only the 16 header bytes present") {
@@ -216,14 +216,14 @@ TEST_CASE("a body length above max frame is refused with only the 16 header byte
     header[12] = 101;
     const DecodeResult result = decoder.decode(header);
     CHECK(result.status == DecodeStatus::kMalformed);
-    CHECK(result.error == ErrorCode::kFrameTooLarge);
+    CHECK(result.error == WireErrorCode::kFrameTooLarge);
     CHECK(result.request_id == 21);
   }
   SECTION("the largest u32") {
     header[12] = header[13] = header[14] = header[15] = 0xFF;
     const DecodeResult result = FrameDecoder().decode(header);
     CHECK(result.status == DecodeStatus::kMalformed);
-    CHECK(result.error == ErrorCode::kFrameTooLarge);
+    CHECK(result.error == WireErrorCode::kFrameTooLarge);
   }
   SECTION("exactly max frame waits for the body, then decodes") {
     header[12] = 100;
@@ -249,7 +249,7 @@ TEST_CASE("the default decoder accepts up to the default max frame") {
   header[14] = 0x10;  // 1 MiB
   CHECK(FrameDecoder().decode(header).status == DecodeStatus::kNeedMore);
   header[12] = 0x01;  // 1 MiB + 1
-  CHECK(FrameDecoder().decode(header).error == ErrorCode::kFrameTooLarge);
+  CHECK(FrameDecoder().decode(header).error == WireErrorCode::kFrameTooLarge);
 }
 
 TEST_CASE("several pipelined frames in one buffer decode one after another") {
@@ -291,15 +291,15 @@ TEST_CASE("a frame followed by garbage decodes, then the garbage is refused") {
   REQUIRE(first.status == DecodeStatus::kOk);
   const DecodeResult second = decoder.decode(std::span(stream).subspan(first.frame_size));
   CHECK(second.status == DecodeStatus::kMalformed);
-  CHECK(second.error == ErrorCode::kMalformedFrame);
+  CHECK(second.error == WireErrorCode::kMalformedFrame);
 }
 
 TEST_CASE("error codes have stable names") {
-  CHECK(error_code_name(ErrorCode::kMalformedFrame) == "malformed_frame");
-  CHECK(error_code_name(ErrorCode::kFrameTooLarge) == "frame_too_large");
-  CHECK(error_code_name(ErrorCode::kBatchTooLarge) == "batch_too_large");
-  CHECK(error_code_name(ErrorCode::kInternal) == "internal");
-  CHECK(error_code_name(static_cast<ErrorCode>(999)) == "unknown");
+  CHECK(error_code_name(WireErrorCode::kMalformedFrame) == "malformed_frame");
+  CHECK(error_code_name(WireErrorCode::kFrameTooLarge) == "frame_too_large");
+  CHECK(error_code_name(WireErrorCode::kBatchTooLarge) == "batch_too_large");
+  CHECK(error_code_name(WireErrorCode::kInternal) == "internal");
+  CHECK(error_code_name(static_cast<WireErrorCode>(999)) == "unknown");
 }
 
 TEST_CASE("framing version 2 carries the epoch after the 16 bytes of version 1") {
@@ -340,7 +340,7 @@ TEST_CASE("a version 2 header needs all 24 bytes, and an oversized body is refus
   const FrameDecoder small(64);
   const DecodeResult refused = decode_prefix(small, big, kHeaderSize);
   CHECK(refused.status == DecodeStatus::kMalformed);
-  CHECK(refused.error == ErrorCode::kFrameTooLarge);
+  CHECK(refused.error == WireErrorCode::kFrameTooLarge);
 }
 
 }  // namespace sluice::protocol

@@ -15,7 +15,7 @@
 
 namespace sluice::protocol {
 
-inline std::ostream& operator<<(std::ostream& os, ErrorCode code) {
+inline std::ostream& operator<<(std::ostream& os, WireErrorCode code) {
   return os << error_code_name(code);
 }
 
@@ -128,7 +128,7 @@ TEST_CASE("a malformed HELLO request body fails to parse") {
   CHECK_FALSE(parse_hello_request(Bytes{1, 3, 'a', 'b'}, parsed));  // name past the end
   CHECK_FALSE(parse_hello_request(Bytes{1, 1, 'a', 'b'}, parsed));  // trailing byte
   const ParseResult result = parse_hello_request(Bytes{1, 2, 'a'}, parsed);
-  CHECK(result.error == ErrorCode::kMalformedFrame);
+  CHECK(result.error == WireErrorCode::kMalformedFrame);
   CHECK_FALSE(result.reason.empty());
 }
 
@@ -186,7 +186,7 @@ TEST_CASE("a HELLO token one byte above kMaxTokenLength is malformed from its le
   HelloRequest parsed;
   const ParseResult whole = parse_hello_request(hello_v2_body(kOver, kOver), parsed);
   CHECK_FALSE(whole);
-  CHECK(whole.error == ErrorCode::kMalformedFrame);
+  CHECK(whole.error == WireErrorCode::kMalformedFrame);
   CHECK(whole.reason == "HELLO token too long");
   // The same verdict with no token byte present: the length is checked first.
   CHECK(parse_hello_request(hello_v2_body(kOver, 0), parsed).reason == "HELLO token too long");
@@ -201,7 +201,7 @@ TEST_CASE("a malformed version 2 HELLO request fails to parse") {
   CHECK_FALSE(parse_hello_request(hello_v2_body(3, 2), parsed));  // token past the end
   const ParseResult leftover = parse_hello_request(hello_v2_body(3, 4), parsed);
   CHECK_FALSE(leftover);
-  CHECK(leftover.error == ErrorCode::kMalformedFrame);
+  CHECK(leftover.error == WireErrorCode::kMalformedFrame);
   CHECK(leftover.reason == "bytes left after the HELLO token");
 }
 
@@ -428,11 +428,11 @@ TEST_CASE("an ACQUIRE request with more items than the max batch is refused as k
   CHECK(parse_acquire_request(body_of(out), 9, parsed));
   const ParseResult result = parse_acquire_request(body_of(out), 8, parsed);
   CHECK_FALSE(result);
-  CHECK(result.error == ErrorCode::kBatchTooLarge);
+  CHECK(result.error == WireErrorCode::kBatchTooLarge);
 
   // The count alone decides: the check runs before any item is read.
   const ParseResult count_only = parse_acquire_request(acquire_body(9, {}), 8, parsed);
-  CHECK(count_only.error == ErrorCode::kBatchTooLarge);
+  CHECK(count_only.error == WireErrorCode::kBatchTooLarge);
 }
 
 TEST_CASE("a malformed ACQUIRE request body fails to parse as kMalformedFrame") {
@@ -440,7 +440,7 @@ TEST_CASE("a malformed ACQUIRE request body fails to parse as kMalformedFrame") 
   auto fails = [&](const Bytes& body) {
     const ParseResult result = parse_acquire_request(body, kDefaultMaxBatch, parsed);
     CHECK_FALSE(result.ok);
-    CHECK(result.error == ErrorCode::kMalformedFrame);
+    CHECK(result.error == WireErrorCode::kMalformedFrame);
     CHECK_FALSE(result.reason.empty());
   };
   REQUIRE(parse_acquire_request(acquire_body(1, acquire_item_bytes(3, "abc")), kDefaultMaxBatch,
@@ -638,12 +638,12 @@ TEST_CASE("a malformed RESET request body fails to parse") {
   std::vector<std::string_view> parsed;
   REQUIRE(parse_reset_request(body, kDefaultMaxBatch, parsed));
 
-  CHECK(parse_reset_request(body, 1, parsed).error == ErrorCode::kBatchTooLarge);
+  CHECK(parse_reset_request(body, 1, parsed).error == WireErrorCode::kBatchTooLarge);
   for (std::size_t size = 0; size < body.size(); ++size) {
     const Bytes cut(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(size));
     const ParseResult result = parse_reset_request(cut, kDefaultMaxBatch, parsed);
     CHECK_FALSE(result);
-    CHECK(result.error == ErrorCode::kMalformedFrame);
+    CHECK(result.error == WireErrorCode::kMalformedFrame);
   }
   Bytes trailing = body;
   trailing.push_back('z');
@@ -746,14 +746,14 @@ TEST_CASE("a malformed STATS reply body fails to parse") {
 
 TEST_CASE("an ERROR reply round-trips with the request id it refers to") {
   Bytes out;
-  encode_error(out, 17, ErrorCode::kBatchTooLarge, "4097 items, max batch is 4096");
+  encode_error(out, 17, WireErrorCode::kBatchTooLarge, "4097 items, max batch is 4096");
   const Frame frame = decode_whole(out);
   CHECK(frame.header.opcode == Opcode::kError);
   CHECK(frame.header.is_reply());
   CHECK(frame.header.request_id == 17);
   ErrorReply parsed;
   REQUIRE(parse_error(frame.body, parsed));
-  CHECK(parsed.code == ErrorCode::kBatchTooLarge);
+  CHECK(parsed.code == WireErrorCode::kBatchTooLarge);
   CHECK(parsed.message == "4097 items, max batch is 4096");
 }
 
@@ -766,7 +766,7 @@ TEST_CASE("an ERROR reply keeps an unknown code and cuts an overlong message") {
 
   const std::string huge(70'000, 'm');
   Bytes out;
-  encode_error(out, 1, ErrorCode::kInternal, huge);
+  encode_error(out, 1, WireErrorCode::kInternal, huge);
   REQUIRE(parse_error(body_of(out), parsed));
   CHECK(parsed.message.size() == 65535);
 }
@@ -813,7 +813,7 @@ TEST_CASE("encoders append to a reused buffer without disturbing what is already
   Bytes out;
   encode_ping(out, 1, bytes_of("first"), false);
   const Bytes first = out;
-  encode_error(out, 2, ErrorCode::kShuttingDown, "bye");
+  encode_error(out, 2, WireErrorCode::kShuttingDown, "bye");
   CHECK(Bytes(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(first.size())) == first);
 
   out.clear();

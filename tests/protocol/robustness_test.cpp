@@ -162,7 +162,7 @@ std::vector<Bytes> sample_frames() {
     const std::vector<StatEntry> stats = {{"total.keys", 3}, {"shard.0.allowed", 42}};
     encode_stats_reply(out, 5, stats);
   });
-  add([](Bytes& out) { encode_error(out, 6, ErrorCode::kMalformedFrame, "bad magic"); });
+  add([](Bytes& out) { encode_error(out, 6, WireErrorCode::kMalformedFrame, "bad magic"); });
   return frames;
 }
 
@@ -204,7 +204,7 @@ TEST_CASE("a body_length one short or one long is caught by the parser or the de
     std::vector<std::string_view> parsed;
     const ParseResult parse = parse_reset_request(result.frame.body, kDefaultMaxBatch, parsed);
     CHECK_FALSE(parse);
-    CHECK(parse.error == ErrorCode::kMalformedFrame);
+    CHECK(parse.error == WireErrorCode::kMalformedFrame);
   }
   SECTION("one long: the body swallows the next frame's first byte and no longer parses") {
     Bytes bad = stream;

@@ -346,7 +346,7 @@ TEST_CASE(
     if (end == FloodSocket::End::kTimeout && replies.frames == 0 && received.empty()) {
       ++open;
     } else if (end == FloodSocket::End::kClosed && replies.whole && replies.frames == 1 &&
-               replies.error == protocol::ErrorCode::kOverloaded) {
+               replies.error == protocol::WireErrorCode::kOverloaded) {
       ++shed;
     } else {
       ++other;

@@ -281,7 +281,7 @@ class GoodClient {
         fail("an ERROR that does not parse");
         return Step::kFailed;
       }
-      if (error.code != protocol::ErrorCode::kShuttingDown) {
+      if (error.code != protocol::WireErrorCode::kShuttingDown) {
         fail(fmt::format("ERROR {}: {}", protocol::error_code_name(error.code), error.message));
         return Step::kFailed;
       }
@@ -518,7 +518,7 @@ class FloodSocket {
 struct Replies {
   std::size_t frames = 0;
   bool whole = true;
-  std::optional<protocol::ErrorCode> error;
+  std::optional<protocol::WireErrorCode> error;
   bool frame_after_error = false;
 };
 inline Replies parse_replies(std::span<const std::uint8_t> bytes) {

@@ -81,7 +81,7 @@ void run_busy(std::uint16_t port, int index, int depth, SteadyClock::time_point 
       if (decoded.frame.header.opcode == protocol::Opcode::kError) {
         protocol::ErrorReply error;
         const bool parsed = protocol::parse_error(decoded.frame.body, error).ok;
-        if (parsed && error.code == protocol::ErrorCode::kShuttingDown) {
+        if (parsed && error.code == protocol::WireErrorCode::kShuttingDown) {
           seen.shutting_down = true;
         } else {
           seen.other_error = true;

@@ -128,7 +128,7 @@ TEST_CASE("a malformed frame is refused with an ERROR and nothing after it is ha
   CHECK(frames[1].header.request_id == 2);
   protocol::ErrorReply error;
   REQUIRE(protocol::parse_error(frames[1].body, error));
-  CHECK(error.code == protocol::ErrorCode::kMalformedFrame);
+  CHECK(error.code == protocol::WireErrorCode::kMalformedFrame);
 }
 
 TEST_CASE("the frame loop stops when the peer asks and resumes where it stopped", "[dispatcher]") {

@@ -101,7 +101,7 @@ class MemoryPeer final : public server::Peer {
 
   protocol::Bytes& reply_buffer() override { return output_; }
   bool wants_replies() const override { return !failed_ && !closed_; }
-  void reject(std::uint32_t request_id, protocol::ErrorCode code,
+  void reject(std::uint32_t request_id, protocol::WireErrorCode code,
               std::string_view message) override {
     if (failed_) return;
     failed_ = true;
