@@ -15,7 +15,7 @@
 
 #include "client/blocked_cache.h"
 #include "client/client.h"
-#include "client/connection.h"
+#include "client/node_connection.h"
 #include "core/key_hash.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"

@@ -139,7 +139,7 @@ void AsyncBatch::start(std::span<const AcquireRequest> items, bool probe) {
 
 void AsyncBatch::submit(const Router& router, std::uint32_t id) {
   const Part part = part_at(id);
-  Connection* connection = router.connection(part.owner);
+  NodeConnection* connection = router.connection(part.owner);
   if (connection == nullptr) return on_failure(id, router.owner(part.owner).unreachable);
   Completion completion;
   completion.sink = this;

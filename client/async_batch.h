@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "client/client.h"
-#include "client/connection.h"
+#include "client/node_connection.h"
 #include "protocol/messages.h"
 
 namespace sluice::client::detail {

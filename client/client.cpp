@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "client/client_impl.h"
-#include "client/connection.h"
+#include "client/node_connection.h"
 #include "client/router.h"
 #include "cluster/cluster_map.h"
 #include "cluster/ring.h"
@@ -25,7 +25,7 @@ namespace sluice::client {
 
 namespace asio = boost::asio;
 using detail::Completion;
-using detail::Connection;
+using detail::NodeConnection;
 using detail::ReplySink;
 using detail::unexpected_reply;
 using protocol::Frame;
@@ -202,7 +202,7 @@ class DrainCall final : public SyncCall<ReloadOutcome> {
 
 // Queues a node-level request whose reply goes to `call`; on failure nothing was queued.
 template <typename Encode>
-Status start_call(Connection& connection, ReplySink& call, Encode encode) {
+Status start_call(NodeConnection& connection, ReplySink& call, Encode encode) {
   Completion completion;
   completion.sink = &call;
   return connection.submit(encode, completion);
@@ -381,12 +381,12 @@ void Client::Impl::shut_down() {
   closing.store(true, std::memory_order_relaxed);
   // Its own copy of the list: the timer's walk over snapshot() may be under way further up the
   // stack.
-  std::vector<Connection*> all;
+  std::vector<NodeConnection*> all;
   {
     std::lock_guard lock(connections_mu);
     for (auto& c : connections) all.push_back(c.get());
   }
-  for (Connection* c : all) c->shut_down();  // fails a refresh under way, which wakes waiters
+  for (NodeConnection* c : all) c->shut_down();  // fails a refresh under way, which wakes waiters
   timer.cancel();
   lease_timer.cancel();
   lease_timer_at_ns = 0;
@@ -399,8 +399,8 @@ void Client::Impl::shut_down() {
   map_cv.notify_all();
 }
 
-Connection& Client::Impl::add_connection(std::string name, asio::ip::tcp::endpoint endpoint,
-                                         std::uint16_t expected_shard) {
+NodeConnection& Client::Impl::add_connection(std::string name, asio::ip::tcp::endpoint endpoint,
+                                             std::uint16_t expected_shard) {
   detail::ConnectionConfig config;
   config.name = std::move(name);
   config.endpoint = endpoint;
@@ -413,17 +413,18 @@ Connection& Client::Impl::add_connection(std::string name, asio::ip::tcp::endpoi
   config.map_epoch = &map_epoch;
   config.epoch_floor = &epoch_floor;
   config.observer = this;
-  auto connection = std::make_unique<Connection>(io, std::move(config), [this] { arm_timer(); });
+  auto connection =
+      std::make_unique<NodeConnection>(io, std::move(config), [this] { arm_timer(); });
   std::lock_guard lock(connections_mu);
   connections.push_back(std::move(connection));
   return *connections.back();
 }
 
-Status Client::Impl::wait_ready(Connection& connection) {
+Status Client::Impl::wait_ready(NodeConnection& connection) {
   return connection.wait_ready(options.connect_timeout, /*run_io=*/!owned_io);
 }
 
-const std::vector<Connection*>& Client::Impl::snapshot() {
+const std::vector<NodeConnection*>& Client::Impl::snapshot() {
   std::lock_guard lock(connections_mu);
   io_connections.clear();
   for (auto& c : connections) io_connections.push_back(c.get());
@@ -439,7 +440,7 @@ void Client::Impl::arm_timer() {
     if (ec == asio::error::operation_aborted) return;
     const std::uint64_t now = monotonic_now_ns();
     bool busy = false;
-    for (Connection* c : snapshot()) busy = c->expire(now) || busy;
+    for (NodeConnection* c : snapshot()) busy = c->expire(now) || busy;
     if (retired_pending && armed.load(std::memory_order_acquire) && !closed) {
       busy = !close_retired() || busy;
     }
@@ -519,7 +520,7 @@ Status Client::Impl::submit_acquire(const AcquireRequest& request, AcquireCallba
     batches.take(/*one_item=*/true).run_one(request, probe, done, batch_done);
     return Status();
   }
-  Connection* connection = current->connection(owner);
+  NodeConnection* connection = current->connection(owner);
   if (connection == nullptr) {
     note_call(current->owner(owner).health, true);
     return current->owner(owner).unreachable;
@@ -601,7 +602,7 @@ Result<bool> Client::Impl::reset(std::string_view key) {
       return Status(ErrorCode::kNotOwner,
                     "redirected to " + current->owner(owner).node + ", which " + why.message());
     };
-    Connection* connection = current->connection(owner);
+    NodeConnection* connection = current->connection(owner);
     if (connection == nullptr) return unreachable(current->owner(owner).unreachable);
     ResetCall call;
     Completion completion;
@@ -690,13 +691,13 @@ bool Client::Impl::learn_hello(detail::NodeLink& link) {
   return true;
 }
 
-detail::NodeLink* Client::Impl::link_of(const Connection& connection) {
+detail::NodeLink* Client::Impl::link_of(const NodeConnection& connection) {
   for (auto& link : links) {
-    for (const Connection* c : link->publics) {
+    for (const NodeConnection* c : link->publics) {
       if (c == &connection) return link.get();
     }
     for (const auto& shard : link->shards) {
-      for (const Connection* c : shard) {
+      for (const NodeConnection* c : shard) {
         if (c == &connection) return link.get();
       }
     }
@@ -704,7 +705,7 @@ detail::NodeLink* Client::Impl::link_of(const Connection& connection) {
   return nullptr;
 }
 
-bool Client::Impl::adopt(cluster::ClusterMap map, Connection* via,
+bool Client::Impl::adopt(cluster::ClusterMap map, NodeConnection* via,
                          std::optional<std::size_t> self) {
   if (current_map && map.epoch() <= current_map->epoch()) return false;
   // A node outside any cluster that has joined one: its link becomes the answering node's.
@@ -728,9 +729,9 @@ bool Client::Impl::adopt(cluster::ClusterMap map, Connection* via,
     } else if (link->retired) {
       // Back in the ring: reconnect at once, as for a new node.
       link->retired = false;
-      for (Connection* c : link->publics) c->begin_connect();
+      for (NodeConnection* c : link->publics) c->begin_connect();
       for (const auto& shard : link->shards) {
-        for (Connection* c : shard) c->begin_connect();
+        for (NodeConnection* c : shard) c->begin_connect();
       }
     }
     next[i] = link;
@@ -768,16 +769,16 @@ bool Client::Impl::close_retired() {
   bool all_closed = true;
   for (auto& link : links) {
     if (!link->retired) continue;
-    for (Connection* c : link->publics) all_closed = c->close_if_idle() && all_closed;
+    for (NodeConnection* c : link->publics) all_closed = c->close_if_idle() && all_closed;
     for (const auto& shard : link->shards) {
-      for (Connection* c : shard) all_closed = c->close_if_idle() && all_closed;
+      for (NodeConnection* c : shard) all_closed = c->close_if_idle() && all_closed;
     }
   }
   retired_pending = !all_closed;
   return all_closed;
 }
 
-void Client::Impl::request_refresh(Connection& via) {
+void Client::Impl::request_refresh(NodeConnection& via) {
   if (closed) return;
   if (refresh_via != nullptr) {  // one at a time: the next one goes when this one ends
     refresh_again = &via;
@@ -820,7 +821,7 @@ void Client::Impl::on_refresh_failure() { end_refresh(); }
 
 void Client::Impl::end_refresh() {
   refresh_via = nullptr;
-  Connection* again = std::exchange(refresh_again, nullptr);
+  NodeConnection* again = std::exchange(refresh_again, nullptr);
   {
     std::lock_guard lock(map_mu);
     refreshing = false;
@@ -868,7 +869,7 @@ void Client::Impl::catch_up() {
   }
 }
 
-void Client::Impl::on_newer_epoch(Connection& connection, std::uint64_t epoch) {
+void Client::Impl::on_newer_epoch(NodeConnection& connection, std::uint64_t epoch) {
   if (!armed.load(std::memory_order_acquire)) {
     std::uint64_t seen = missed_epoch.load(std::memory_order_relaxed);
     while (epoch > seen && !missed_epoch.compare_exchange_weak(seen, epoch)) {
@@ -888,7 +889,7 @@ void Client::Impl::on_resend_needed(const AcquireRequest& request, std::uint64_t
       .resume_one(request, deadline_ns, answer, reply_epoch, done, batch_done);
 }
 
-void Client::Impl::on_ready(Connection& connection) {
+void Client::Impl::on_ready(NodeConnection& connection) {
   if (!armed.load(std::memory_order_acquire) || closed) return;
   detail::NodeLink* link = link_of(connection);
   if (link != nullptr && link->publics.front() == &connection && learn_hello(*link)) {
@@ -946,7 +947,7 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
 
   // The seed: the first server that answers HELLO.
   Status last(ErrorCode::kConnectionFailed, "no server answered");
-  Connection* public_port = nullptr;
+  NodeConnection* public_port = nullptr;
   asio::ip::tcp::endpoint public_endpoint;
   for (const std::string& server : opts.servers) {
     Result<asio::ip::tcp::endpoint> endpoint = resolve(impl->io, server);
@@ -954,7 +955,7 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
       last = endpoint.status();
       continue;
     }
-    Connection& candidate = impl->add_connection(server, *endpoint, protocol::kPublicPort);
+    NodeConnection& candidate = impl->add_connection(server, *endpoint, protocol::kPublicPort);
     if (Status ready = impl->wait_ready(candidate); !ready.ok()) {
       last = ready;
       continue;  // the failed connection stays owned by impl, idle
@@ -984,7 +985,7 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
         seed->publics.back()->begin_connect();
       }
     }
-    for (Connection* c : seed->publics) c->set_health(seed->health.get());
+    for (NodeConnection* c : seed->publics) c->set_health(seed->health.get());
     impl->links.push_back(std::move(seed));
     impl->learn_hello(*impl->links.front());  // its shard connections start connecting
   }
@@ -1033,9 +1034,9 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
   for (std::size_t l = 0; l < impl->links.size(); ++l) {
     if (!up[l]) continue;
     detail::NodeLink& link = *impl->links[l];
-    std::vector<Connection*> all(link.publics.begin(), link.publics.end());
+    std::vector<NodeConnection*> all(link.publics.begin(), link.publics.end());
     for (const auto& shard : link.shards) all.insert(all.end(), shard.begin(), shard.end());
-    for (Connection* c : all) {
+    for (NodeConnection* c : all) {
       Status ready = impl->wait_ready(*c);
       // The seed's node must be whole, as a single node always had to be.
       if (!ready.ok() && (l == 0 || fails_connect(ready))) return ready;
@@ -1189,7 +1190,7 @@ Result<ClusterInfo> Client::cluster() {
   for (std::size_t i = 0; i < out.nodes.size(); ++i) {
     ClusterNodeInfo& node = out.nodes[i];
     Status why;
-    Connection* connection = router->clustered() ? router->node_control(node.id, why) : nullptr;
+    NodeConnection* connection = router->clustered() ? router->node_control(node.id, why) : nullptr;
     if (connection == nullptr) {
       node.stats_status =
           why.ok() ? Status(ErrorCode::kConnectionFailed, "the client routes to no node " + node.id)
@@ -1246,7 +1247,7 @@ Result<std::vector<ReloadOutcome>> Client::reload_all() {
     out[i].node_id = ids[i];
     out[i].address = map.nodes()[map.node_index(static_cast<cluster::NodeIndex>(i))].address;
     Status why;
-    Connection* connection = router->node_control(ids[i], why);
+    NodeConnection* connection = router->node_control(ids[i], why);
     if (connection == nullptr) {
       out[i].status = why;
       continue;
@@ -1286,7 +1287,7 @@ Result<ReloadOutcome> Client::drain(std::string_view node_id) {
                                                    std::to_string(router->map()->epoch()));
   }
   Status why;
-  Connection* connection = router->node_control(node->id, why);
+  NodeConnection* connection = router->node_control(node->id, why);
   if (connection == nullptr) return why;
   DrainCall call;
   const std::string id(node_id);

@@ -22,11 +22,11 @@
 #include "client/async_batch.h"
 #include "client/blocked_cache.h"
 #include "client/client.h"
-#include "client/connection.h"
 #include "client/lease_table.h"
 #include "client/local_fallback.h"
 #include "client/local_layer.h"
 #include "client/metrics.h"
+#include "client/node_connection.h"
 #include "client/router.h"
 #include "cluster/cluster_map.h"
 
@@ -38,15 +38,15 @@ struct Client::Impl final : detail::ConnectionObserver {
 
   // ---- connections -------------------------------------------------------------------------
 
-  detail::Connection& add_connection(std::string name, boost::asio::ip::tcp::endpoint endpoint,
-                                     std::uint16_t expected_shard);
+  detail::NodeConnection& add_connection(std::string name, boost::asio::ip::tcp::endpoint endpoint,
+                                         std::uint16_t expected_shard);
   // Waits for the handshake; with an external io_context, by running it.
-  Status wait_ready(detail::Connection& connection);
+  Status wait_ready(detail::NodeConnection& connection);
   // The I/O side: fails everything in flight, closes every connection, stops the timer and
   // ends what waits for a map or a pause. May run inside a callback.
   void shut_down();
   // I/O thread: the current list, copied into a reused vector (no allocation per tick).
-  const std::vector<detail::Connection*>& snapshot();
+  const std::vector<detail::NodeConnection*>& snapshot();
   // I/O thread. One timer for the whole client: while anything is in flight it ticks every
   // `tick` and each connection fails what is past its deadline. No timer per call.
   void arm_timer();
@@ -141,15 +141,15 @@ struct Client::Impl final : detail::ConnectionObserver {
   bool learn_hello(detail::NodeLink& link);
   // Routes by `map` if it is newer than the map in force: links for its active nodes (new ones
   // connect at once), the others retired. `via` answered with `map`, being its node `self`.
-  bool adopt(cluster::ClusterMap map, detail::Connection* via, std::optional<std::size_t> self);
+  bool adopt(cluster::ClusterMap map, detail::NodeConnection* via, std::optional<std::size_t> self);
   // A new router for the links as they are (a node's shards became known).
   void rebuild_router();
-  detail::NodeLink* link_of(const detail::Connection& connection);
+  detail::NodeLink* link_of(const detail::NodeConnection& connection);
   // Closes the idle connections of retired links; false while some are still busy.
   bool close_retired();
 
   // Asks `via` for its map (CLUSTER), unless a refresh is under way (then once it ends).
-  void request_refresh(detail::Connection& via);
+  void request_refresh(detail::NodeConnection& via);
   void on_refresh_reply(const protocol::Frame& reply);
   void on_refresh_failure();
   // Wakes every batch and sync call waiting for a map: a refresh ended (or the client closes).
@@ -163,8 +163,8 @@ struct Client::Impl final : detail::ConnectionObserver {
   void catch_up();
 
   // detail::ConnectionObserver, I/O thread.
-  void on_newer_epoch(detail::Connection& connection, std::uint64_t epoch) override;
-  void on_ready(detail::Connection& connection) override;
+  void on_newer_epoch(detail::NodeConnection& connection, std::uint64_t epoch) override;
+  void on_ready(detail::NodeConnection& connection) override;
   void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
                         const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                         AcquireCallback* done, BatchCallback* batch_done) override;
@@ -189,10 +189,10 @@ struct Client::Impl final : detail::ConnectionObserver {
   detail::InFlightLimit in_flight;  // outlives the connections, which share it
   std::vector<Result<Decision>> completed_results;  // I/O thread: the spare results vector
   std::mutex connections_mu;                        // guards the list; connections live until ~Impl
-  std::vector<std::unique_ptr<detail::Connection>> connections;
-  std::vector<detail::Connection*> io_connections;  // I/O thread: snapshot()'s buffer
-  ServerInfo info;                                  // the seed's HELLO
-  detail::Connection* control = nullptr;            // the seed's public connection
+  std::vector<std::unique_ptr<detail::NodeConnection>> connections;
+  std::vector<detail::NodeConnection*> io_connections;  // I/O thread: snapshot()'s buffer
+  ServerInfo info;                                      // the seed's HELLO
+  detail::NodeConnection* control = nullptr;            // the seed's public connection
 
   mutable std::mutex router_mu;
   std::shared_ptr<const detail::Router> router;  // guarded by router_mu; never null once connected
@@ -224,8 +224,8 @@ struct Client::Impl final : detail::ConnectionObserver {
    private:
     Impl& impl_;
   } refresh_sink{*this};
-  detail::Connection* refresh_via = nullptr;    // the connection the refresh under way asked
-  detail::Connection* refresh_again = nullptr;  // a newer epoch came from it meanwhile
+  detail::NodeConnection* refresh_via = nullptr;    // the connection the refresh under way asked
+  detail::NodeConnection* refresh_again = nullptr;  // a newer epoch came from it meanwhile
   std::vector<detail::AsyncBatch*> map_waiters;
   std::vector<detail::AsyncBatch*> waking;  // end_refresh()'s buffer
 

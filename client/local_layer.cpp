@@ -410,7 +410,7 @@ void Client::Impl::give_back(const detail::EndedLease& ended) {
       current->owner(owner).limits.version < protocol::kFirstLeaseVersion) {
     return;
   }
-  detail::Connection* connection = current->connection(owner);
+  detail::NodeConnection* connection = current->connection(owner);
   if (connection == nullptr) return;
   detail::Completion completion;
   completion.sink = &give_back_sink;

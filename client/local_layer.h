@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "client/client.h"
-#include "client/connection.h"
+#include "client/node_connection.h"
 #include "client/router.h"
 
 namespace sluice::client::detail {

@@ -18,7 +18,7 @@ std::uint32_t Router::add_owners(const NodeLink& link, bool shard_aware) {
     return 1;
   }
   if (shard_aware && !link.shards.empty()) {
-    for (const std::vector<Connection*>& shard : link.shards) {
+    for (const std::vector<NodeConnection*>& shard : link.shards) {
       owners_.push_back(OwnerGroup{shard, link.limits, link.address, Status(), link.health.get()});
     }
     return static_cast<std::uint32_t>(link.shards.size());
@@ -28,14 +28,14 @@ std::uint32_t Router::add_owners(const NodeLink& link, bool shard_aware) {
   return 1;
 }
 
-std::shared_ptr<const Router> Router::for_node(Connection& control, const NodeLink& link,
+std::shared_ptr<const Router> Router::for_node(NodeConnection& control, const NodeLink& link,
                                                bool shard_aware) {
   std::shared_ptr<Router> router(new Router(control));
   router->add_owners(link, shard_aware);
   return router;
 }
 
-std::shared_ptr<const Router> Router::for_cluster(Connection& control, cluster::ClusterMap map,
+std::shared_ptr<const Router> Router::for_cluster(NodeConnection& control, cluster::ClusterMap map,
                                                   std::span<const NodeLink* const> ring_links,
                                                   bool shard_aware) {
   std::shared_ptr<Router> router(new Router(control));
@@ -51,7 +51,7 @@ std::shared_ptr<const Router> Router::for_cluster(Connection& control, cluster::
   return router;
 }
 
-Connection* Router::node_control(std::string_view id, Status& why) const {
+NodeConnection* Router::node_control(std::string_view id, Status& why) const {
   if (!map_) return &control_;
   const std::optional<cluster::NodeIndex> index = map_->ring().find(id);
   if (!index) {
@@ -64,8 +64,8 @@ Connection* Router::node_control(std::string_view id, Status& why) const {
   return node.control;
 }
 
-Connection* Router::connection(std::size_t index) const {
-  const std::vector<Connection*>& group = owners_[index].connections;
+NodeConnection* Router::connection(std::size_t index) const {
+  const std::vector<NodeConnection*>& group = owners_[index].connections;
   if (group.empty()) return nullptr;
   if (group.size() == 1) return group[0];
   const std::size_t n = group.size();

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "client/connection.h"
+#include "client/node_connection.h"
 #include "client/status.h"
 #include "cluster/cluster_map.h"
 #include "core/expected.h"
@@ -54,9 +54,9 @@ struct NodeLink {
   std::string id;       // the node's id in the cluster map; empty for a node outside any cluster
   std::string address;  // "HOST:PORT", IPv6 in brackets
   Status unreachable;   // failed: the address does not resolve, and the node has no connections
-  std::vector<Connection*> publics;              // [0]: the public port's first connection
-  std::vector<std::vector<Connection*>> shards;  // by shard; empty until its HELLO is known
-  NodeLimits limits;                             // the seed's until its own HELLO is known
+  std::vector<NodeConnection*> publics;              // [0]: the public port's first connection
+  std::vector<std::vector<NodeConnection*>> shards;  // by shard; empty until its HELLO is known
+  NodeLimits limits;                                 // the seed's until its own HELLO is known
   bool hello_known = false;  // limits (and shards, when shard-aware) come from its HELLO
   bool retired = false;      // not in the map's ring: its connections close once idle
   std::unique_ptr<NodeHealth> health = std::make_unique<NodeHealth>();
@@ -64,7 +64,7 @@ struct NodeLink {
 
 // Connections that own the same keys: one shard of a node, or a node's public port.
 struct OwnerGroup {
-  std::vector<Connection*> connections;  // empty only when the node is unreachable
+  std::vector<NodeConnection*> connections;  // empty only when the node is unreachable
   NodeLimits limits;
   std::string node;              // the node's address, for messages
   Status unreachable;            // why `connections` is empty
@@ -77,11 +77,11 @@ class Router {
 
   // One node: shard i's connections are owner i when shard-aware and its shards are known, else
   // its public connections are the one owner.
-  static std::shared_ptr<const Router> for_node(Connection& control, const NodeLink& link,
+  static std::shared_ptr<const Router> for_node(NodeConnection& control, const NodeLink& link,
                                                 bool shard_aware);
   // A cluster: `ring_links[i]` holds the connections of map.ring().nodes()[i]; each is routed
   // to as for_node() would.
-  static std::shared_ptr<const Router> for_cluster(Connection& control, cluster::ClusterMap map,
+  static std::shared_ptr<const Router> for_cluster(NodeConnection& control, cluster::ClusterMap map,
                                                    std::span<const NodeLink* const> ring_links,
                                                    bool shard_aware);
 
@@ -107,27 +107,27 @@ class Router {
   const OwnerGroup& owner(std::size_t index) const { return owners_[index]; }
   // Among the owner's connections, the one with the fewest calls in flight (ties rotate);
   // nullptr when the owner's node is unreachable (owner(index).unreachable says why).
-  Connection* connection(std::size_t index) const;
+  NodeConnection* connection(std::size_t index) const;
   // The connection for node-level calls (PING, STATS, CLUSTER): the seed's public port.
-  Connection& control() const { return control_; }
+  NodeConnection& control() const { return control_; }
   // The number of nodes routed to.
   std::size_t node_count() const { return map_ ? nodes_.size() : 1; }
   // The public connection of the ring's node `id` (the seed's outside a cluster), for
   // node-level calls (STATS, RELOAD); nullptr when the client has none to it (why: `why`).
-  Connection* node_control(std::string_view id, Status& why) const;
+  NodeConnection* node_control(std::string_view id, Status& why) const;
 
  private:
   struct NodeRoute {
     std::uint32_t first_owner = 0;
     std::uint32_t shards = 1;
-    Connection* control = nullptr;  // its first public connection
+    NodeConnection* control = nullptr;  // its first public connection
   };
 
-  explicit Router(Connection& control) : control_(control) {}
+  explicit Router(NodeConnection& control) : control_(control) {}
   // Appends the link's owner groups; returns how many.
   std::uint32_t add_owners(const NodeLink& link, bool shard_aware);
 
-  Connection& control_;
+  NodeConnection& control_;
   std::optional<cluster::ClusterMap> map_;
   std::vector<NodeRoute> nodes_;  // by ring NodeIndex
   std::vector<OwnerGroup> owners_;

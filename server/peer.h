@@ -1,6 +1,6 @@
 // The dispatcher's view of one client connection (docs/ARCHITECTURE.md, "Transport and
 // dispatch"): where its replies go, whether it wants more of them, and how it hears of errors
-// and of replies that complete later. server/connection.h implements it over a socket;
+// and of replies that complete later. server/socket_peer.h implements it over a socket;
 // tests/server/memory_node.h implements it in memory for the tests and the fuzz target.
 // A peer lives on one shard's thread; hand-over tasks hold a shared_ptr to it until they are
 // back, so it outlives its frames even after its socket closed.

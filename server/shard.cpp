@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/connection.h"
+#include "server/socket_peer.h"
 
 namespace sluice::server {
 
@@ -172,8 +172,8 @@ void Shard::close_all(bool graceful) {
     stopping_ = true;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     // close() removes the connection from the set, so work on a copy.
-    const std::vector<Connection*> open(connections_.begin(), connections_.end());
-    for (Connection* connection : open) connection->shut_down(deadline);
+    const std::vector<SocketPeer*> open(connections_.begin(), connections_.end());
+    for (SocketPeer* connection : open) connection->shut_down(deadline);
     stop_timer_.expires_at(deadline);
     stop_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (!ec) close_connections_now();
@@ -189,8 +189,8 @@ void Shard::close_all(bool graceful) {
 
 void Shard::close_connections_now() {
   stop_timer_.cancel();
-  const std::vector<Connection*> open(connections_.begin(), connections_.end());
-  for (Connection* connection : open) connection->close();
+  const std::vector<SocketPeer*> open(connections_.begin(), connections_.end());
+  for (SocketPeer* connection : open) connection->close();
   maybe_closed();
 }
 
@@ -232,7 +232,7 @@ void Shard::accept(tcp::socket socket, bool public_port) {
   if (before >= context_.config.max_connections) {
     context_.connections.fetch_sub(1, std::memory_order_relaxed);
     counters_[Stat::kRejectedConnections].add();
-    auto refused = std::make_shared<Connection>(*this, std::move(socket), this_shard, false);
+    auto refused = std::make_shared<SocketPeer>(*this, std::move(socket), this_shard, false);
     connections_.insert(refused.get());  // so that stop() closes it too
     refused->start_refused(
         protocol::WireErrorCode::kTooManyConnections,
@@ -241,7 +241,7 @@ void Shard::accept(tcp::socket socket, bool public_port) {
   }
   counters_[Stat::kConnections].add();
   counters_[Stat::kConnectionsTotal].add();
-  auto connection = std::make_shared<Connection>(*this, std::move(socket), this_shard, true);
+  auto connection = std::make_shared<SocketPeer>(*this, std::move(socket), this_shard, true);
   connections_.insert(connection.get());
   connection->start();
 }
@@ -285,7 +285,7 @@ void Shard::log_accept_error(const boost::system::error_code& ec) {
   unlogged_accept_errors_ = 0;
 }
 
-void Shard::on_connection_closed(Connection* connection, bool counted) {
+void Shard::on_connection_closed(SocketPeer* connection, bool counted) {
   connections_.erase(connection);
   if (counted) {
     counters_[Stat::kConnections].sub();
@@ -303,9 +303,9 @@ void Shard::enforce_buffer_budget() {
   if (enforcing_ || !over_buffer_budget()) return;
   enforcing_ = true;
   // The biggest holders first; a shed connection gives back almost all it held at once.
-  std::vector<std::pair<std::size_t, Connection*>> holders;
+  std::vector<std::pair<std::size_t, SocketPeer*>> holders;
   holders.reserve(connections_.size());
-  for (Connection* connection : connections_) {
+  for (SocketPeer* connection : connections_) {
     if (connection->sheddable()) holders.emplace_back(connection->charged(), connection);
   }
   std::sort(holders.begin(), holders.end(),
@@ -317,7 +317,7 @@ void Shard::enforce_buffer_budget() {
   enforcing_ = false;
 }
 
-void Shard::queue_flush(std::shared_ptr<Connection> connection) {
+void Shard::queue_flush(std::shared_ptr<SocketPeer> connection) {
   // The posted flush_queued() has its operation in the shard's slot: no heap per post.
   if (to_flush_.empty()) asio::post(io_, net::in_slot(flush_slot_, [this] { flush_queued(); }));
   to_flush_.push_back(std::move(connection));
@@ -325,7 +325,7 @@ void Shard::queue_flush(std::shared_ptr<Connection> connection) {
 
 void Shard::flush_queued() {
   flushing_.swap(to_flush_);  // a flush_now() may queue again (it does not today)
-  for (const std::shared_ptr<Connection>& connection : flushing_) connection->flush_now();
+  for (const std::shared_ptr<SocketPeer>& connection : flushing_) connection->flush_now();
   flushing_.clear();
 }
 

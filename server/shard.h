@@ -37,7 +37,7 @@
 
 namespace sluice::server {
 
-class Connection;
+class SocketPeer;
 class Shard;
 
 // A frame whose items are partly answered by other shards. Owned by the connection's shard;
@@ -132,7 +132,7 @@ class Shard {
   void spawn();
   // The shard thread's body: returns once the shard has stopped and all work is done.
   void run();
-  // Any thread: closes the listeners, then the connections, gracefully (Connection::shut_down,
+  // Any thread: closes the listeners, then the connections, gracefully (SocketPeer::shut_down,
   // within config.shutdown_timeout) or at once; the thread exits when in-flight work is done.
   // A graceful stop may be followed by one at once.
   void request_stop(bool graceful);
@@ -224,11 +224,11 @@ class Shard {
   // Sends a task to shard `to` (owner or origin) and wakes it if it is not already draining.
   void send(unsigned to, HandoverTask* task);
 
-  void on_connection_closed(Connection* connection, bool counted);
+  void on_connection_closed(SocketPeer* connection, bool counted);
 
   // The buffer budget (ServerConfig::max_buffer_memory / shards): connections report changes
   // of their footprint here. charge_buffers() never closes anything; enforce_buffer_budget()
-  // closes the connections holding the most (Connection::shed_for_memory) until the shard is
+  // closes the connections holding the most (SocketPeer::shed_for_memory) until the shard is
   // back within its share. Not re-entrant: a call made while one runs does nothing.
   void charge_buffers(std::int64_t delta);
   bool over_buffer_budget() const { return buffer_bytes_ > buffer_budget_; }
@@ -237,7 +237,7 @@ class Shard {
   // Calls connection->flush_now() after the handlers already queued on this shard, such as the
   // other reads of the same wake-up, have run: the replies of one wake-up leave together, and
   // the client wakes once for them rather than once per reply.
-  void queue_flush(std::shared_ptr<Connection> connection);
+  void queue_flush(std::shared_ptr<SocketPeer> connection);
   // What queue_flush() posts: flushes every connection queued since.
   void flush_queued();
 
@@ -300,7 +300,7 @@ class Shard {
   bool stopping_ = false;
   bool counted_closed_ = false;                  // this shard is in context_.shards_closed
   boost::asio::steady_timer stop_timer_;         // a graceful stop's deadline
-  std::unordered_set<Connection*> connections_;  // open connections, for close_all()
+  std::unordered_set<SocketPeer*> connections_;  // open connections, for close_all()
   std::atomic<std::size_t> peak_queued_output_{0};
   const std::size_t buffer_budget_;
   std::size_t buffer_bytes_ = 0;  // charged by this shard's connections
@@ -321,8 +321,8 @@ class Shard {
   std::vector<std::unique_ptr<HandoverTask>> free_tasks_;
   // Connections waiting for flush_queued(), which is posted while the list is not empty: one
   // post at a time, its operation in flush_slot_ (above).
-  std::vector<std::shared_ptr<Connection>> to_flush_;
-  std::vector<std::shared_ptr<Connection>> flushing_;
+  std::vector<std::shared_ptr<SocketPeer>> to_flush_;
+  std::vector<std::shared_ptr<SocketPeer>> flushing_;
 };
 
 }  // namespace sluice::server

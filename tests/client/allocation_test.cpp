@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "client/client.h"
-#include "client/connection.h"
+#include "client/node_connection.h"
 #include "tests/client/test_support.h"
 #include "tests/integration/test_cluster.h"
 

@@ -1,7 +1,7 @@
 // libFuzzer target: the server's connection handling, bytes in and replies out, over the
 // in-memory transport of tests/server/memory_node.h (a node's shards run by this thread, and
 // MemoryPeer, a connection without a socket, which runs Dispatcher::dispatch_frames as sluiced's
-// Connection does). A few leading bytes choose the node's configuration, how many peers share it
+// SocketPeer does). A few leading bytes choose the node's configuration, how many peers share it
 // and on which shards, how the stream is dealt to them and cut into feed() calls, when the
 // shards' event loops run, and whether peers pause or close; the rest is the byte stream. Beyond
 // AddressSanitizer and UBSan, it traps when a contract breaks:

@@ -95,7 +95,7 @@ class MemoryPeer final : public server::Peer {
   int frames_finished() const { return frames_finished_; }
   // Stops dispatching as a connection does when its output backs up.
   void set_paused(bool paused) { paused_ = paused; }
-  // The client went away (Connection::close()): nothing more is dispatched, and replies that
+  // The client went away (SocketPeer::close()): nothing more is dispatched, and replies that
   // complete later are dropped. Hand-over tasks still out keep the peer alive until they are back.
   void close() { closed_ = true; }
 

@@ -1,4 +1,4 @@
-#include "client/connection.h"
+#include "client/node_connection.h"
 
 #include "net/asio.h"  // before any other Asio header
 
@@ -125,8 +125,8 @@ Status unexpected_reply(std::string_view what) {
   return Status(ErrorCode::kProtocolError, "unexpected reply to " + std::string(what));
 }
 
-Connection::Connection(asio::io_context& io, ConnectionConfig config,
-                       std::function<void()> arm_timer)
+NodeConnection::NodeConnection(asio::io_context& io, ConnectionConfig config,
+                               std::function<void()> arm_timer)
     : io_(io),
       config_(std::move(config)),
       arm_timer_(std::move(arm_timer)),
@@ -141,14 +141,14 @@ Connection::Connection(asio::io_context& io, ConnectionConfig config,
 
 // ---- any thread ----------------------------------------------------------------------------
 
-Status Connection::overloaded() const {
+Status NodeConnection::overloaded() const {
   const std::string max = std::to_string(config_.in_flight_limit->max());
   return Status(ErrorCode::kOverloaded,
                 max + " calls already in flight (the client's max_in_flight is " + max +
                     "); retry once replies drain");
 }
 
-Status Connection::admit_locked() {
+Status NodeConnection::admit_locked() {
   switch (state_) {
     case State::kClosed:
       return Status(ErrorCode::kClosed, "client is shutting down");
@@ -178,14 +178,14 @@ Status Connection::admit_locked() {
   return Status();
 }
 
-std::uint32_t Connection::next_request_id_locked() {
+std::uint32_t NodeConnection::next_request_id_locked() {
   std::uint32_t id = next_id_++;
   if (id == kHandshakeId) id = next_id_++;
   return id;
 }
 
-void Connection::insert_locked(std::uint32_t id, const Completion& completion,
-                               std::uint32_t bytes) {
+void NodeConnection::insert_locked(std::uint32_t id, const Completion& completion,
+                                   std::uint32_t bytes) {
   if (in_flight_ == 0) oldest_id_ = id;
   while (table_[id & mask_].active) grow_table_locked();
   Pending& p = table_[id & mask_];
@@ -217,7 +217,7 @@ void Connection::insert_locked(std::uint32_t id, const Completion& completion,
   ++in_flight_;
 }
 
-void Connection::grow_table_locked() {
+void NodeConnection::grow_table_locked() {
   std::vector<Pending> bigger(table_.size() * 2);
   const auto mask = static_cast<std::uint32_t>(bigger.size() - 1);
   for (Pending& p : table_) {
@@ -227,21 +227,21 @@ void Connection::grow_table_locked() {
   mask_ = mask;
 }
 
-void Connection::wake_locked() {
+void NodeConnection::wake_locked() {
   if (state_ == State::kReady && !write_in_flight_ && !wake_posted_) {
     wake_posted_ = true;
     asio::post(io_, net::in_slot(wake_slot_, [this] { on_wake(); }));
   }
 }
 
-void Connection::begin_connect() {
+void NodeConnection::begin_connect() {
   std::lock_guard lock(mu_);
   if (state_ != State::kDisconnected) return;
   next_attempt_ns_ = 0;
   (void)admit_locked();
 }
 
-Status Connection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
+Status NodeConnection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
   std::unique_lock lock(mu_);
   if (state_ == State::kReady) return Status();
   const std::uint64_t before = attempts_finished_;
@@ -274,24 +274,24 @@ Status Connection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
   return last_error_;
 }
 
-bool Connection::ready() const {
+bool NodeConnection::ready() const {
   std::lock_guard lock(mu_);
   return state_ == State::kReady;
 }
 
-bool Connection::handshaking() const {
+bool NodeConnection::handshaking() const {
   std::lock_guard lock(mu_);
   return state_ == State::kHandshaking;
 }
 
-protocol::HelloReply Connection::hello() const {
+protocol::HelloReply NodeConnection::hello() const {
   std::lock_guard lock(mu_);
   return hello_;
 }
 
 // ---- I/O thread ----------------------------------------------------------------------------
 
-void Connection::start_connect() {
+void NodeConnection::start_connect() {
   {
     std::lock_guard lock(mu_);
     if (state_ != State::kConnecting) return;  // shut down since the post
@@ -309,7 +309,7 @@ void Connection::start_connect() {
   arm_timer_();
 }
 
-void Connection::on_connected(std::uint64_t epoch, const boost::system::error_code& ec) {
+void NodeConnection::on_connected(std::uint64_t epoch, const boost::system::error_code& ec) {
   if (epoch != epoch_) return;
   if (ec) {
     fail_connection(Status(ErrorCode::kConnectionFailed,
@@ -338,14 +338,14 @@ void Connection::on_connected(std::uint64_t epoch, const boost::system::error_co
   start_read();
 }
 
-void Connection::on_wake() {
+void NodeConnection::on_wake() {
   std::unique_lock lock(mu_);
   wake_posted_ = false;
   if (state_ != State::kReady || write_in_flight_ || out_.empty()) return;
   start_write_locked(lock);
 }
 
-void Connection::start_write_locked(std::unique_lock<std::mutex>& lock) {
+void NodeConnection::start_write_locked(std::unique_lock<std::mutex>& lock) {
   // Swap rather than copy: callers keep appending to the other buffer while this one is sent,
   // and both keep their capacity.
   sending_.clear();
@@ -362,7 +362,7 @@ void Connection::start_write_locked(std::unique_lock<std::mutex>& lock) {
       }));
 }
 
-void Connection::on_written(std::uint64_t epoch, const boost::system::error_code& ec) {
+void NodeConnection::on_written(std::uint64_t epoch, const boost::system::error_code& ec) {
   if (epoch != epoch_) return;
   if (ec) {
     fail_connection(Status(ErrorCode::kConnectionFailed,
@@ -374,7 +374,7 @@ void Connection::on_written(std::uint64_t epoch, const boost::system::error_code
   if (state_ == State::kReady && !out_.empty()) start_write_locked(lock);
 }
 
-void Connection::start_read() {
+void NodeConnection::start_read() {
   if (read_begin_ == read_end_) {
     read_begin_ = read_end_ = 0;
   } else if (read_begin_ > 0) {
@@ -393,7 +393,8 @@ void Connection::start_read() {
       }));
 }
 
-void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& ec, std::size_t n) {
+void NodeConnection::on_read(std::uint64_t epoch, const boost::system::error_code& ec,
+                             std::size_t n) {
   if (epoch != epoch_) return;
   if (ec) {
     std::string why = ec == asio::error::eof
@@ -518,7 +519,7 @@ void Connection::on_read(std::uint64_t epoch, const boost::system::error_code& e
   if (handshake_done && config_.observer != nullptr) config_.observer->on_ready(*this);
 }
 
-void Connection::complete(Pending& p, const Frame* reply, const Status& failure) {
+void NodeConnection::complete(Pending& p, const Frame* reply, const Status& failure) {
   Status error = failure;
   if (reply != nullptr && reply->header.opcode == Opcode::kError) {
     error = server_error_status(reply->body);
@@ -558,14 +559,14 @@ void Connection::complete(Pending& p, const Frame* reply, const Status& failure)
   }
 }
 
-std::uint64_t Connection::kept_started_ns(const Pending& p) const {
+std::uint64_t NodeConnection::kept_started_ns(const Pending& p) const {
   // Its deadline is its submission plus the timeout: a call with a deadline of its own is a
   // batch's, which keeps no copy here.
   return p.deadline_ns > config_.timeout_ns ? p.deadline_ns - config_.timeout_ns : 0;
 }
 
-Connection::Outcome Connection::acquire_decision(Pending& p, const Frame& reply,
-                                                 Result<Decision>& out) {
+NodeConnection::Outcome NodeConnection::acquire_decision(Pending& p, const Frame& reply,
+                                                         Result<Decision>& out) {
   const protocol::AcquireResult* parsed = one_acquire_result(reply, results_);
   if (parsed == nullptr) {
     out = Result<Decision>(ErrorCode::kProtocolError, "unexpected reply to ACQUIRE");
@@ -599,7 +600,7 @@ Connection::Outcome Connection::acquire_decision(Pending& p, const Frame& reply,
   return Outcome::kDecided;
 }
 
-void Connection::take_all_pending_locked(std::vector<Pending>& failed) {
+void NodeConnection::take_all_pending_locked(std::vector<Pending>& failed) {
   for (Pending& p : table_) {
     if (!p.active) continue;
     failed.push_back(std::move(p));
@@ -610,7 +611,7 @@ void Connection::take_all_pending_locked(std::vector<Pending>& failed) {
   config_.in_flight_limit->give_back(in_flight_.exchange(0));
 }
 
-void Connection::remove_locked(Pending& p) {
+void NodeConnection::remove_locked(Pending& p) {
   p.active = false;
   p.sink = nullptr;
   if (p.early) --early_;
@@ -618,7 +619,7 @@ void Connection::remove_locked(Pending& p) {
   config_.in_flight_limit->give_back(1);
 }
 
-void Connection::expire_early_locked(std::uint64_t now_ns, std::vector<Pending>& failed) {
+void NodeConnection::expire_early_locked(std::uint64_t now_ns, std::vector<Pending>& failed) {
   const std::uint32_t end = next_issued_id_locked();
   for (std::uint32_t id = oldest_id_; early_ > 0 && id != end; id = id_after(id)) {
     Pending& p = table_[id & mask_];
@@ -631,24 +632,24 @@ void Connection::expire_early_locked(std::uint64_t now_ns, std::vector<Pending>&
   }
 }
 
-std::vector<Connection::Pending> Connection::detach_failed() {
+std::vector<NodeConnection::Pending> NodeConnection::detach_failed() {
   std::vector<Pending> failed;
   failed.swap(failed_);
   return failed;
 }
 
-void Connection::complete_failed(std::vector<Pending>& failed, const Status& why) {
+void NodeConnection::complete_failed(std::vector<Pending>& failed, const Status& why) {
   for (Pending& p : failed) complete(p, nullptr, why);
   failed.clear();
   keep_failed_buffer(failed);
 }
 
-void Connection::keep_failed_buffer(std::vector<Pending>& failed) {
+void NodeConnection::keep_failed_buffer(std::vector<Pending>& failed) {
   // A nested failure path may have put a buffer back meanwhile: keep the bigger one.
   if (failed.capacity() > failed_.capacity()) failed_.swap(failed);
 }
 
-void Connection::fail_connection(const Status& why) {
+void NodeConnection::fail_connection(const Status& why) {
   ++epoch_;
   boost::system::error_code ignored;
   socket_.close(ignored);
@@ -684,7 +685,7 @@ void Connection::fail_connection(const Status& why) {
   complete_failed(failed, why);
 }
 
-bool Connection::expire(std::uint64_t now_ns) {
+bool NodeConnection::expire(std::uint64_t now_ns) {
   if (connect_deadline_ns_ != 0 && now_ns >= connect_deadline_ns_) {
     // The TCP connect did not finish, or the peer accepted it but sent no HELLO reply.
     const std::string ms = std::to_string(config_.connect_timeout_ns / kNsPerMs);
@@ -737,7 +738,7 @@ bool Connection::expire(std::uint64_t now_ns) {
   return busy;
 }
 
-void Connection::count_timeouts_locked() {
+void NodeConnection::count_timeouts_locked() {
   std::uint64_t unsent = 0;
   for (const Pending& p : table_) {
     if (p.active && unsent_locked(p.id)) ++unsent;
@@ -746,7 +747,7 @@ void Connection::count_timeouts_locked() {
   withdrawn_.fetch_add(unsent, std::memory_order_relaxed);
 }
 
-ClientCounters Connection::counters() const {
+ClientCounters NodeConnection::counters() const {
   ClientCounters c;
   // Late replies first: each follows its timeout, so a snapshot under traffic still has
   // late_replies <= timed_out - withdrawn.
@@ -756,12 +757,12 @@ ClientCounters Connection::counters() const {
   return c;
 }
 
-void Connection::refuse_new() {
+void NodeConnection::refuse_new() {
   std::lock_guard lock(mu_);
   state_ = State::kClosed;
 }
 
-bool Connection::close_if_idle() {
+bool NodeConnection::close_if_idle() {
   {
     std::lock_guard lock(mu_);
     if (state_ == State::kClosed) return true;
@@ -773,7 +774,7 @@ bool Connection::close_if_idle() {
   return true;
 }
 
-void Connection::shut_down() {
+void NodeConnection::shut_down() {
   ++epoch_;
   boost::system::error_code ignored;
   socket_.close(ignored);

@@ -1,4 +1,4 @@
-#include "server/connection.h"
+#include "server/socket_peer.h"
 
 #include "net/asio.h"  // before any other Asio header
 
@@ -36,7 +36,7 @@ constexpr auto kCloseGrace = std::chrono::seconds(1);
 
 }  // namespace
 
-Connection::Connection(Shard& shard, tcp::socket socket, std::uint16_t this_shard, bool counted)
+SocketPeer::SocketPeer(Shard& shard, tcp::socket socket, std::uint16_t this_shard, bool counted)
     : Peer(this_shard),
       shard_(shard),
       socket_(std::move(socket)),
@@ -49,9 +49,9 @@ Connection::Connection(Shard& shard, tcp::socket socket, std::uint16_t this_shar
 
 // Runs on the shard thread, or on the stopping thread after the shard threads have exited:
 // it must not touch the shard.
-Connection::~Connection() = default;
+SocketPeer::~SocketPeer() = default;
 
-void Connection::start() {
+void SocketPeer::start() {
   in_capacity_ = kBaseInputBuffer;
   in_ = std::make_unique_for_overwrite<std::uint8_t[]>(in_capacity_);
   spawn(read_loop());
@@ -59,7 +59,7 @@ void Connection::start() {
   spawn(watchdog_loop());
 }
 
-void Connection::start_refused(WireErrorCode code, std::string_view message) {
+void SocketPeer::start_refused(WireErrorCode code, std::string_view message) {
   failed_ = true;
   protocol::encode_error(out_queued_, 0, code, message);
   begin_closing();
@@ -67,7 +67,7 @@ void Connection::start_refused(WireErrorCode code, std::string_view message) {
   recharge();
 }
 
-void Connection::spawn(asio::awaitable<void> coroutine) {
+void SocketPeer::spawn(asio::awaitable<void> coroutine) {
   asio::co_spawn(socket_.get_executor(), std::move(coroutine),
                  [self = self()](std::exception_ptr e) {
                    if (!e) return;
@@ -81,7 +81,7 @@ void Connection::spawn(asio::awaitable<void> coroutine) {
                  });
 }
 
-void Connection::close() {
+void SocketPeer::close() {
   if (closed_) return;
   closed_ = true;
   closing_ = true;
@@ -96,7 +96,7 @@ void Connection::close() {
   shard_.on_connection_closed(this, counted_);
 }
 
-std::size_t Connection::footprint() const {
+std::size_t SocketPeer::footprint() const {
   std::size_t bytes = out_queued_.capacity() + out_writing_.capacity();
   // Once shed, the input is discarded and its buffer freed as soon as the reader wakes, which
   // shed_for_memory() makes happen at once: it no longer counts.
@@ -104,7 +104,7 @@ std::size_t Connection::footprint() const {
   return bytes + items_pending() * kBacklogItemBytes;
 }
 
-void Connection::recharge() {
+void SocketPeer::recharge() {
   if (closed_) return;
   const std::size_t now = footprint();
   if (now == charged_) return;
@@ -114,7 +114,7 @@ void Connection::recharge() {
   if (grew && shard_.over_buffer_budget()) shard_.enforce_buffer_budget();
 }
 
-void Connection::shrink_input() {
+void SocketPeer::shrink_input() {
   if (in_capacity_ <= kBaseInputBuffer || in_begin_ != in_end_) return;
   in_ = std::make_unique_for_overwrite<std::uint8_t[]>(kBaseInputBuffer);
   in_capacity_ = kBaseInputBuffer;
@@ -122,7 +122,7 @@ void Connection::shrink_input() {
   recharge();
 }
 
-void Connection::shed_for_memory(std::size_t shard_budget) {
+void SocketPeer::shed_for_memory(std::size_t shard_budget) {
   if (!sheddable()) return;
   shed_ = true;
   shard_.counters()[Stat::kOverloadClosed].add();
@@ -154,7 +154,7 @@ void Connection::shed_for_memory(std::size_t shard_budget) {
   recharge();
 }
 
-void Connection::begin_closing() {
+void SocketPeer::begin_closing() {
   if (closing_) return;
   closing_ = true;
   closing_since_ = Clock::now();
@@ -163,7 +163,7 @@ void Connection::begin_closing() {
   wake_writer();
 }
 
-void Connection::shut_down(Clock::time_point deadline) {
+void SocketPeer::shut_down(Clock::time_point deadline) {
   if (closed_ || shutting_down_) return;
   shutting_down_ = true;
   shutdown_deadline_ = deadline;
@@ -177,7 +177,7 @@ void Connection::shut_down(Clock::time_point deadline) {
   maybe_send_shutdown_error();
 }
 
-void Connection::maybe_send_shutdown_error() {
+void SocketPeer::maybe_send_shutdown_error() {
   if (!shutting_down_ || failed_ || closed_ || frames_pending() != 0) return;
   failed_ = true;
   protocol::encode_error(out_queued_, 0, WireErrorCode::kShuttingDown,
@@ -187,7 +187,7 @@ void Connection::maybe_send_shutdown_error() {
   wake_writer();
 }
 
-void Connection::send_error_and_close(std::uint32_t request_id, WireErrorCode code,
+void SocketPeer::send_error_and_close(std::uint32_t request_id, WireErrorCode code,
                                       std::string_view message) {
   if (closing_) return;
   failed_ = true;
@@ -195,19 +195,19 @@ void Connection::send_error_and_close(std::uint32_t request_id, WireErrorCode co
   begin_closing();
 }
 
-void Connection::reject(std::uint32_t request_id, WireErrorCode code, std::string_view message) {
+void SocketPeer::reject(std::uint32_t request_id, WireErrorCode code, std::string_view message) {
   send_error_and_close(request_id, code, message);
 }
 
-void Connection::wake_writer() { write_signal_.cancel(); }
+void SocketPeer::wake_writer() { write_signal_.cancel(); }
 
-void Connection::flush() {
+void SocketPeer::flush() {
   if (out_queued_.empty() || flush_queued_) return;
   flush_queued_ = true;
   shard_.queue_flush(self());
 }
 
-void Connection::flush_now() {
+void SocketPeer::flush_now() {
   flush_queued_ = false;
   if (out_queued_.empty()) return;
   if (!writing_ && !closed_) {
@@ -227,13 +227,13 @@ void Connection::flush_now() {
   wake_writer();
 }
 
-bool Connection::should_pause_reading() const {
+bool SocketPeer::should_pause_reading() const {
   const ServerConfig& config = shard_.context().config;
   return out_queued_.size() + out_writing_.size() >= config.max_queued_output ||
          Dispatcher::backlog_full(*this, config);
 }
 
-asio::awaitable<void> Connection::read_loop() {
+asio::awaitable<void> SocketPeer::read_loop() {
   const std::size_t max_input = protocol::kHeaderSize + decoder_.max_frame();
   for (;;) {
     boost::system::error_code ec;
@@ -304,7 +304,7 @@ asio::awaitable<void> Connection::read_loop() {
   }
 }
 
-asio::awaitable<void> Connection::write_loop() {
+asio::awaitable<void> SocketPeer::write_loop() {
   while (!closed_) {
     boost::system::error_code ec;
     if (out_queued_.empty()) {
@@ -337,7 +337,7 @@ asio::awaitable<void> Connection::write_loop() {
   if (reader_done_) close();
 }
 
-asio::awaitable<void> Connection::watchdog_loop() {
+asio::awaitable<void> SocketPeer::watchdog_loop() {
   const auto idle_timeout = shard_.context().config.idle_timeout;
   while (!closed_) {
     Clock::time_point deadline = Clock::time_point::max();
@@ -363,7 +363,7 @@ asio::awaitable<void> Connection::watchdog_loop() {
   }
 }
 
-void Connection::after_input(bool handled_any) {
+void SocketPeer::after_input(bool handled_any) {
   if (handled_any) {
     last_frame_ = Clock::now();
     shard_.publish_table_stats();
@@ -373,7 +373,7 @@ void Connection::after_input(bool handled_any) {
   flush();
 }
 
-bool Connection::handle_input() {
+bool SocketPeer::handle_input() {
   const std::span<const std::uint8_t> input(in_.get() + in_begin_, in_end_ - in_begin_);
   turn_output_mark_ = out_queued_.size();
   const DispatchResult result = shard_.dispatcher().dispatch_frames(*this, decoder_, input);
@@ -385,7 +385,7 @@ bool Connection::handle_input() {
   return result.handled_any;
 }
 
-void Connection::frame_finished() {
+void SocketPeer::frame_finished() {
   if (wants_replies()) flush();
   maybe_send_shutdown_error();
   recharge();

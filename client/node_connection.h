@@ -1,4 +1,5 @@
-// Internal: one pipelined TCP connection to one port of a node (the public port or a shard's).
+// Internal: NodeConnection, the client's pipelined TCP connection to one port of a node (the
+// public port or a shard's).
 //
 // Threading: any thread may submit(); everything else runs on the client's I/O thread. The
 // mutex guards the state shared by both sides (state, outgoing bytes, the pending table); the
@@ -147,16 +148,16 @@ class InFlightLimit {
 // REDIRECT and UNAVAILABLE statuses (docs/PROTOCOL.md, section 10).
 inline constexpr std::uint8_t kFirstClusterVersion = 3;
 
-class Connection;
+class NodeConnection;
 
 // What a connection tells the client about itself, on the I/O thread and outside its mutex.
 class ConnectionObserver {
  public:
   // A reply's header carried `epoch`, above ConnectionConfig::epoch_floor. Called before the
   // replies read with it are completed.
-  virtual void on_newer_epoch(Connection& connection, std::uint64_t epoch) = 0;
+  virtual void on_newer_epoch(NodeConnection& connection, std::uint64_t epoch) = 0;
   // The connection's HELLO was answered (at every connect).
-  virtual void on_ready(Connection& connection) = 0;
+  virtual void on_ready(NodeConnection& connection) = 0;
   // A call submitted with Completion::keep_request was answered REDIRECT or UNAVAILABLE (`answer`,
   // in a reply of epoch `reply_epoch`). The observer takes over its callback (exactly one of
   // `done` and `batch_done` is given; it is moved from) and answers it by `deadline_ns`.
@@ -195,12 +196,13 @@ struct ConnectionConfig {
   ConnectionObserver* observer = nullptr;
 };
 
-class Connection {
+class NodeConnection {
  public:
   // `arm_timer` is called on the I/O thread whenever requests may be waiting on a deadline.
-  Connection(boost::asio::io_context& io, ConnectionConfig config, std::function<void()> arm_timer);
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
+  NodeConnection(boost::asio::io_context& io, ConnectionConfig config,
+                 std::function<void()> arm_timer);
+  NodeConnection(const NodeConnection&) = delete;
+  NodeConnection& operator=(const NodeConnection&) = delete;
 
   const ConnectionConfig& config() const { return config_; }
   // The breaker of the node this connection goes to (null: none), passed to on_decided. Set

@@ -1,4 +1,6 @@
-// One client connection, the transport half of a request's path: it moves bytes and frames, and
+// SocketPeer: one connection accepted by a shard (from a client, or from another node), the
+// transport half of a request's path, the Peer (server/peer.h) the dispatcher sees over a socket
+// (tests/server/memory_node.h has MemoryPeer, the same in memory). It moves bytes and frames, and
 // the shard's Dispatcher executes them (server/dispatcher.h). A reader coroutine hands the
 // complete frames of each read to the dispatcher (pausing while output backs up), a writer
 // coroutine sends everything queued in one write, and a watchdog coroutine keeps the idle
@@ -25,13 +27,13 @@ namespace sluice::server {
 
 class Shard;
 
-class Connection final : public Peer {
+class SocketPeer final : public Peer {
  public:
   // `this_shard` is the shard index for a shard port, protocol::kPublicPort for the public one.
   // `counted` says whether the connection holds a slot of max_connections.
-  Connection(Shard& shard, boost::asio::ip::tcp::socket socket, std::uint16_t this_shard,
+  SocketPeer(Shard& shard, boost::asio::ip::tcp::socket socket, std::uint16_t this_shard,
              bool counted);
-  ~Connection() override;
+  ~SocketPeer() override;
 
   // Starts the reader, writer and watchdog coroutines.
   void start();
@@ -106,8 +108,8 @@ class Connection final : public Peer {
   void recharge();
   // Gives an input buffer grown for a large frame back, once it holds nothing.
   void shrink_input();
-  std::shared_ptr<Connection> self() {
-    return std::static_pointer_cast<Connection>(shared_from_this());
+  std::shared_ptr<SocketPeer> self() {
+    return std::static_pointer_cast<SocketPeer>(shared_from_this());
   }
 
   Shard& shard_;
