@@ -58,13 +58,13 @@ bool Dispatcher::backlog_full(const Peer& peer, const ServerConfig& config) {
 
 void Dispatcher::fail(Peer& peer, std::uint32_t request_id, WireErrorCode code,
                       std::string_view message) {
-  shard_.counters()[Stat::kProtocolErrors].add();
+  shard_.counters()[ShardStat::kProtocolErrors].add();
   peer.reject(request_id, code, message);
 }
 
 void Dispatcher::fail_authentication(Peer& peer, std::uint32_t request_id,
                                      std::string_view message) {
-  shard_.counters()[Stat::kAuthFailures].add();
+  shard_.counters()[ShardStat::kAuthFailures].add();
   peer.reject(request_id, WireErrorCode::kUnauthenticated, message);
 }
 
@@ -197,7 +197,7 @@ void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
                                                      item.peek, now_ns, kind_of(item), item.stamp);
         });
   }
-  if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
+  if (invalid != 0) shard_.counters()[ShardStat::kInvalidItems].add(invalid);
   if (!handed_over) {
     protocol::encode_acquire_reply(peer.reply_buffer(), request_id, acquire_results_, framing_);
     return;
@@ -243,7 +243,7 @@ void Dispatcher::handle_reset(Peer& peer, std::uint32_t request_id,
     }
     reset_results_[i] = shard_.reset_local(hash, now_ns);
   }
-  if (invalid != 0) shard_.counters()[Stat::kInvalidItems].add(invalid);
+  if (invalid != 0) shard_.counters()[ShardStat::kInvalidItems].add(invalid);
   if (!handed_over) {
     protocol::encode_reset_reply(peer.reply_buffer(), request_id, reset_results_, framing_);
     return;
@@ -281,7 +281,7 @@ void Dispatcher::hand_over(Peer& peer, PendingFrame* frame) {
     staging[owner].clear();
     shard_.send(owner, task);
   }
-  shard_.counters()[Stat::kHandedOver].add(items_handed_over);
+  shard_.counters()[ShardStat::kHandedOver].add(items_handed_over);
 }
 
 void Dispatcher::finish_frame(Peer& peer, PendingFrame& frame) {
@@ -356,8 +356,8 @@ void Dispatcher::handle_replicate(Peer& peer, std::uint32_t request_id,
         shard_.apply_record(record, log_, now_ns);
         ++reply.applied;
       });
-  shard_.counters()[Stat::kReplicaApplied].add(reply.applied);
-  shard_.counters()[Stat::kReplicaRefused].add(reply.refused);
+  shard_.counters()[ShardStat::kReplicaApplied].add(reply.applied);
+  shard_.counters()[ShardStat::kReplicaRefused].add(reply.refused);
   protocol::encode_replicate_reply(peer.reply_buffer(), request_id, reply, framing_);
 }
 

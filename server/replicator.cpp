@@ -114,7 +114,7 @@ void Replicator::set_view(const ClusterView* view) {
     for (Link& link : node->shards) {
       if (link.link) link.link->close();
     }
-    shard_.counters()[Stat::kReplicationDropped].add(node->pending.size());
+    shard_.counters()[ShardStat::kReplicationDropped].add(node->pending.size());
   }
   std::erase_if(nodes_, [](const std::unique_ptr<Node>& node) { return !node->seen; });
   ++generation_;
@@ -145,7 +145,7 @@ void Replicator::queue(Node& node, const KeyHash& hash) {
   if (node.pending.empty()) node.pending_since = Clock::now();
   if (node.pending.size() >= kMaxPendingRecords) {
     node.pending.erase(node.pending.begin());  // the oldest goes: its replica stays behind
-    shard_.counters()[Stat::kReplicationDropped].add();
+    shard_.counters()[ShardStat::kReplicationDropped].add();
   }
   node.pending.push_back(hash);
   if (node.pending.size() >= shard_.context().config.replication_batch) {
@@ -269,7 +269,7 @@ void Replicator::flush(Node& node) {
       batch.keys.push_back(hash);
     }
     protocol::finish_records(out, frame);
-    shard_.counters()[Stat::kReplicationSent].add(batch.keys.size());
+    shard_.counters()[ShardStat::kReplicationSent].add(batch.keys.size());
     link.in_flight.push_back(std::move(batch));
     link.link->flush();
   }
@@ -283,7 +283,7 @@ void Replicator::on_reply(Node& node, std::uint16_t shard, const protocol::Frame
   if (frame.header.opcode != protocol::Opcode::kReplicate || link.in_flight.empty()) return;
   // Replies come in order on one connection: the first batch in flight is the one answered.
   if (link.in_flight.front().request_id != frame.header.request_id) return;
-  shard_.counters()[Stat::kReplicationAcked].add(link.in_flight.front().keys.size());
+  shard_.counters()[ShardStat::kReplicationAcked].add(link.in_flight.front().keys.size());
   spare_keys_.push_back(std::move(link.in_flight.front().keys));
   link.in_flight.erase(link.in_flight.begin());
 }

@@ -231,7 +231,7 @@ void Shard::accept(tcp::socket socket, bool public_port) {
   const std::uint32_t before = context_.connections.fetch_add(1, std::memory_order_relaxed);
   if (before >= context_.config.max_connections) {
     context_.connections.fetch_sub(1, std::memory_order_relaxed);
-    counters_[Stat::kRejectedConnections].add();
+    counters_[ShardStat::kRejectedConnections].add();
     auto refused = std::make_shared<SocketPeer>(*this, std::move(socket), this_shard, false);
     connections_.insert(refused.get());  // so that stop() closes it too
     refused->start_refused(
@@ -239,8 +239,8 @@ void Shard::accept(tcp::socket socket, bool public_port) {
         fmt::format("too many connections (max {})", context_.config.max_connections));
     return;
   }
-  counters_[Stat::kConnections].add();
-  counters_[Stat::kConnectionsTotal].add();
+  counters_[ShardStat::kConnections].add();
+  counters_[ShardStat::kConnectionsTotal].add();
   auto connection = std::make_shared<SocketPeer>(*this, std::move(socket), this_shard, true);
   connections_.insert(connection.get());
   connection->start();
@@ -262,7 +262,7 @@ bool Shard::refuse_without_descriptor(tcp::acceptor& acceptor) {
     for (int i = 0; i < 16 && ::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
     }
     ::close(fd);
-    counters_[Stat::kRejectedConnections].add();
+    counters_[ShardStat::kRejectedConnections].add();
   }
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   // EAGAIN: another shard took the connection; the accept loop waits for the next one.
@@ -288,7 +288,7 @@ void Shard::log_accept_error(const boost::system::error_code& ec) {
 void Shard::on_connection_closed(SocketPeer* connection, bool counted) {
   connections_.erase(connection);
   if (counted) {
-    counters_[Stat::kConnections].sub();
+    counters_[ShardStat::kConnections].sub();
     context_.connections.fetch_sub(1, std::memory_order_relaxed);
   }
   maybe_closed();
@@ -296,7 +296,7 @@ void Shard::on_connection_closed(SocketPeer* connection, bool counted) {
 
 void Shard::charge_buffers(std::int64_t delta) {
   buffer_bytes_ = static_cast<std::size_t>(static_cast<std::int64_t>(buffer_bytes_) + delta);
-  counters_[Stat::kBufferBytes].set(buffer_bytes_);
+  counters_[ShardStat::kBufferBytes].set(buffer_bytes_);
 }
 
 void Shard::enforce_buffer_budget() {
@@ -359,10 +359,10 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
       if (route == Route::kRedirect) {
         result.status = protocol::ItemStatus::kRedirect;
         result.limit = owner;
-        counters_[Stat::kRedirected].add();
+        counters_[ShardStat::kRedirected].add();
       } else {
         result.status = protocol::ItemStatus::kUnavailable;
-        counters_[Stat::kUnavailable].add();
+        counters_[ShardStat::kUnavailable].add();
       }
       return result;
     }
@@ -373,8 +373,8 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
     result.status = protocol::ItemStatus::kAllowed;
     result.limit = rule.capacity();
     result.granted = table_.give_back(hash, rule, cost, stamp, now_ns);
-    counters_[Stat::kGiveBacks].add();
-    counters_[Stat::kCreditedUnits].add(result.granted);
+    counters_[ShardStat::kGiveBacks].add();
+    counters_[ShardStat::kCreditedUnits].add(result.granted);
     if (result.granted != 0 && view_ != nullptr) replicator_.note(hash);
     return result;
   }
@@ -388,7 +388,7 @@ protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& ru
   result.status =
       answer.decision.allowed ? protocol::ItemStatus::kAllowed : protocol::ItemStatus::kDenied;
   if (!peek) {
-    counters_[answer.decision.allowed ? Stat::kAllowed : Stat::kDenied].add();
+    counters_[answer.decision.allowed ? ShardStat::kAllowed : ShardStat::kDenied].add();
     // Only an admission changes a record's state (a denial leaves it as it was).
     if (answer.decision.allowed && view_ != nullptr) replicator_.note(hash);
   }
@@ -414,16 +414,16 @@ protocol::AcquireResult Shard::lease_local(const KeyHash& hash, const Rule& rule
   result = protocol::to_result(grant.decision);
   if (grant.granted == 0) {
     result.status = protocol::ItemStatus::kDenied;
-    counters_[Stat::kDenied].add();
+    counters_[ShardStat::kDenied].add();
     return result;
   }
   result.status = protocol::ItemStatus::kAllowed;
   result.granted = grant.granted;
   // The stamp its give-back needs (the window, or the grant's millisecond).
   result.retry_after_ms = lease_stamp(rule, now_ns);
-  counters_[Stat::kAllowed].add();
-  counters_[Stat::kLeases].add();
-  counters_[Stat::kLeasedUnits].add(grant.granted);
+  counters_[ShardStat::kAllowed].add();
+  counters_[ShardStat::kLeases].add();
+  counters_[ShardStat::kLeasedUnits].add(grant.granted);
   if (view_ != nullptr) replicator_.note(hash);
   return result;
 }
@@ -434,11 +434,11 @@ protocol::ResetStatus Shard::reset_local(const KeyHash& hash, std::uint64_t now_
     Route route = view_->route(hash, owner);
     if (route == Route::kDecide && !fence_open_) route = Route::kUnavailable;
     if (route == Route::kRedirect) {
-      counters_[Stat::kRedirected].add();
+      counters_[ShardStat::kRedirected].add();
       return protocol::ResetStatus::kRedirect;
     }
     if (route == Route::kUnavailable) {
-      counters_[Stat::kUnavailable].add();
+      counters_[ShardStat::kUnavailable].add();
       return protocol::ResetStatus::kUnavailable;
     }
   }
@@ -492,8 +492,8 @@ void Shard::pull_page(protocol::Bytes& out, std::uint32_t request_id,
       out, frame,
       protocol::PullReplyHeader{request.fence, scanned.done, scanned.next_cursor, clock});
   protocol::finish_records(out, frame);
-  counters_[Stat::kPullPages].add();
-  counters_[Stat::kPullRecords].add(scanned.visited);
+  counters_[ShardStat::kPullPages].add();
+  counters_[ShardStat::kPullRecords].add(scanned.visited);
 }
 
 std::vector<Replicator::PeerLag> Shard::published_lag() const {
@@ -503,13 +503,13 @@ std::vector<Replicator::PeerLag> Shard::published_lag() const {
 
 void Shard::publish_table_stats() {
   const TableStats stats = table_.stats();
-  counters_[Stat::kKeys].set(stats.keys);
-  counters_[Stat::kMemoryBytes].set(stats.memory_bytes);
-  counters_[Stat::kSlots].set(stats.slots);
-  counters_[Stat::kExpired].set(stats.expired);
-  counters_[Stat::kEvicted].set(stats.evicted);
-  counters_[Stat::kFailedInserts].set(stats.failed_inserts);
-  counters_[Stat::kHugePages].set(stats.huge_pages ? 1 : 0);
+  counters_[ShardStat::kKeys].set(stats.keys);
+  counters_[ShardStat::kMemoryBytes].set(stats.memory_bytes);
+  counters_[ShardStat::kSlots].set(stats.slots);
+  counters_[ShardStat::kExpired].set(stats.expired);
+  counters_[ShardStat::kEvicted].set(stats.evicted);
+  counters_[ShardStat::kFailedInserts].set(stats.failed_inserts);
+  counters_[ShardStat::kHugePages].set(stats.huge_pages ? 1 : 0);
 }
 
 void Shard::append_stats_reply(protocol::Bytes& out, std::uint32_t request_id,
@@ -525,14 +525,14 @@ void Shard::append_stats_reply(protocol::Bytes& out, std::uint32_t request_id,
 }
 
 void Shard::rebuild_stats_snapshot(std::uint64_t now_ns) {
-  constexpr std::size_t kStats = static_cast<std::size_t>(Stat::kCount);
+  constexpr std::size_t kStats = static_cast<std::size_t>(ShardStat::kCount);
   if (stats_entries_.empty()) {
     stats_entries_.reserve((context_.shard_count + 1) * kStats);
     for (std::size_t s = 0; s < kStats; ++s)
-      stats_entries_.push_back({fmt::format("total.{}", kStatNames[s]), 0});
+      stats_entries_.push_back({fmt::format("total.{}", kShardStatNames[s]), 0});
     for (unsigned i = 0; i < context_.shard_count; ++i) {
       for (std::size_t s = 0; s < kStats; ++s)
-        stats_entries_.push_back({fmt::format("shard.{}.{}", i, kStatNames[s]), 0});
+        stats_entries_.push_back({fmt::format("shard.{}.{}", i, kShardStatNames[s]), 0});
     }
   }
   publish_table_stats();

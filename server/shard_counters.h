@@ -28,9 +28,10 @@ class SingleWriterCounter {
   std::atomic<std::uint64_t> value_{0};
 };
 
-// The names are part of STATS ("shard.<i>.<name>", "total.<name>"), documented in
+// A shard counter (not client::Stat, one STATS entry as a client reads it). The names are part
+// of STATS ("shard.<i>.<name>", "total.<name>"), documented in
 // docs/PROTOCOL.md; the order here is the order of the reply.
-enum class Stat : std::size_t {
+enum class ShardStat : std::size_t {
   kKeys,
   kMemoryBytes,
   kSlots,
@@ -67,48 +68,49 @@ enum class Stat : std::size_t {
   kCount,
 };
 
-inline constexpr std::array<std::string_view, static_cast<std::size_t>(Stat::kCount)> kStatNames = {
-    "keys",
-    "memory_bytes",
-    "slots",
-    "allowed",
-    "denied",
-    "invalid_items",
-    "expired",
-    "evicted",
-    "failed_inserts",
-    "handed_over",
-    "connections",
-    "connections_total",
-    "protocol_errors",
-    "idle_closed",
-    "rejected_connections",
-    "auth_failures",
-    "huge_pages",
-    "buffer_bytes",
-    "overload_closed",
-    "redirected",
-    "unavailable",
-    "replica_applied",
-    "replica_refused",
-    "replication_sent",
-    "replication_acked",
-    "replication_dropped",
-    "pull_pages",
-    "pull_records",
-    "pulled_records",
-    "leases",
-    "leased_units",
-    "give_backs",
-    "credited_units",
+inline constexpr std::array<std::string_view, static_cast<std::size_t>(ShardStat::kCount)>
+    kShardStatNames = {
+        "keys",
+        "memory_bytes",
+        "slots",
+        "allowed",
+        "denied",
+        "invalid_items",
+        "expired",
+        "evicted",
+        "failed_inserts",
+        "handed_over",
+        "connections",
+        "connections_total",
+        "protocol_errors",
+        "idle_closed",
+        "rejected_connections",
+        "auth_failures",
+        "huge_pages",
+        "buffer_bytes",
+        "overload_closed",
+        "redirected",
+        "unavailable",
+        "replica_applied",
+        "replica_refused",
+        "replication_sent",
+        "replication_acked",
+        "replication_dropped",
+        "pull_pages",
+        "pull_records",
+        "pulled_records",
+        "leases",
+        "leased_units",
+        "give_backs",
+        "credited_units",
 };
 
 // Padded so that two shards' counters never share a cache line.
 struct alignas(64) ShardCounters {
-  std::array<SingleWriterCounter, static_cast<std::size_t>(Stat::kCount)> values;
+  std::array<SingleWriterCounter, static_cast<std::size_t>(ShardStat::kCount)> values;
 
-  SingleWriterCounter& operator[](Stat s) { return values[static_cast<std::size_t>(s)]; }
-  const SingleWriterCounter& operator[](Stat s) const {
+  SingleWriterCounter& operator[](ShardStat s) { return values[static_cast<std::size_t>(s)]; }
+  const SingleWriterCounter& operator[](ShardStat s) const {
     return values[static_cast<std::size_t>(s)];
   }
 };

@@ -60,7 +60,7 @@ using protocol::ItemStatus;
 using protocol::Opcode;
 using protocol::ResetStatus;
 using protocol::WireErrorCode;
-using server::Stat;
+using server::ShardStat;
 
 // Names the broken check's line before trapping: the optimizer merges the traps themselves.
 void require(bool condition, unsigned line = __builtin_LINE()) {
@@ -74,7 +74,7 @@ void require(const protocol::ParseResult& parsed, unsigned line = __builtin_LINE
 
 constexpr std::uint64_t kStartNs = 1'700'000'040'000'000'000ull;
 constexpr std::string_view kToken = "fuzz-token";
-constexpr std::size_t kStatCount = static_cast<std::size_t>(Stat::kCount);
+constexpr std::size_t kStatCount = static_cast<std::size_t>(ShardStat::kCount);
 
 // ---- the leading bytes -------------------------------------------------------------------
 
@@ -714,10 +714,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (unsigned i = 0; i < node.shard_count(); ++i) {
     const server::Shard& shard = node.shard(i);
     const server::ShardCounters& counters = shard.counters();
-    require(counters[Stat::kProtocolErrors].get() == counted[i].protocol_errors);
-    require(counters[Stat::kAuthFailures].get() == counted[i].auth_failures);
-    require(counters[Stat::kInvalidItems].get() == counted[i].invalid_items);
-    require(counters[Stat::kHandedOver].get() == counted[i].handed_over);
+    require(counters[ShardStat::kProtocolErrors].get() == counted[i].protocol_errors);
+    require(counters[ShardStat::kAuthFailures].get() == counted[i].auth_failures);
+    require(counters[ShardStat::kInvalidItems].get() == counted[i].invalid_items);
+    require(counters[ShardStat::kHandedOver].get() == counted[i].handed_over);
     require(shard.TEST_check_table_invariants());
   }
   return 0;
