@@ -425,7 +425,7 @@ double thread_cpu_ns() {
 // also counts preemption.
 void BM_InsertMaxPause(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
-  using Clock = std::chrono::steady_clock;
+  using SteadyClock = std::chrono::steady_clock;
   for (auto _ : state) {
     CounterTable table(roomy(1024, state.range(1) != 0));
     std::uint64_t seed = 8;
@@ -438,9 +438,10 @@ void BM_InsertMaxPause(benchmark::State& state) {
     for (std::size_t i = 0; i < n; ++i) {
       const KeyHash k{splitmix64(seed), splitmix64(seed)};
       const double cpu_start = thread_cpu_ns();
-      const auto start = Clock::now();
+      const auto start = SteadyClock::now();
       benchmark::DoNotOptimize(table.acquire(k, kBucket, Request{now += kStepNs, 1, false}));
-      const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+      const double ns =
+          std::chrono::duration<double, std::nano>(SteadyClock::now() - start).count();
       max_cpu_ns = std::max(max_cpu_ns, thread_cpu_ns() - cpu_start);
       over_100us += ns > 100e3;
       over_1ms += ns > 1e6;

@@ -19,7 +19,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
@@ -263,12 +263,12 @@ asio::awaitable<std::string> Client::connect(Connection& connection, const Endpo
 }
 
 asio::awaitable<Expected<std::string>> Client::post(std::string_view path, std::string body) {
-  const auto deadline = Clock::now() + config_.timeout;
+  const auto deadline = SteadyClock::now() + config_.timeout;
   std::string errors;
   for (std::size_t i = 0; i < config_.endpoints.size(); ++i) {
     const Endpoint& endpoint = config_.endpoints[i];
     const std::string where = endpoint.host + ":" + std::to_string(endpoint.port);
-    const auto now = Clock::now();
+    const auto now = SteadyClock::now();
     if (now >= deadline) break;
     // Each endpoint left gets an equal share of the time left, so one that does not answer
     // leaves the others time to.
@@ -414,11 +414,11 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
   if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
   const std::string body = json{{"create_request", create}}.dump();
   std::string errors;
-  const auto deadline = Clock::now() + config_.timeout;
+  const auto deadline = SteadyClock::now() + config_.timeout;
   for (std::size_t i = 0; i < config_.endpoints.size(); ++i) {
     const Endpoint& endpoint = config_.endpoints[i];
     const std::string where = endpoint.host + ":" + std::to_string(endpoint.port);
-    const auto now = Clock::now();
+    const auto now = SteadyClock::now();
     if (now >= deadline) break;
     auto connection = std::make_shared<Connection>(io_);
     watching_.push_back(connection);

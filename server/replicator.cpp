@@ -15,7 +15,7 @@ namespace sluice::server {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 protocol::WireRecord to_wire(const RecordImage& image) {
   protocol::WireRecord record;
@@ -142,7 +142,7 @@ void Replicator::note(const KeyHash& hash) {
 }
 
 void Replicator::queue(Node& node, const KeyHash& hash) {
-  if (node.pending.empty()) node.pending_since = Clock::now();
+  if (node.pending.empty()) node.pending_since = SteadyClock::now();
   if (node.pending.size() >= kMaxPendingRecords) {
     node.pending.erase(node.pending.begin());  // the oldest goes: its replica stays behind
     shard_.counters()[ShardStat::kReplicationDropped].add();
@@ -246,7 +246,7 @@ void Replicator::flush(Node& node) {
       batch.keys.clear();
     }
     batch.request_id = link.link->next_id();
-    batch.sent = Clock::now();
+    batch.sent = SteadyClock::now();
     protocol::Bytes& out = link.link->output();
     const protocol::RecordFrame frame =
         protocol::begin_replicate_request(out, batch.request_id, link.link->framing());
@@ -274,7 +274,7 @@ void Replicator::flush(Node& node) {
     link.link->flush();
   }
   node.pending.resize(kept);
-  if (!node.pending.empty()) node.pending_since = Clock::now();
+  if (!node.pending.empty()) node.pending_since = SteadyClock::now();
 }
 
 void Replicator::on_reply(Node& node, std::uint16_t shard, const protocol::Frame& frame) {
@@ -301,7 +301,7 @@ void Replicator::on_down(Node& node, std::uint16_t shard) {
 
 void Replicator::lag(std::vector<PeerLag>& out) const {
   out.resize(nodes_.size());
-  const auto now = Clock::now();
+  const auto now = SteadyClock::now();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& node = nodes_[i];
     PeerLag& lag = out[i];
@@ -309,7 +309,7 @@ void Replicator::lag(std::vector<PeerLag>& out) const {
     lag.unacked = 0;
     lag.queued = node->pending.size();
     lag.up = node->control != nullptr && node->control->up();
-    Clock::time_point oldest = node->pending.empty() ? now : node->pending_since;
+    SteadyClock::time_point oldest = node->pending.empty() ? now : node->pending_since;
     for (const Link& link : node->shards) {
       for (const Batch& batch : link.in_flight) lag.unacked += batch.keys.size();
       if (!link.in_flight.empty()) oldest = std::min(oldest, link.in_flight.front().sent);

@@ -19,7 +19,7 @@ namespace sluice::server {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using protocol::WireErrorCode;
 
 namespace {
@@ -45,7 +45,7 @@ SocketPeer::SocketPeer(Shard& shard, tcp::socket socket, std::uint16_t this_shar
       write_signal_(shard.io()),
       read_resume_(shard.io()),
       watchdog_timer_(shard.io()),
-      last_frame_(Clock::now()) {}
+      last_frame_(SteadyClock::now()) {}
 
 // Runs on the shard thread, or on the stopping thread after the shard threads have exited:
 // it must not touch the shard.
@@ -157,13 +157,13 @@ void SocketPeer::shed_for_memory(std::size_t shard_budget) {
 void SocketPeer::begin_closing() {
   if (closing_) return;
   closing_ = true;
-  closing_since_ = Clock::now();
+  closing_since_ = SteadyClock::now();
   watchdog_timer_.cancel();  // re-evaluate: the deadline is now the close grace period
   read_resume_.cancel();
   wake_writer();
 }
 
-void SocketPeer::shut_down(Clock::time_point deadline) {
+void SocketPeer::shut_down(SteadyClock::time_point deadline) {
   if (closed_ || shutting_down_) return;
   shutting_down_ = true;
   shutdown_deadline_ = deadline;
@@ -238,7 +238,7 @@ asio::awaitable<void> SocketPeer::read_loop() {
   for (;;) {
     boost::system::error_code ec;
     if (!closing_ && should_pause_reading()) {
-      read_resume_.expires_at(Clock::time_point::max());
+      read_resume_.expires_at(SteadyClock::time_point::max());
       read_paused_ = true;
       co_await read_resume_.async_wait(net::redirect(ec));
       read_paused_ = false;
@@ -311,7 +311,7 @@ asio::awaitable<void> SocketPeer::write_loop() {
       // A failed connection stops at its ERROR; one the peer finished waits for its last
       // hand-over replies.
       if (closing_ && (failed_ || frames_pending() == 0)) break;
-      write_signal_.expires_at(Clock::time_point::max());
+      write_signal_.expires_at(SteadyClock::time_point::max());
       co_await write_signal_.async_wait(net::redirect(ec));
       continue;
     }
@@ -340,13 +340,13 @@ asio::awaitable<void> SocketPeer::write_loop() {
 asio::awaitable<void> SocketPeer::watchdog_loop() {
   const auto idle_timeout = shard_.context().config.idle_timeout;
   while (!closed_) {
-    Clock::time_point deadline = Clock::time_point::max();
+    SteadyClock::time_point deadline = SteadyClock::time_point::max();
     if (closing_) {
       deadline = shutting_down_ ? shutdown_deadline_ : closing_since_ + kCloseGrace;
     } else if (idle_timeout.count() > 0) {
       deadline = last_frame_ + idle_timeout;
     }
-    if (Clock::now() >= deadline) {
+    if (SteadyClock::now() >= deadline) {
       if (closing_) {
         close();
         break;
@@ -365,7 +365,7 @@ asio::awaitable<void> SocketPeer::watchdog_loop() {
 
 void SocketPeer::after_input(bool handled_any) {
   if (handled_any) {
-    last_frame_ = Clock::now();
+    last_frame_ = SteadyClock::now();
     shard_.publish_table_stats();
   }
   shard_.TEST_record_queued_output(out_queued_.size() + out_writing_.size());

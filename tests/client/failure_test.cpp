@@ -16,7 +16,7 @@ using testing::options_for;
 using testing::per_minute;
 using testing::TestServer;
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // Long call and connect timeouts (2 s, from options_for): for clients whose calls must succeed.
 ClientOptions long_options(const std::string& address) {
@@ -33,11 +33,11 @@ ClientOptions short_call_options(const std::string& address) {
 
 TEST_CASE("connect to a node that never answers HELLO times out within bounds") {
   FakeServer silent(FakeServer::Mode::kSilent);
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   ClientOptions options = long_options(silent.address());
   options.connect_timeout = 200ms;  // this connect is meant to time out
   auto client = Client::connect(options);
-  const auto elapsed = Clock::now() - start;
+  const auto elapsed = SteadyClock::now() - start;
   REQUIRE_FALSE(client.ok());
   CHECK(client.code() == ErrorCode::kTimeout);
   CHECK(elapsed >= 200ms);
@@ -68,9 +68,9 @@ TEST_CASE("connect rejects bad options") {
 TEST_CASE("a call the node never answers returns a timeout within bounds") {
   FakeServer node(FakeServer::Mode::kHold);
   auto client = connect_or_fail(short_call_options(node.address()));
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   auto d = client->acquire("timeout:key", per_minute(10));
-  const auto elapsed = Clock::now() - start;
+  const auto elapsed = SteadyClock::now() - start;
   CHECK(d.code() == ErrorCode::kTimeout);
   CHECK(elapsed >= 100ms);
   CHECK(elapsed < kHang);
@@ -145,10 +145,10 @@ TEST_CASE("after the server stops, calls fail with a connection error instead of
   server->server().wait();
   for (int i = 0; i < 5; ++i) {
     INFO(i);
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     auto d = client->acquire("stop:key", per_minute(10));
     CHECK(d.code() == ErrorCode::kConnectionFailed);
-    CHECK(Clock::now() - start < kHang);
+    CHECK(SteadyClock::now() - start < kHang);
     CHECK(client->ping().code() == ErrorCode::kConnectionFailed);
   }
   std::vector<AcquireRequest> items = {{"stop:a", per_minute(1), 1, false},
@@ -170,9 +170,9 @@ TEST_CASE("destroying the client fails the calls still in flight with kClosed") 
       latch.count_down();
     });
   }
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   client.reset();
-  CHECK(Clock::now() - start < kHang);  // well before the 60 s timeout
+  CHECK(SteadyClock::now() - start < kHang);  // well before the 60 s timeout
   CHECK(latch.wait_for(5, kHang));
   CHECK(closed == 5);
 }

@@ -20,7 +20,7 @@ using testing::kHang;
 using testing::options_for;
 using testing::per_minute;
 using testing::TestServer;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 TEST_CASE("a call that times out while the handshake is delayed is never sent") {
   TestServer server;
@@ -52,9 +52,9 @@ TEST_CASE("a call that times out while the handshake is delayed is never sent") 
   // The handshake completes; a peek on the same connection (same key, so the same shard, after
   // the acquire had it been sent) finds the key untouched: all 5 units could still be taken.
   proxy.release_replies();
-  const auto deadline = Clock::now() + kHang;
+  const auto deadline = SteadyClock::now() + kHang;
   Result<Decision> peeked = client->peek("withdraw:key", per_minute(5), 5);
-  while (!peeked.ok() && Clock::now() < deadline) {
+  while (!peeked.ok() && SteadyClock::now() < deadline) {
     peeked = client->peek("withdraw:key", per_minute(5), 5);
   }
   REQUIRE(peeked.ok());
@@ -84,10 +84,10 @@ TEST_CASE("a reply that arrives after its call timed out is dropped and counted"
   // The next call's reply comes after the late one on the same connection, so once it is
   // answered the late one has been read. Retries only guard a loaded machine's timeouts: a
   // call's reply must be its own (the fake echoes the cost), never an earlier call's.
-  const auto deadline = Clock::now() + kHang;
+  const auto deadline = SteadyClock::now() + kHang;
   std::uint32_t cost = 222;
   Result<Decision> d = client->acquire("late:key", per_minute(1000), cost);
-  while (d.code() == ErrorCode::kTimeout && Clock::now() < deadline) {
+  while (d.code() == ErrorCode::kTimeout && SteadyClock::now() < deadline) {
     d = client->acquire("late:key", per_minute(1000), ++cost);
   }
   REQUIRE(d.ok());

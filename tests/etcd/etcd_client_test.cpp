@@ -22,7 +22,7 @@ namespace {
 
 namespace asio = boost::asio;
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // Runs `op` on `io` until it finishes (at most `limit`) and returns its value.
 template <typename T>
@@ -211,18 +211,18 @@ TEST_CASE("a lease not kept alive expires after its TTL, and a watch sees its ke
   test::EtcdProcess etcd;
   asio::io_context io;
   Client client(io, config_for(etcd));
-  const auto granted = Clock::now();
+  const auto granted = SteadyClock::now();
   const Expected<Lease> lease = run(io, client.grant(2s));
   REQUIRE(lease.has_value());
   const std::int64_t put = *run(io, client.put("/t/members/a", "x", lease->id));
-  std::optional<Clock::time_point> deleted;
+  std::optional<SteadyClock::time_point> deleted;
   const std::string ended =
       run(io,
           client.watch("/t/members/", put + 1,
                        [&](const WatchBatch& batch) {
                          for (const WatchEvent& e : batch.events) {
                            if (e.type == WatchEvent::Type::kDelete && e.kv.key == "/t/members/a") {
-                             deleted = Clock::now();
+                             deleted = SteadyClock::now();
                            }
                          }
                          return !deleted.has_value();
@@ -270,18 +270,18 @@ TEST_CASE("an endpoint that refuses or never answers is passed over within the c
   config.endpoints = {Endpoint{"127.0.0.1", closed_port()}, Endpoint{"127.0.0.1", hole.port()},
                       Endpoint{"127.0.0.1", etcd.client_port()}};
   Client client(io, config);
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   const Expected<std::int64_t> put = run(io, client.put("/t/a", "x"));
   CHECK(put.has_value());
-  CHECK(Clock::now() - start < 1500ms);
+  CHECK(SteadyClock::now() - start < 1500ms);
 
   // None answers: the error names each, and comes by the deadline.
   config.timeout = 400ms;
   config.endpoints = {Endpoint{"127.0.0.1", closed_port()}, Endpoint{"127.0.0.1", hole.port()}};
   Client dead(io, config);
-  const auto again = Clock::now();
+  const auto again = SteadyClock::now();
   const Expected<std::int64_t> failed = run(io, dead.put("/t/a", "x"));
-  const auto took = Clock::now() - again;
+  const auto took = SteadyClock::now() - again;
   REQUIRE_FALSE(failed.has_value());
   INFO(failed.error());
   CHECK(failed.error().find("connect") != std::string::npos);

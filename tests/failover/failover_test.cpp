@@ -36,7 +36,7 @@ namespace sluice::test {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 using protocol::ItemStatus;
 
 constexpr unsigned kShards = 2;
@@ -52,7 +52,7 @@ constexpr auto kSlowBuildMargin = 0s;
 constexpr std::chrono::milliseconds kCallDeadline{250};
 #endif
 
-long long ms(Clock::duration d) {
+long long ms(SteadyClock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
@@ -139,7 +139,7 @@ class EtcdCluster {
   // exactly `active`; returns it. Fails the test after `limit`.
   cluster::ClusterMap wait_for(const std::set<int>& active, const std::set<int>& asked,
                                std::chrono::milliseconds limit = 15s) {
-    const auto until = Clock::now() + limit;
+    const auto until = SteadyClock::now() + limit;
     std::string last;
     for (;;) {
       std::optional<cluster::ClusterMap> agreed;
@@ -163,7 +163,7 @@ class EtcdCluster {
       }
       if (ok && agreed) return *agreed;
       INFO("the nodes never agreed on the expected map: " << last << "; node-0's log: " << log(0));
-      REQUIRE(Clock::now() < until);
+      REQUIRE(SteadyClock::now() < until);
       std::this_thread::sleep_for(20ms);
     }
   }
@@ -219,9 +219,9 @@ struct KeyLog {
   int primary = -1;  // at the start
   std::uint64_t admitted = 0;
   std::uint64_t errors = 0;
-  std::vector<Clock::time_point> admitted_at;
-  std::string remaining;                         // of each admission, in order (for a message)
-  std::optional<Clock::time_point> first_after;  // the first decision after the event
+  std::vector<SteadyClock::time_point> admitted_at;
+  std::string remaining;  // of each admission, in order (for a message)
+  std::optional<SteadyClock::time_point> first_after;  // the first decision after the event
   std::string first_error;
 };
 
@@ -230,11 +230,11 @@ struct KeyLog {
 template <typename Done>
 void drive(client::Client& client, const std::vector<std::string>& keys,
            const std::vector<Rule>& rules, std::vector<KeyLog>& logs,
-           std::optional<Clock::time_point> event, Done done) {
+           std::optional<SteadyClock::time_point> event, Done done) {
   for (std::size_t round = 0; round < 1'000'000; ++round) {
     for (std::size_t k = 0; k < keys.size(); ++k) {
       const auto decision = client.acquire(keys[k], rules[k]);
-      const auto now = Clock::now();
+      const auto now = SteadyClock::now();
       KeyLog& log = logs[k];
       if (decision.ok()) {
         if (decision->allowed) {
@@ -249,7 +249,7 @@ void drive(client::Client& client, const std::vector<std::string>& keys,
         if (log.first_error.empty()) log.first_error = decision.status().message();
       }
     }
-    if (done(Clock::now())) return;
+    if (done(SteadyClock::now())) return;
   }
 }
 
@@ -261,8 +261,8 @@ void settle(client::Client& client, const std::vector<std::string>& keys,
   std::vector<bool> decided(keys.size(), false);
   std::size_t left = keys.size();
   std::string last_error;
-  const auto until = Clock::now() + 15s;
-  while (left != 0 && Clock::now() < until) {
+  const auto until = SteadyClock::now() + 15s;
+  while (left != 0 && SteadyClock::now() < until) {
     for (std::size_t k = 0; k < keys.size(); ++k) {
       if (decided[k]) continue;
       const auto peek = client.peek(keys[k], rules[k]);
@@ -334,12 +334,12 @@ KillOutcome kill_under_load(EtcdCluster& cluster, client::Client& client, int vi
 
   settle(client, keys, rules);
   // Long enough to exhaust most limited keys, and for the replicas to have every count.
-  const auto warm_until = Clock::now() + 1500ms;
+  const auto warm_until = SteadyClock::now() + 1500ms;
   drive(client, keys, rules, logs, std::nullopt,
-        [&](Clock::time_point now) { return now >= warm_until; });
-  const auto killed_at = Clock::now();
+        [&](SteadyClock::time_point now) { return now >= warm_until; });
+  const auto killed_at = SteadyClock::now();
   cluster.kill9(victim);
-  drive(client, keys, rules, logs, killed_at, [&](Clock::time_point now) {
+  drive(client, keys, rules, logs, killed_at, [&](SteadyClock::time_point now) {
     if (now - killed_at > 15s) return true;
     for (const KeyLog& log : logs) {
       if (log.primary == victim && !log.first_after) return false;
@@ -388,9 +388,9 @@ KillOutcome kill_under_load(EtcdCluster& cluster, client::Client& client, int vi
     // What the dead primary admitted after its last replicated batch may be admitted again by
     // the replica, and nothing more: batches leave every millisecond, so 50 ms before the kill
     // is a generous window.
-    const auto lost = static_cast<std::uint64_t>(
-        std::count_if(log.admitted_at.begin(), log.admitted_at.end(),
-                      [&](Clock::time_point t) { return t >= killed_at - 50ms && t < killed_at; }));
+    const auto lost = static_cast<std::uint64_t>(std::count_if(
+        log.admitted_at.begin(), log.admitted_at.end(),
+        [&](SteadyClock::time_point t) { return t >= killed_at - 50ms && t < killed_at; }));
     outcome.lost_window += lost;
     CHECK(log.admitted <= kLimit + lost);
     outcome.over_limit += log.admitted > kLimit ? log.admitted - kLimit : 0;
@@ -417,7 +417,7 @@ TEST_CASE("etcd mode: the nodes register, agree on one map and route every key")
   settle(*client, keys, rules);
   int rounds = 0;
   drive(*client, keys, rules, logs, std::nullopt,
-        [&](Clock::time_point) { return ++rounds == 10; });
+        [&](SteadyClock::time_point) { return ++rounds == 10; });
   std::uint64_t wrong = 0;
   std::uint64_t errors = 0;
   std::string first_error;
@@ -484,9 +484,9 @@ TEST_CASE(
 
   struct Seen {
     std::uint64_t admitted = 0;
-    std::uint64_t local = 0;                         // decisions of the local fallback
-    std::uint64_t errors = 0;                        // must stay 0
-    std::optional<Clock::time_point> cluster_again;  // after the kill
+    std::uint64_t local = 0;                               // decisions of the local fallback
+    std::uint64_t errors = 0;                              // must stay 0
+    std::optional<SteadyClock::time_point> cluster_again;  // after the kill
   };
   std::vector<Seen> seen(keys.size());
   long long slowest_ms = 0;
@@ -494,12 +494,12 @@ TEST_CASE(
   // Each round is followed by a pause as long as itself, 20 ms at least: answered locally, the
   // rounds are a busy loop that would take a whole core from the nodes and etcd (and, in a
   // sanitized build, from the failover test ctest runs beside it) until their leases lapse.
-  const auto round = [&](std::optional<Clock::time_point> killed_at) {
-    const auto round_start = Clock::now();
+  const auto round = [&](std::optional<SteadyClock::time_point> killed_at) {
+    const auto round_start = SteadyClock::now();
     for (std::size_t k = 0; k < keys.size(); ++k) {
-      const auto start = Clock::now();
+      const auto start = SteadyClock::now();
       const auto d = client.acquire(keys[k], rule);
-      const auto end = Clock::now();
+      const auto end = SteadyClock::now();
       slowest_ms = std::max(slowest_ms, ms(end - start));
       if (!d.ok()) {
         ++seen[k].errors;
@@ -512,12 +512,13 @@ TEST_CASE(
         seen[k].cluster_again = end;
       }
     }
-    std::this_thread::sleep_for(std::max<Clock::duration>(20ms, Clock::now() - round_start));
+    std::this_thread::sleep_for(
+        std::max<SteadyClock::duration>(20ms, SteadyClock::now() - round_start));
   };
   // Half the limit; then the replicas have every count (no node has a record left to stream)
   // before the kill, so that nothing the dead node admitted is missing on its replica.
   for (int r = 0; r < kWarmRounds; ++r) round(std::nullopt);
-  const auto drained_by = Clock::now() + 10s;
+  const auto drained_by = SteadyClock::now() + 10s;
   for (;;) {
     const auto info = client.cluster();
     REQUIRE(info.ok());
@@ -529,14 +530,14 @@ TEST_CASE(
     }
     if (known && left == 0) break;
     INFO("records still to replicate: " << left);
-    REQUIRE(Clock::now() < drained_by);
+    REQUIRE(SteadyClock::now() < drained_by);
     std::this_thread::sleep_for(5ms);
   }
   for (std::size_t k = 0; k < keys.size(); ++k) {
     INFO("key " << keys[k]);
     REQUIRE(seen[k].admitted == static_cast<std::uint64_t>(kWarmRounds));
   }
-  const auto killed_at = Clock::now();
+  const auto killed_at = SteadyClock::now();
   cluster.kill9(kVictim);
   for (int r = 0; r < 100'000; ++r) {
     round(killed_at);
@@ -544,7 +545,9 @@ TEST_CASE(
     for (std::size_t k = 0; k < keys.size(); ++k) {
       if (primary[k] == kVictim && !seen[k].cluster_again) all_back = false;
     }
-    if ((all_back && Clock::now() - killed_at > 500ms) || Clock::now() - killed_at > 15s) break;
+    if ((all_back && SteadyClock::now() - killed_at > 500ms) ||
+        SteadyClock::now() - killed_at > 15s)
+      break;
   }
   // Then enough rounds for every key to use up what the cluster still admits: the counts are
   // final, and what lies beyond L is the fallback window's whole cost.
@@ -609,9 +612,9 @@ TEST_CASE("etcd mode: a primary paused past its lease answers nothing as primary
   // Right after the three turned active, a partition node-1 took over may still be pulling
   // (UNAVAILABLE): asked again, as a client would, for at most 5 s.
   const auto decided = [&](const std::string& key) {
-    const auto until = Clock::now() + 5s;
+    const auto until = SteadyClock::now() + 5s;
     protocol::AcquireResult r = raw.acquire(key, rule);
-    while (r.status == ItemStatus::kUnavailable && Clock::now() < until) {
+    while (r.status == ItemStatus::kUnavailable && SteadyClock::now() < until) {
       std::this_thread::sleep_for(5ms);
       r = raw.acquire(key, rule);
     }
@@ -624,10 +627,10 @@ TEST_CASE("etcd mode: a primary paused past its lease answers nothing as primary
   // Let the last admissions reach the replicas.
   std::this_thread::sleep_for(50ms);
 
-  const auto stopped_at = Clock::now();
+  const auto stopped_at = SteadyClock::now();
   cluster.child(kVictim).send_signal(SIGSTOP);
   const cluster::ClusterMap failed_over = cluster.wait_for({0, 2}, {0, 2});
-  const long long failover_ms = ms(Clock::now() - stopped_at);
+  const long long failover_ms = ms(SteadyClock::now() - stopped_at);
   // The others serve node-1's keys with node-1's counts: still exhausted.
   auto client = connect_client(cluster, 0);
   for (const std::string& key : keys) {
@@ -673,9 +676,9 @@ TEST_CASE("etcd mode: a primary paused past its lease answers nothing as primary
     REQUIRE(raw.read(frame, 10s) == RawClient::ReadEnd::kFrame);
     tally(frame);
   }
-  const auto resumed_until = Clock::now() + 15s;
+  const auto resumed_until = SteadyClock::now() + 15s;
   bool active_again = false;
-  while (!active_again && Clock::now() < resumed_until) {
+  while (!active_again && SteadyClock::now() < resumed_until) {
     for (const std::string& key : keys) {
       send_acquire(key);
       ReceivedFrame frame;
@@ -718,26 +721,26 @@ TEST_CASE("etcd mode: with etcd down the primaries stop once their leases may ha
   std::vector<Slot> slots(400);  // 20 s
   std::vector<KeyLog> logs(keys.size());
   drive(*client, keys, std::vector<Rule>(keys.size(), rule), logs, std::nullopt,
-        [](Clock::time_point) { return true; });
+        [](SteadyClock::time_point) { return true; });
 
-  const auto killed_at = Clock::now();
+  const auto killed_at = SteadyClock::now();
   cluster.etcd().kill9();
   bool restarted = false;
-  Clock::time_point restarted_at;
-  std::optional<Clock::time_point> recovered_at;
+  SteadyClock::time_point restarted_at;
+  std::optional<SteadyClock::time_point> recovered_at;
   std::string first_error;
   for (int round = 0; round < 1'000'000 && !recovered_at; ++round) {
-    if (Clock::now() - killed_at > 20s) break;
+    if (SteadyClock::now() - killed_at > 20s) break;
     std::uint64_t round_errors = 0;
     for (const std::string& key : keys) {
       // Checked per call: while the primaries are fenced, each call takes its whole timeout.
-      if (!restarted && Clock::now() - killed_at >= 3s) {
+      if (!restarted && SteadyClock::now() - killed_at >= 3s) {
         cluster.etcd().restart();
         restarted = true;
-        restarted_at = Clock::now();
+        restarted_at = SteadyClock::now();
       }
       const auto decision = client->acquire(key, rule);
-      const auto at = Clock::now();
+      const auto at = SteadyClock::now();
       Slot& slot = slots[std::min<std::size_t>(slots.size() - 1,
                                                static_cast<std::size_t>(ms(at - killed_at) / 50))];
       if (decision.ok()) {
@@ -748,7 +751,7 @@ TEST_CASE("etcd mode: with etcd down the primaries stop once their leases may ha
         if (first_error.empty()) first_error = decision.status().message();
       }
     }
-    if (restarted && round_errors == 0) recovered_at = Clock::now();
+    if (restarted && round_errors == 0) recovered_at = SteadyClock::now();
     if (round_errors != 0) std::this_thread::sleep_for(5ms);
   }
   REQUIRE(restarted);
@@ -789,15 +792,15 @@ TEST_CASE("etcd mode: draining a node under load loses no request and no count")
   std::vector<KeyLog> logs(keys.size());
   const std::vector<Rule> rules(keys.size(), hourly(kLimit));
   settle(*client, keys, rules);
-  const auto warm_until = Clock::now() + 1000ms;
+  const auto warm_until = SteadyClock::now() + 1000ms;
   drive(*client, keys, rules, logs, std::nullopt,
-        [&](Clock::time_point now) { return now >= warm_until; });
-  const auto drained_at = Clock::now();
+        [&](SteadyClock::time_point now) { return now >= warm_until; });
+  const auto drained_at = SteadyClock::now();
   const auto outcome = client->drain("node-1");
   REQUIRE(outcome.ok());
   CHECK(outcome->refusal.empty());
   drive(*client, keys, rules, logs, drained_at,
-        [&](Clock::time_point now) { return now - drained_at >= 1500ms; });
+        [&](SteadyClock::time_point now) { return now - drained_at >= 1500ms; });
   // node-1 is out of the ring on every node, itself included, and still answers.
   const cluster::ClusterMap after = cluster.wait_for({0, 2}, {0, 1, 2});
   REQUIRE(after.find("node-1") != nullptr);
@@ -880,16 +883,16 @@ TEST_CASE(
   settle(*client, keys, rules);
   // Two seconds of traffic: the bulk keys' stamps are then older than the second a pull since
   // the warm-up adds before it.
-  const auto warm_until = Clock::now() + 2000ms;
+  const auto warm_until = SteadyClock::now() + 2000ms;
   drive(*client, keys, rules, logs, std::nullopt,
-        [&](Clock::time_point now) { return now >= warm_until; });
+        [&](SteadyClock::time_point now) { return now >= warm_until; });
 
-  const auto joined_at = Clock::now();
+  const auto joined_at = SteadyClock::now();
   cluster.start(3);
   // Traffic goes on until node-3 is active in its own map, and one second more.
-  std::optional<Clock::time_point> active_at;
-  auto next_look = Clock::now();
-  drive(*client, keys, rules, logs, joined_at, [&](Clock::time_point now) {
+  std::optional<SteadyClock::time_point> active_at;
+  auto next_look = SteadyClock::now();
+  drive(*client, keys, rules, logs, joined_at, [&](SteadyClock::time_point now) {
     if (now - joined_at > 30s) return true;
     if (!active_at && now >= next_look) {
       next_look = now + 100ms;

@@ -28,7 +28,7 @@ namespace sluice::test {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // A raw loopback connection, with small kernel buffers when asked (set before connect, so the
 // window is negotiated small): output the client does not read then backs up in the server.
@@ -69,10 +69,10 @@ class RawSocket {
 
   // Reads until end of stream, a reset, or the deadline; `received` gets every byte.
   enum class End { kClosed, kReset, kTimeout };
-  End read_to_end(protocol::Bytes& received, Clock::time_point deadline) {
+  End read_to_end(protocol::Bytes& received, SteadyClock::time_point deadline) {
     for (;;) {
       const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
       if (left.count() <= 0) return End::kTimeout;
       pollfd p{fd_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return End::kTimeout;
@@ -129,9 +129,10 @@ protocol::Bytes half_sent_ping(std::uint32_t body) {
 
 // Checks that the good client is served, within its deadline, and how long it took.
 void check_served(RawClient& good, std::chrono::milliseconds& slowest) {
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   CHECK(good.ping());
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
   if (took > slowest) slowest = took;
 }
 
@@ -152,8 +153,8 @@ TEST_CASE("connections holding half-sent frames are shed, the largest first, wit
   for (int i = 0; i < kHostile; ++i) {
     hostile.push_back(std::make_unique<RawSocket>(server.port()));
     // Each one's bytes all reach the server before the next starts: its buffer is 256 KiB.
-    const auto deadline = Clock::now() + 5s;
-    while (hostile.back()->send_some(half) < half.size() && Clock::now() < deadline) {
+    const auto deadline = SteadyClock::now() + 5s;
+    while (hostile.back()->send_some(half) < half.size() && SteadyClock::now() < deadline) {
       check_served(good, slowest);
     }
     REQUIRE(hostile.back()->send_some(half) == half.size());
@@ -171,7 +172,7 @@ TEST_CASE("connections holding half-sent frames are shed, the largest first, wit
   int shed = 0, open = 0;
   for (auto& socket : hostile) {
     protocol::Bytes received;
-    const RawSocket::End end = socket->read_to_end(received, Clock::now() + 300ms);
+    const RawSocket::End end = socket->read_to_end(received, SteadyClock::now() + 300ms);
     const Replies replies = parse_replies(received);
     CHECK(replies.whole);
     if (end == RawSocket::End::kTimeout) {
@@ -218,8 +219,8 @@ TEST_CASE(
     hostile.push_back(std::make_unique<RawSocket>(server.port(), 16 << 10));
   }
   // Push for a while: the server stops reading each one, so none of them can send it all.
-  const auto until = Clock::now() + 1500ms;
-  while (Clock::now() < until) {
+  const auto until = SteadyClock::now() + 1500ms;
+  while (SteadyClock::now() < until) {
     for (auto& socket : hostile) socket->send_some(flood);
     check_served(good, slowest);
     CHECK(good.stats().at("total.buffer_bytes") <= config.max_buffer_memory);
@@ -242,7 +243,7 @@ TEST_CASE(
   // rest of the flood (it was only paused) or the end (it was shed).
   for (std::size_t i = 0; i < hostile.size(); ++i) {
     protocol::Bytes received;
-    hostile[i]->read_to_end(received, Clock::now() + 200ms);
+    hostile[i]->read_to_end(received, SteadyClock::now() + 200ms);
     const Replies replies = parse_replies(received);
     // Shed with a write in flight: closed at once. Shed between writes: an ERROR first.
     if (replies.error) CHECK(*replies.error == protocol::WireErrorCode::kOverloaded);

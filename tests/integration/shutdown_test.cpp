@@ -25,7 +25,7 @@ namespace sluice::test {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // A connected socket, or -1. No Catch2 assertion here: client threads call it, and Catch2's
 // assertions are not thread-safe.
@@ -58,7 +58,8 @@ struct Seen {
 
 // Pipelines ACQUIREs of 16 keys (spread over the shards) up to `depth` in flight, reading as it
 // goes, until the server ends the stream or `deadline`.
-void busy_client(std::uint16_t port, int index, int depth, Clock::time_point deadline, Seen& seen) {
+void busy_client(std::uint16_t port, int index, int depth, SteadyClock::time_point deadline,
+                 Seen& seen) {
   const int fd = connect_to(port);
   if (fd < 0) return;  // seen.ended stays false: the test fails on it
   const protocol::FrameDecoder decoder(std::numeric_limits<std::uint32_t>::max());
@@ -71,7 +72,7 @@ void busy_client(std::uint16_t port, int index, int depth, Clock::time_point dea
   std::set<std::uint32_t> outstanding;
   protocol::Bytes input;
   bool writable = true;
-  while (Clock::now() < deadline) {
+  while (SteadyClock::now() < deadline) {
     while (writable && outstanding.size() < static_cast<std::size_t>(depth)) {
       protocol::Bytes request;
       const std::uint32_t id = seen.sent.load() + 1;
@@ -129,7 +130,7 @@ TEST_CASE(
   constexpr int kClients = 8;
   std::vector<Seen> seen(kClients);
   std::vector<std::thread> clients;
-  const auto deadline = Clock::now() + 15s;
+  const auto deadline = SteadyClock::now() + 15s;
   for (int i = 0; i < kClients; ++i) {
     clients.emplace_back(busy_client, server->port(), i, 32, deadline, std::ref(seen[i]));
   }
@@ -142,10 +143,10 @@ TEST_CASE(
         return true;
       },
       10s));
-  const auto stop_started = Clock::now();
+  const auto stop_started = SteadyClock::now();
   server->server().stop();
   server->server().wait();
-  const auto stop_took = Clock::now() - stop_started;
+  const auto stop_took = SteadyClock::now() - stop_started;
   for (std::thread& t : clients) t.join();
 
   for (int i = 0; i < kClients; ++i) {
@@ -185,16 +186,16 @@ TEST_CASE("a client that does not read cannot hold the stop past the shutdown ti
   const protocol::Bytes payload(32 << 10, 0x44);
   for (std::uint32_t id = 1; id <= 64; ++id) protocol::encode_ping(flood, id, payload, false);
   std::size_t sent = 0;
-  const auto push_until = Clock::now() + 300ms;
-  while (sent < flood.size() && Clock::now() < push_until) {
+  const auto push_until = SteadyClock::now() + 300ms;
+  while (sent < flood.size() && SteadyClock::now() < push_until) {
     const ssize_t n =
         ::send(fd, flood.data() + sent, flood.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) sent += static_cast<std::size_t>(n);
   }
-  const auto stop_started = Clock::now();
+  const auto stop_started = SteadyClock::now();
   server.server().stop();
   server.server().wait();
-  const auto stop_took = Clock::now() - stop_started;
+  const auto stop_took = SteadyClock::now() - stop_started;
   CHECK(stop_took >= 400ms);
   CHECK(stop_took < 1500ms);
   ::close(fd);
