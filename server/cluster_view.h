@@ -45,6 +45,11 @@ class PartitionStates {
 // How a shard answers an item under a view.
 enum class Route : std::uint8_t { kDecide, kRedirect, kUnavailable };
 
+struct RouteDecision {
+  Route route = Route::kUnavailable;
+  std::uint32_t owner = 0;  // with kRedirect: the primary's index in the map's nodes()
+};
+
 struct ClusterView {
   cluster::ClusterMap map;
   cluster::NodeIndex self = cluster::kNoNode;  // this node in map.ring(); kNoNode outside it
@@ -57,20 +62,20 @@ struct ClusterView {
 
   std::uint64_t epoch() const { return map.epoch(); }
 
-  // Decide when this node is the key's serving primary; REDIRECT (with `owner`, the primary's
-  // index in map.nodes()) when another node is; else UNAVAILABLE (no primary at all, or this
-  // node is primary but not serving the partition).
-  Route route(const KeyHash& hash, std::uint32_t& owner) const {
+  // Decide when this node is the key's serving primary; REDIRECT (with the owner, the
+  // primary's index in map.nodes()) when another node is; else UNAVAILABLE (no primary at all,
+  // or this node is primary but not serving the partition).
+  RouteDecision route(const KeyHash& hash) const {
     const std::uint32_t partition = map.ring().partition_of(hash);
     const cluster::NodeIndex primary = map.ring().owners(partition).primary;
     // No map yet (a node that has not loaded its cluster file), or nobody active: no owner.
-    if (primary == cluster::kNoNode) return Route::kUnavailable;
+    if (primary == cluster::kNoNode) return {Route::kUnavailable, 0};
     if (primary != self) {
-      owner = static_cast<std::uint32_t>(map.node_index(primary));
-      return Route::kRedirect;
+      return {Route::kRedirect, static_cast<std::uint32_t>(map.node_index(primary))};
     }
-    return states->get(partition) == PartitionServing::kServing ? Route::kDecide
-                                                                : Route::kUnavailable;
+    return {
+        states->get(partition) == PartitionServing::kServing ? Route::kDecide : Route::kUnavailable,
+        0};
   }
 };
 

@@ -283,8 +283,10 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
         ++applying_;
         asio::post(shard->io(), [self, shard, chunk = std::move(chunk)]() {
           const std::uint64_t now_ns = shard->context().clock->now_ns();
-          for (const Owned& owned : chunk) shard->apply_record(owned.record, owned.log, now_ns);
-          shard->counters()[ShardStat::kPulledRecords].add(chunk.size());
+          for (const Owned& owned : chunk) {
+            shard->engine().apply_record(owned.record, owned.log, now_ns);
+          }
+          shard->engine().counters()[ShardStat::kPulledRecords].add(chunk.size());
           asio::post(self->owner_.io_, [self] {
             if (--self->applying_ == 0) self->complete();
           });

@@ -58,20 +58,20 @@ bool Dispatcher::backlog_full(const Peer& peer, const ServerConfig& config) {
 
 void Dispatcher::fail(Peer& peer, std::uint32_t request_id, WireErrorCode code,
                       std::string_view message) {
-  shard_.counters()[ShardStat::kProtocolErrors].add();
+  shard_.engine().counters()[ShardStat::kProtocolErrors].add();
   peer.reject(request_id, code, message);
 }
 
 void Dispatcher::fail_authentication(Peer& peer, std::uint32_t request_id,
                                      std::string_view message) {
-  shard_.counters()[ShardStat::kAuthFailures].add();
+  shard_.engine().counters()[ShardStat::kAuthFailures].add();
   peer.reject(request_id, WireErrorCode::kUnauthenticated, message);
 }
 
 void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
   const protocol::FrameHeader& header = frame.header;
   // Each reply goes in its request's framing; in version 2 it names the epoch decided by.
-  const ClusterView* view = shard_.view();
+  const ClusterView* view = shard_.engine().view();
   framing_ = protocol::Framing{header.version, view != nullptr ? view->epoch() : 0};
   if (requires_authentication_ && !peer.authenticated_ &&
       header.opcode != protocol::Opcode::kHello) {
@@ -188,16 +188,17 @@ void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
   if (!local_items_.empty()) {
     // The owned items are decided in a second pass, with their records prefetched ahead.
     const std::uint64_t now_ns = context.clock->now_ns();
-    shard_.decide_prefetched(
+    shard_.engine().decide_prefetched(
         local_items_.size(), [&](std::size_t k) { return acquire_hashes_[local_items_[k]]; },
         [&](std::size_t k) {
           const std::uint32_t i = local_items_[k];
           const protocol::AcquireItem& item = acquire_items_[i];
-          acquire_results_[i] = shard_.acquire_local(acquire_hashes_[i], item.rule, item.cost,
-                                                     item.peek, now_ns, kind_of(item), item.stamp);
+          acquire_results_[i] =
+              shard_.engine().acquire(acquire_hashes_[i], item.rule, item.cost, item.peek, now_ns,
+                                      kind_of(item), item.stamp);
         });
   }
-  if (invalid != 0) shard_.counters()[ShardStat::kInvalidItems].add(invalid);
+  if (invalid != 0) shard_.engine().counters()[ShardStat::kInvalidItems].add(invalid);
   if (!handed_over) {
     protocol::encode_acquire_reply(peer.reply_buffer(), request_id, acquire_results_, framing_);
     return;
@@ -223,7 +224,7 @@ void Dispatcher::handle_reset(Peer& peer, std::uint32_t request_id,
   bool handed_over = false;
   std::uint64_t invalid = 0;
   const std::uint64_t now_ns = context.clock->now_ns();
-  shard_.check_fence();
+  shard_.engine().check_fence();
   for (std::size_t i = 0; i < reset_keys_.size(); ++i) {
     const std::string_view key = reset_keys_[i];
     if (key.empty() || key.size() > context.config.max_key) {
@@ -241,9 +242,9 @@ void Dispatcher::handle_reset(Peer& peer, std::uint32_t request_id,
       handed_over = true;
       continue;
     }
-    reset_results_[i] = shard_.reset_local(hash, now_ns);
+    reset_results_[i] = shard_.engine().reset(hash, now_ns);
   }
-  if (invalid != 0) shard_.counters()[ShardStat::kInvalidItems].add(invalid);
+  if (invalid != 0) shard_.engine().counters()[ShardStat::kInvalidItems].add(invalid);
   if (!handed_over) {
     protocol::encode_reset_reply(peer.reply_buffer(), request_id, reset_results_, framing_);
     return;
@@ -281,7 +282,7 @@ void Dispatcher::hand_over(Peer& peer, PendingFrame* frame) {
     staging[owner].clear();
     shard_.send(owner, task);
   }
-  shard_.counters()[ShardStat::kHandedOver].add(items_handed_over);
+  shard_.engine().counters()[ShardStat::kHandedOver].add(items_handed_over);
 }
 
 void Dispatcher::finish_frame(Peer& peer, PendingFrame& frame) {
@@ -304,7 +305,7 @@ void Dispatcher::handle_stats(Peer& peer, std::uint32_t request_id,
   if (const auto parsed = protocol::parse_stats_request(body); !parsed) {
     return fail(peer, request_id, parsed.error, parsed.reason);
   }
-  shard_.append_stats_reply(peer.reply_buffer(), request_id, framing_);
+  shard_.engine().append_stats_reply(peer.reply_buffer(), request_id, framing_);
 }
 
 void Dispatcher::handle_cluster(Peer& peer, std::uint32_t request_id,
@@ -312,7 +313,7 @@ void Dispatcher::handle_cluster(Peer& peer, std::uint32_t request_id,
   if (const auto parsed = protocol::parse_cluster_request(body); !parsed) {
     return fail(peer, request_id, parsed.error, parsed.reason);
   }
-  const ClusterView* view = shard_.view();
+  const ClusterView* view = shard_.engine().view();
   static const protocol::ClusterMapMessage kNoCluster;
   protocol::encode_cluster_reply(peer.reply_buffer(), request_id,
                                  view != nullptr ? view->message : kNoCluster, framing_);
@@ -327,7 +328,7 @@ void Dispatcher::handle_replicate(Peer& peer, std::uint32_t request_id,
   // node's view; anything else is refused (and counted): a sender with another view, or a
   // client posing as a node.
   protocol::ReplicateReply reply;
-  const ClusterView* view = shard_.view();
+  const ClusterView* view = shard_.engine().view();
   const std::optional<cluster::NodeIndex> sender =
       view != nullptr ? view->map.ring().find(peer.peer_node()) : std::nullopt;
   const std::uint64_t now_ns = shard_.context().clock->now_ns();
@@ -335,7 +336,7 @@ void Dispatcher::handle_replicate(Peer& peer, std::uint32_t request_id,
   // Each record's key is random to this node's caches: its partition's owners and its table
   // slot are both prefetched a few records ahead, so their misses overlap (docs/BENCHMARKS.md,
   // "Replication").
-  shard_.apply_prefetched(
+  shard_.engine().apply_prefetched(
       records_.size(),
       [&](std::size_t k) {
         const KeyHash hash{records_[k].fp_lo, records_[k].fp_hi};
@@ -353,11 +354,11 @@ void Dispatcher::handle_replicate(Peer& peer, std::uint32_t request_id,
         }
         log_.clear();
         for (std::uint32_t i = 0; i < record.log_count; ++i) log_.push_back(record.log_at(i));
-        shard_.apply_record(record, log_, now_ns);
+        shard_.engine().apply_record(record, log_, now_ns);
         ++reply.applied;
       });
-  shard_.counters()[ShardStat::kReplicaApplied].add(reply.applied);
-  shard_.counters()[ShardStat::kReplicaRefused].add(reply.refused);
+  shard_.engine().counters()[ShardStat::kReplicaApplied].add(reply.applied);
+  shard_.engine().counters()[ShardStat::kReplicaRefused].add(reply.refused);
   protocol::encode_replicate_reply(peer.reply_buffer(), request_id, reply, framing_);
 }
 
@@ -367,7 +368,7 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
   if (const auto parsed = protocol::parse_pull_request(body, request); !parsed) {
     return fail(peer, request_id, parsed.error, parsed.reason);
   }
-  const ClusterView* view = shard_.view();
+  const ClusterView* view = shard_.engine().view();
   if (peer.this_shard() == protocol::kPublicPort || view == nullptr) {
     return fail(peer, request_id, WireErrorCode::kMalformedFrame,
                 view == nullptr ? "PULL on a node outside any cluster"
@@ -391,7 +392,8 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
       if (p < partitions) view->states->set(p, PartitionServing::kFenced);
     }
   }
-  shard_.pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_, view->map.ring());
+  shard_.engine().pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_,
+                            view->map.ring());
 }
 
 void Dispatcher::handle_reload(Peer& peer, std::uint32_t request_id,
@@ -410,7 +412,7 @@ void Dispatcher::handle_drain(Peer& peer, std::uint32_t request_id,
   }
   const ServerContext& context = shard_.context();
   if (node != context.node_id) {
-    const ClusterView* view = shard_.view();
+    const ClusterView* view = shard_.engine().view();
     const std::string refusal = fmt::format("this is node '{}', not '{}'", context.node_id, node);
     protocol::encode_drain_reply(
         peer.reply_buffer(), request_id,

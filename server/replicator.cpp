@@ -9,7 +9,7 @@
 #include "protocol/cluster_messages.h"
 #include "server/cluster_view.h"
 #include "server/dispatcher.h"
-#include "server/shard.h"
+#include "server/record_wire.h"
 
 namespace sluice::server {
 
@@ -17,21 +17,10 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-protocol::WireRecord to_wire(const RecordImage& image) {
-  protocol::WireRecord record;
-  record.fp_lo = image.key.lo;
-  record.fp_hi = image.key.hi;
-  record.algorithm = image.algorithm;
-  record.capacity_class = image.capacity_class;
-  record.state_a = image.state.a;
-  record.state_b = image.state.b;
-  record.idle_at_ns = image.idle_at_ns;
-  return record;
-}
-
 }  // namespace
 
-Replicator::Replicator(Shard& shard) : shard_(shard), timer_(shard.io()), recent_(kRecentSlots) {}
+Replicator::Replicator(boost::asio::io_context& io, ShardEngine& engine)
+    : io_(io), engine_(engine), timer_(io), recent_(kRecentSlots) {}
 
 Replicator::~Replicator() { stop(); }
 
@@ -101,7 +90,8 @@ void Replicator::set_view(const ClusterView* view) {
     by_joined_index_.assign(joined.nodes().size(), nullptr);
     for (std::size_t i = 0; i < joined.nodes().size(); ++i) {
       const cluster::ClusterNode* member = view->map.find(joined.nodes()[i]);
-      if (member->state != cluster::NodeState::kJoining || member->id == shard_.context().node_id) {
+      if (member->state != cluster::NodeState::kJoining ||
+          member->id == engine_.context().node_id) {
         continue;
       }
       by_joined_index_[i] = track(member->id, member->address);
@@ -114,7 +104,7 @@ void Replicator::set_view(const ClusterView* view) {
     for (Link& link : node->shards) {
       if (link.link) link.link->close();
     }
-    shard_.counters()[ShardStat::kReplicationDropped].add(node->pending.size());
+    engine_.counters()[ShardStat::kReplicationDropped].add(node->pending.size());
   }
   std::erase_if(nodes_, [](const std::unique_ptr<Node>& node) { return !node->seen; });
   ++generation_;
@@ -145,10 +135,10 @@ void Replicator::queue(Node& node, const KeyHash& hash) {
   if (node.pending.empty()) node.pending_since = SteadyClock::now();
   if (node.pending.size() >= kMaxPendingRecords) {
     node.pending.erase(node.pending.begin());  // the oldest goes: its replica stays behind
-    shard_.counters()[ShardStat::kReplicationDropped].add();
+    engine_.counters()[ShardStat::kReplicationDropped].add();
   }
   node.pending.push_back(hash);
-  if (node.pending.size() >= shard_.context().config.replication_batch) {
+  if (node.pending.size() >= engine_.context().config.replication_batch) {
     flush(node);
   } else {
     arm_timer();
@@ -158,7 +148,7 @@ void Replicator::queue(Node& node, const KeyHash& hash) {
 void Replicator::arm_timer() {
   if (timer_armed_ || stopped_) return;
   timer_armed_ = true;
-  timer_.expires_after(shard_.context().config.replication_interval);
+  timer_.expires_after(engine_.context().config.replication_interval);
   timer_.async_wait([this](const boost::system::error_code& ec) {
     timer_armed_ = false;
     if (ec || stopped_) return;
@@ -182,12 +172,12 @@ Replicator::Link& Replicator::link_for(Node& node, std::uint16_t shard) {
     PeerLink::Config config;
     config.host = node.host;
     config.port = node.control->hello().shard_ports.at(shard);
-    config.token = shard_.context().config.auth_token;
-    config.name = std::string(kNodeClientPrefix) + shard_.context().node_id;
+    config.token = engine_.context().config.auth_token;
+    config.name = std::string(kNodeClientPrefix) + engine_.context().node_id;
     config.epoch = view_ != nullptr ? view_->epoch() : 0;
     Node* target = &node;
     link.link = std::make_shared<PeerLink>(
-        shard_.io(), std::move(config),
+        io_, std::move(config),
         [this, target, shard](const protocol::Frame& frame) { on_reply(*target, shard, frame); },
         [this, target, shard](bool up, const std::string&) {
           if (up) {
@@ -208,11 +198,11 @@ void Replicator::flush(Node& node) {
     PeerLink::Config config;
     config.host = node.host;
     config.port = node.port;
-    config.token = shard_.context().config.auth_token;
-    config.name = std::string(kNodeClientPrefix) + shard_.context().node_id;
+    config.token = engine_.context().config.auth_token;
+    config.name = std::string(kNodeClientPrefix) + engine_.context().node_id;
     config.epoch = view_ != nullptr ? view_->epoch() : 0;
     node.control = std::make_shared<PeerLink>(
-        shard_.io(), std::move(config), [](const protocol::Frame&) {},
+        io_, std::move(config), [](const protocol::Frame&) {},
         [this](bool up, const std::string&) {
           if (up) arm_timer();
         });
@@ -221,7 +211,7 @@ void Replicator::flush(Node& node) {
   if (!node.control->up()) return;  // the records wait until it is
   const std::size_t shards = node.control->hello().shard_ports.size();
   // Records go to the shard of the other node that owns them, by its shard count.
-  const std::uint64_t now_ns = shard_.context().clock->now_ns();
+  const std::uint64_t now_ns = engine_.context().clock->now_ns();
   // Records that stay queued are moved to the front of `pending` (kept <= i always), so a flush
   // allocates nothing once the buffers have grown.
   std::size_t kept = 0;
@@ -229,7 +219,7 @@ void Replicator::flush(Node& node) {
   // Each record is read once, in `pending` order: prefetched this far ahead.
   constexpr std::size_t kAhead = 8;
   for (std::size_t k = 0; k < kAhead && k < node.pending.size(); ++k) {
-    shard_.prefetch_record(node.pending[k]);
+    engine_.prefetch_record(node.pending[k]);
   }
   while (i < node.pending.size()) {
     const auto target =
@@ -250,17 +240,17 @@ void Replicator::flush(Node& node) {
     protocol::Bytes& out = link.link->output();
     const protocol::RecordFrame frame =
         protocol::begin_replicate_request(out, batch.request_id, link.link->framing());
-    const std::size_t limit = shard_.context().config.replication_batch;
+    const std::size_t limit = engine_.context().config.replication_batch;
     for (; i < node.pending.size() && batch.keys.size() < limit; ++i) {
       const KeyHash& hash = node.pending[i];
-      if (i + kAhead < node.pending.size()) shard_.prefetch_record(node.pending[i + kAhead]);
+      if (i + kAhead < node.pending.size()) engine_.prefetch_record(node.pending[i + kAhead]);
       if (shard_for(hash, static_cast<std::uint32_t>(shards)) != target) {
         node.pending[kept++] = hash;
         continue;
       }
       RecordImage image;
       log_.clear();
-      if (!shard_.export_record(hash, now_ns, image, log_)) {
+      if (!engine_.export_record(hash, now_ns, image, log_)) {
         image = RecordImage{};  // reset or expired here: the replica forgets it too
         image.key = hash;
         log_.clear();
@@ -269,7 +259,7 @@ void Replicator::flush(Node& node) {
       batch.keys.push_back(hash);
     }
     protocol::finish_records(out, frame);
-    shard_.counters()[ShardStat::kReplicationSent].add(batch.keys.size());
+    engine_.counters()[ShardStat::kReplicationSent].add(batch.keys.size());
     link.in_flight.push_back(std::move(batch));
     link.link->flush();
   }
@@ -283,7 +273,7 @@ void Replicator::on_reply(Node& node, std::uint16_t shard, const protocol::Frame
   if (frame.header.opcode != protocol::Opcode::kReplicate || link.in_flight.empty()) return;
   // Replies come in order on one connection: the first batch in flight is the one answered.
   if (link.in_flight.front().request_id != frame.header.request_id) return;
-  shard_.counters()[ShardStat::kReplicationAcked].add(link.in_flight.front().keys.size());
+  engine_.counters()[ShardStat::kReplicationAcked].add(link.in_flight.front().keys.size());
   spare_keys_.push_back(std::move(link.in_flight.front().keys));
   link.in_flight.erase(link.in_flight.begin());
 }
@@ -299,12 +289,12 @@ void Replicator::on_down(Node& node, std::uint16_t shard) {
   if (!node.pending.empty()) arm_timer();
 }
 
-void Replicator::lag(std::vector<PeerLag>& out) const {
+void Replicator::lag(std::vector<ReplicaLag>& out) const {
   out.resize(nodes_.size());
   const auto now = SteadyClock::now();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const auto& node = nodes_[i];
-    PeerLag& lag = out[i];
+    ReplicaLag& lag = out[i];
     lag.node = node->id;
     lag.unacked = 0;
     lag.queued = node->pending.size();

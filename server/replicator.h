@@ -5,7 +5,7 @@
 // per shard of it that owns records (usually the one with this shard's index). A batch in
 // flight when its link fails is queued again, so a link that comes back loses nothing; beyond
 // kMaxPendingRecords queued records per node, the oldest are dropped (and counted).
-// Shard thread only.
+// The shard's engine reports its changes here (ChangeSink). Shard thread only.
 #pragma once
 
 #include "net/asio.h"  // before any other Asio header
@@ -19,17 +19,18 @@
 #include "core/key_hash.h"
 #include "protocol/messages.h"
 #include "server/peer_link.h"
+#include "server/shard_engine.h"
 
 namespace sluice::server {
 
-class Shard;
 struct ClusterView;
 
-class Replicator {
+class Replicator final : public ChangeSink {
  public:
   static constexpr std::size_t kMaxPendingRecords = 1u << 16;
 
-  explicit Replicator(Shard& shard);
+  // Streams the records `engine` changes, over links on `io` (the shard's).
+  Replicator(boost::asio::io_context& io, ShardEngine& engine);
   ~Replicator();
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
@@ -37,26 +38,22 @@ class Replicator {
   // The shard decides by `view` from now on: replica nodes are looked up in it; nodes that left
   // the map have their links closed.
   void set_view(const ClusterView* view);
-  // The record of `hash` changed on this shard, its primary: queue it for the replica, and for
-  // a joining node that will be its primary or replica once active (ClusterView::joined).
-  void note(const KeyHash& hash);
-  // Hint, a few keys ahead of note(): start loading the key's slot of the "queued already"
-  // filter, which is random to the cache as the keys are.
-  void prefetch(const KeyHash& hash) const { __builtin_prefetch(&recent_[recent_slot(hash)]); }
+  // ChangeSink: the record of `hash` changed on this shard, its primary: queue it for the
+  // replica, and for a joining node that will be its primary or replica once active
+  // (ClusterView::joined).
+  void note(const KeyHash& hash) override;
+  // ChangeSink: start loading the key's slot of the "queued already" filter, which is random to
+  // the cache as the keys are.
+  void prefetch(const KeyHash& hash) const override {
+    __builtin_prefetch(&recent_[recent_slot(hash)]);
+  }
   // Closes every link (the shard is stopping); nothing is sent afterwards.
   void stop();
 
-  // Per replica node, summed over its links: for STATS ("replication.<node>.*").
-  struct PeerLag {
-    std::string node;
-    std::uint64_t queued = 0;     // records waiting to be sent
-    std::uint64_t unacked = 0;    // records sent, not yet acknowledged
-    std::uint64_t oldest_ms = 0;  // age of the oldest of those (queued or unacked)
-    bool up = false;              // every link it needs is up
-  };
-  // Fills `out` (one entry per replica node), reusing its elements and their strings: no
-  // allocation once it has held as many nodes.
-  void lag(std::vector<PeerLag>& out) const;
+  // Per replica node, summed over its links, for STATS ("replication.<node>.*"): fills `out`
+  // (one entry per replica node), reusing its elements and their strings: no allocation once it
+  // has held as many nodes.
+  void lag(std::vector<ReplicaLag>& out) const;
 
  private:
   struct Batch {
@@ -90,7 +87,8 @@ class Replicator {
   void on_down(Node& node, std::uint16_t shard);
   Node* node_by_id(const std::string& id);
 
-  Shard& shard_;
+  boost::asio::io_context& io_;
+  ShardEngine& engine_;
   const ClusterView* view_ = nullptr;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::vector<Node*> by_ring_index_;  // the current view's ring NodeIndex -> node

@@ -511,7 +511,7 @@ std::optional<Server::TEST_Record> Server::TEST_record(const KeyHash& key) const
   boost::asio::post(shard->io(), [&] {
     RecordImage image;
     TEST_Record record;
-    if (!shard->export_record(key, context.clock->now_ns(), image, record.log)) {
+    if (!shard->engine().export_record(key, context.clock->now_ns(), image, record.log)) {
       promise.set_value(std::nullopt);
       return;
     }

@@ -81,6 +81,9 @@ void log_exception(unsigned shard, std::string_view where, std::exception_ptr e)
 
 }  // namespace
 
+ServerContext::ServerContext() = default;
+ServerContext::~ServerContext() = default;
+
 void ServerContext::maybe_release() {
   if (shards_closed.load() != shard_count || tasks_in_flight.load() != 0) return;
   if (released.exchange(true)) return;
@@ -95,16 +98,16 @@ Shard::Shard(ServerContext& context, unsigned index)
       index_(index),
       io_(1),
       work_(asio::make_work_guard(io_)),
-      table_(TableConfig{.max_bytes = context.config.max_memory / context.shard_count,
-                         .sliding_log_cap = context.config.sliding_log_cap,
-                         .huge_pages = context.config.huge_pages}),
+      engine_(context, index),
       dispatcher_(*this),
-      replicator_(*this),
+      replicator_(io_, engine_),
       sweep_timer_(io_),
       stop_timer_(io_),
       buffer_budget_(context.config.max_buffer_memory / context.shard_count),
       staging_(context.shard_count) {
-  publish_table_stats();  // STATS shows the empty table (and its page size) from the start
+  engine_.set_changes(&replicator_);
+  if (context.engines.size() <= index) context.engines.resize(index + 1, nullptr);
+  context.engines[index] = &engine_;
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
@@ -231,7 +234,7 @@ void Shard::accept(tcp::socket socket, bool public_port) {
   const std::uint32_t before = context_.connections.fetch_add(1, std::memory_order_relaxed);
   if (before >= context_.config.max_connections) {
     context_.connections.fetch_sub(1, std::memory_order_relaxed);
-    counters_[ShardStat::kRejectedConnections].add();
+    engine_.counters()[ShardStat::kRejectedConnections].add();
     auto refused = std::make_shared<SocketPeer>(*this, std::move(socket), this_shard, false);
     connections_.insert(refused.get());  // so that stop() closes it too
     refused->start_refused(
@@ -239,8 +242,8 @@ void Shard::accept(tcp::socket socket, bool public_port) {
         fmt::format("too many connections (max {})", context_.config.max_connections));
     return;
   }
-  counters_[ShardStat::kConnections].add();
-  counters_[ShardStat::kConnectionsTotal].add();
+  engine_.counters()[ShardStat::kConnections].add();
+  engine_.counters()[ShardStat::kConnectionsTotal].add();
   auto connection = std::make_shared<SocketPeer>(*this, std::move(socket), this_shard, true);
   connections_.insert(connection.get());
   connection->start();
@@ -262,7 +265,7 @@ bool Shard::refuse_without_descriptor(tcp::acceptor& acceptor) {
     for (int i = 0; i < 16 && ::recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0; ++i) {
     }
     ::close(fd);
-    counters_[ShardStat::kRejectedConnections].add();
+    engine_.counters()[ShardStat::kRejectedConnections].add();
   }
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   // EAGAIN: another shard took the connection; the accept loop waits for the next one.
@@ -288,7 +291,7 @@ void Shard::log_accept_error(const boost::system::error_code& ec) {
 void Shard::on_connection_closed(SocketPeer* connection, bool counted) {
   connections_.erase(connection);
   if (counted) {
-    counters_[ShardStat::kConnections].sub();
+    engine_.counters()[ShardStat::kConnections].sub();
     context_.connections.fetch_sub(1, std::memory_order_relaxed);
   }
   maybe_closed();
@@ -296,7 +299,7 @@ void Shard::on_connection_closed(SocketPeer* connection, bool counted) {
 
 void Shard::charge_buffers(std::int64_t delta) {
   buffer_bytes_ = static_cast<std::size_t>(static_cast<std::int64_t>(buffer_bytes_) + delta);
-  counters_[ShardStat::kBufferBytes].set(buffer_bytes_);
+  engine_.counters()[ShardStat::kBufferBytes].set(buffer_bytes_);
 }
 
 void Shard::enforce_buffer_budget() {
@@ -335,245 +338,19 @@ asio::awaitable<void> Shard::sweep_loop() {
     sweep_timer_.expires_after(kSweepInterval);
     co_await sweep_timer_.async_wait(net::redirect(ec));
     if (stopping_) break;
-    table_.sweep_step(context_.clock->now_ns());
-    publish_table_stats();
-    if (view_ != nullptr) {
-      // Filled outside the lock into the vector published last time: both keep their memory.
+    engine_.sweep(context_.clock->now_ns());
+    if (engine_.view() != nullptr) {
+      // Filled outside the engine's lock into the vector published last time: both keep their
+      // memory.
       replicator_.lag(lag_scratch_);
-      std::lock_guard<std::mutex> lock(lag_mutex_);
-      published_lag_.swap(lag_scratch_);
+      engine_.publish_lag(lag_scratch_);
     }
   }
-}
-
-protocol::AcquireResult Shard::acquire_local(const KeyHash& hash, const Rule& rule,
-                                             std::uint32_t cost, bool peek, std::uint64_t now_ns,
-                                             ItemKind kind, std::uint32_t stamp) {
-  if (view_ != nullptr) {
-    // A node never counts a key it is not the serving primary of (docs/ARCHITECTURE.md).
-    std::uint32_t owner = 0;
-    Route route = view_->route(hash, owner);
-    if (route == Route::kDecide && !fence_open_) route = Route::kUnavailable;
-    if (route != Route::kDecide) {
-      protocol::AcquireResult result;
-      if (route == Route::kRedirect) {
-        result.status = protocol::ItemStatus::kRedirect;
-        result.limit = owner;
-        counters_[ShardStat::kRedirected].add();
-      } else {
-        result.status = protocol::ItemStatus::kUnavailable;
-        counters_[ShardStat::kUnavailable].add();
-      }
-      return result;
-    }
-  }
-  if (kind == ItemKind::kLease) return lease_local(hash, rule, cost, now_ns);
-  if (kind == ItemKind::kGiveBack) {
-    protocol::AcquireResult result;
-    result.status = protocol::ItemStatus::kAllowed;
-    result.limit = rule.capacity();
-    result.granted = table_.give_back(hash, rule, cost, stamp, now_ns);
-    counters_[ShardStat::kGiveBacks].add();
-    counters_[ShardStat::kCreditedUnits].add(result.granted);
-    if (result.granted != 0 && view_ != nullptr) replicator_.note(hash);
-    return result;
-  }
-  const TableAnswer answer = table_.acquire(hash, rule, Request{now_ns, cost, peek});
-  if (answer.outcome == TableOutcome::kNoMemory) {
-    protocol::AcquireResult result;  // all four numbers 0, as for the other failed items
-    result.status = protocol::ItemStatus::kNoMemory;
-    return result;
-  }
-  protocol::AcquireResult result = protocol::to_result(answer.decision);
-  result.status =
-      answer.decision.allowed ? protocol::ItemStatus::kAllowed : protocol::ItemStatus::kDenied;
-  if (!peek) {
-    counters_[answer.decision.allowed ? ShardStat::kAllowed : ShardStat::kDenied].add();
-    // Only an admission changes a record's state (a denial leaves it as it was).
-    if (answer.decision.allowed && view_ != nullptr) replicator_.note(hash);
-  }
-  return result;
-}
-
-protocol::AcquireResult Shard::lease_local(const KeyHash& hash, const Rule& rule,
-                                           std::uint32_t want, std::uint64_t now_ns) {
-  // The grant sluice::lease() makes on a bare state, made on the key's record. A key that
-  // cannot be stored answers as denied to the grant, which then stops.
-  bool no_memory = false;
-  const LeaseGrant grant = grant_lease(Request{now_ns, want, false}, [&](const Request& r) {
-    if (no_memory) return Verdict{};  // nothing more is tried once the table is full
-    const TableAnswer answer = table_.acquire(hash, rule, r);
-    if (answer.outcome == TableOutcome::kNoMemory) no_memory = true;
-    return answer.outcome == TableOutcome::kNoMemory ? Verdict{} : answer.decision;
-  });
-  protocol::AcquireResult result;
-  if (no_memory) {
-    result.status = protocol::ItemStatus::kNoMemory;
-    return result;
-  }
-  result = protocol::to_result(grant.decision);
-  if (grant.granted == 0) {
-    result.status = protocol::ItemStatus::kDenied;
-    counters_[ShardStat::kDenied].add();
-    return result;
-  }
-  result.status = protocol::ItemStatus::kAllowed;
-  result.granted = grant.granted;
-  // The stamp its give-back needs (the window, or the grant's millisecond).
-  result.retry_after_ms = lease_stamp(rule, now_ns);
-  counters_[ShardStat::kAllowed].add();
-  counters_[ShardStat::kLeases].add();
-  counters_[ShardStat::kLeasedUnits].add(grant.granted);
-  if (view_ != nullptr) replicator_.note(hash);
-  return result;
-}
-
-protocol::ResetStatus Shard::reset_local(const KeyHash& hash, std::uint64_t now_ns) {
-  if (view_ != nullptr) {
-    std::uint32_t owner = 0;
-    Route route = view_->route(hash, owner);
-    if (route == Route::kDecide && !fence_open_) route = Route::kUnavailable;
-    if (route == Route::kRedirect) {
-      counters_[ShardStat::kRedirected].add();
-      return protocol::ResetStatus::kRedirect;
-    }
-    if (route == Route::kUnavailable) {
-      counters_[ShardStat::kUnavailable].add();
-      return protocol::ResetStatus::kUnavailable;
-    }
-  }
-  if (!table_.reset(hash, now_ns)) return protocol::ResetStatus::kAbsent;
-  if (view_ != nullptr) replicator_.note(hash);  // the replica forgets it too
-  return protocol::ResetStatus::kRemoved;
 }
 
 void Shard::set_view(std::shared_ptr<const ClusterView> view) {
-  view_ = std::move(view);
-  replicator_.set_view(view_.get());
-}
-
-void Shard::apply_record(const protocol::WireRecord& record, std::span<const std::uint64_t> log,
-                         std::uint64_t now_ns) {
-  RecordImage image;
-  image.key = KeyHash{record.fp_lo, record.fp_hi};
-  image.algorithm = record.algorithm;
-  image.capacity_class = record.capacity_class;
-  image.state = CounterState{record.state_a, record.state_b};
-  image.idle_at_ns = record.idle_at_ns;
-  table_.apply_record(image, log, now_ns);
-}
-
-void Shard::pull_page(protocol::Bytes& out, std::uint32_t request_id,
-                      const protocol::Framing& framing, const protocol::PullRequest& request,
-                      const std::vector<bool>& wanted, const cluster::Ring& ring) {
-  const std::uint64_t now_ns = context_.clock->now_ns();
-  // A pull of what changed since an earlier one gets this clock back in its reply, to give as
-  // its `since` next time (the records' stamps are on this clock).
-  std::optional<std::uint64_t> clock;
-  if (request.since_ns) clock = now_ns;
-  const protocol::RecordFrame frame = protocol::begin_pull_reply(
-      out, request_id, protocol::PullReplyHeader{request.fence, false, 0, clock}, framing);
-  const ScanResult scanned = table_.scan(
-      request.cursor, request.max_records, now_ns,
-      [&](const KeyHash& key) { return wanted[ring.partition_of(key)]; },
-      [&](const RecordImage& image, std::span<const std::uint64_t> timestamps) {
-        protocol::WireRecord record;
-        record.fp_lo = image.key.lo;
-        record.fp_hi = image.key.hi;
-        record.algorithm = image.algorithm;
-        record.capacity_class = image.capacity_class;
-        record.state_a = image.state.a;
-        record.state_b = image.state.b;
-        record.idle_at_ns = image.idle_at_ns;
-        protocol::add_record(out, frame, record, timestamps);
-      },
-      request.since_ns.value_or(0));
-  protocol::set_pull_reply_header(
-      out, frame,
-      protocol::PullReplyHeader{request.fence, scanned.done, scanned.next_cursor, clock});
-  protocol::finish_records(out, frame);
-  counters_[ShardStat::kPullPages].add();
-  counters_[ShardStat::kPullRecords].add(scanned.visited);
-}
-
-std::vector<Replicator::PeerLag> Shard::published_lag() const {
-  std::lock_guard<std::mutex> lock(lag_mutex_);
-  return published_lag_;
-}
-
-void Shard::publish_table_stats() {
-  const TableStats stats = table_.stats();
-  counters_[ShardStat::kKeys].set(stats.keys);
-  counters_[ShardStat::kMemoryBytes].set(stats.memory_bytes);
-  counters_[ShardStat::kSlots].set(stats.slots);
-  counters_[ShardStat::kExpired].set(stats.expired);
-  counters_[ShardStat::kEvicted].set(stats.evicted);
-  counters_[ShardStat::kFailedInserts].set(stats.failed_inserts);
-  counters_[ShardStat::kHugePages].set(stats.huge_pages ? 1 : 0);
-}
-
-void Shard::append_stats_reply(protocol::Bytes& out, std::uint32_t request_id,
-                               const protocol::Framing& framing) {
-  const std::uint64_t now_ns = context_.clock->now_ns();
-  const auto refresh_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(context_.config.stats_refresh).count());
-  // A clock that stepped back also rebuilds: the snapshot is never older than the bound says.
-  if (!stats_built_ || now_ns < stats_built_ns_ || now_ns - stats_built_ns_ >= refresh_ns) {
-    rebuild_stats_snapshot(now_ns);
-  }
-  protocol::encode_stats_reply_with_body(out, request_id, stats_body_, framing);
-}
-
-void Shard::rebuild_stats_snapshot(std::uint64_t now_ns) {
-  constexpr std::size_t kStats = static_cast<std::size_t>(ShardStat::kCount);
-  if (stats_entries_.empty()) {
-    stats_entries_.reserve((context_.shard_count + 1) * kStats);
-    for (std::size_t s = 0; s < kStats; ++s)
-      stats_entries_.push_back({fmt::format("total.{}", kShardStatNames[s]), 0});
-    for (unsigned i = 0; i < context_.shard_count; ++i) {
-      for (std::size_t s = 0; s < kStats; ++s)
-        stats_entries_.push_back({fmt::format("shard.{}.{}", i, kShardStatNames[s]), 0});
-    }
-  }
-  publish_table_stats();
-  for (std::size_t s = 0; s < kStats; ++s) stats_entries_[s].value = 0;
-  for (unsigned i = 0; i < context_.shard_count; ++i) {
-    const ShardCounters& counters = context_.shards[i]->counters();
-    for (std::size_t s = 0; s < kStats; ++s) {
-      const std::uint64_t value = counters.values[s].get();
-      stats_entries_[s].value += value;
-      stats_entries_[(i + 1) * kStats + s].value = value;
-    }
-  }
-  // Replication lag per replica node, over every shard: "replication.<node>.<name>".
-  stats_entries_.resize((context_.shard_count + 1) * kStats);
-  if (view_ != nullptr) {
-    std::vector<Replicator::PeerLag> lag;
-    for (unsigned i = 0; i < context_.shard_count; ++i) {
-      for (const Replicator::PeerLag& peer : context_.shards[i]->published_lag()) {
-        auto it = std::find_if(lag.begin(), lag.end(),
-                               [&](const Replicator::PeerLag& l) { return l.node == peer.node; });
-        if (it == lag.end()) {
-          lag.push_back(peer);
-          continue;
-        }
-        it->queued += peer.queued;
-        it->unacked += peer.unacked;
-        it->oldest_ms = std::max(it->oldest_ms, peer.oldest_ms);
-        it->up = it->up && peer.up;
-      }
-    }
-    for (const Replicator::PeerLag& peer : lag) {
-      const std::string prefix = "replication." + peer.node + ".";
-      stats_entries_.push_back({prefix + "records", peer.queued + peer.unacked});
-      stats_entries_.push_back({prefix + "lag_ms", peer.oldest_ms});
-      stats_entries_.push_back({prefix + "up", peer.up ? 1u : 0u});
-    }
-  }
-  stats_body_.clear();
-  protocol::encode_stats_body(stats_body_, stats_entries_);
-  stats_built_ns_ = now_ns;
-  stats_built_ = true;
+  engine_.set_view(std::move(view));
+  replicator_.set_view(engine_.view());
 }
 
 PendingFrame* Shard::new_pending_frame() {
@@ -655,22 +432,22 @@ void Shard::run_task(HandoverTask* task) {
   PendingFrame& frame = *task->frame;
   if (task->opcode == protocol::Opcode::kAcquire) {
     const std::vector<HandoverItem>& items = task->items;
-    decide_prefetched(
+    engine_.decide_prefetched(
         items.size(), [&](std::size_t k) { return items[k].hash; },
         [&](std::size_t k) {
           const HandoverItem& item = items[k];
-          frame.acquire_results[item.index] = acquire_local(
+          frame.acquire_results[item.index] = engine_.acquire(
               item.hash, item.rule, item.cost, item.peek, now_ns, item.kind, item.stamp);
         });
   } else {
-    check_fence();
+    engine_.check_fence();
     for (const HandoverItem& item : task->items) {
-      frame.reset_results[item.index] = reset_local(item.hash, now_ns);
+      frame.reset_results[item.index] = engine_.reset(item.hash, now_ns);
     }
   }
   // Publish before the answer leaves: a client that sees the reply and then asks for STATS
   // sees this shard's table as of this task.
-  publish_table_stats();
+  engine_.publish_table_stats();
   task->phase = HandoverTask::Phase::kDone;
   send(task->origin, task);  // the task belongs to its origin again: do not touch it after this
 }

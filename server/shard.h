@@ -1,7 +1,10 @@
-// A shard: one thread, one io_context, one CounterTable, a listener on its own port and one on
-// the shared public port, and an inbox for work handed over by other shards. Everything here
-// except the inbox, the counters and the wake-up flag is touched by the shard's thread only.
-// docs/ARCHITECTURE.md describes the threads, the request flow and shutdown.
+// A shard's host: one thread, one io_context, a listener on the shard's own port and one on the
+// shared public port, the connections accepted there and their buffer budget, the Replicator
+// that streams the shard's changes, and an inbox for work handed over by other shards. What the
+// shard decides (table, cluster view, fence, counters, STATS) is its ShardEngine
+// (server/shard_engine.h), which knows no socket. Everything here except the inbox and the
+// wake-up flag is touched by the shard's thread only. docs/ARCHITECTURE.md describes the
+// threads, the request flow and shutdown.
 #pragma once
 
 #include "net/asio.h"  // before any other Asio header
@@ -9,31 +12,21 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <string>
 #include <unordered_set>
 #include <vector>
 
-#include "cluster/ring.h"
-#include "core/algorithms.h"
-#include "core/clock.h"
 #include "core/key_hash.h"
-#include "core/rule.h"
 #include "net/handler_slot.h"
-#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
-#include "server/cluster_view.h"
 #include "server/dispatcher.h"
 #include "server/mpsc_queue.h"
 #include "server/peer.h"
 #include "server/replicator.h"
-#include "server/server.h"
-#include "server/shard_counters.h"
-#include "server/table/counter_table.h"
+#include "server/server_context.h"
+#include "server/shard_engine.h"
 
 namespace sluice::server {
 
@@ -55,10 +48,6 @@ struct PendingFrame {
 
 // One item for the owning shard: the key is already hashed, so the task does not point into
 // the connection's input buffer.
-// What an ACQUIRE item asks: a decision (or a peek), a lease, or a lease's give-back
-// (protocol 4, docs/PROTOCOL.md "Leases").
-enum class ItemKind : std::uint8_t { kDecide, kLease, kGiveBack };
-
 struct HandoverItem {
   KeyHash hash;
   Rule rule;
@@ -79,41 +68,6 @@ struct HandoverTask : MpscNode {
   std::shared_ptr<Peer> peer;  // kept alive until the task is back, even if closed
   PendingFrame* frame = nullptr;
   std::vector<HandoverItem> items;
-};
-
-// State shared by all shards. Set up before the threads start; afterwards only the atomics
-// change.
-struct ServerContext {
-  ServerConfig config;
-  const Clock* clock = nullptr;
-  unsigned shard_count = 1;
-  std::vector<std::unique_ptr<Shard>> shards;
-  std::uint16_t public_port = 0;
-  std::vector<std::uint16_t> shard_ports;
-  std::string node_id;
-  // RELOAD (static cluster mode): rereads the cluster file off the shard threads and calls
-  // `done(epoch in force, "" or why the file was refused)` on some thread. Set by Server.
-  std::function<void(std::function<void(std::uint64_t, std::string)> done)> reload_cluster;
-  // DRAIN (etcd mode): sets this node's record to draining, then calls `done(epoch, "" or why
-  // not)`. Set by Server in etcd mode only.
-  std::function<void(std::function<void(std::uint64_t, std::string)> done)> drain_node;
-
-  // The fence, in etcd mode (docs/ARCHITECTURE.md, "Fencing and failover with etcd"): the node
-  // decides as primary only while monotonic_now_ns() is below fence_deadline_ns, which the
-  // membership agent moves forward with each answered keepalive of its etcd lease and sets to 0
-  // when that lease is lost. `fenced`: the node runs under a fence (set before the shard threads
-  // start).
-  bool fenced = false;
-  std::atomic<std::uint64_t> fence_deadline_ns{0};
-
-  std::atomic<std::uint32_t> connections{0};  // open connections on all shards (max_connections)
-
-  // Shutdown: the shards keep running until every shard has closed its listeners and
-  // connections and every hand-over task is back home; then their work guards are released.
-  std::atomic<unsigned> shards_closed{0};
-  std::atomic<std::uint64_t> tasks_in_flight{0};
-  std::atomic<bool> released{false};
-  void maybe_release();
 };
 
 class Shard {
@@ -142,79 +96,17 @@ class Shard {
   unsigned index() const { return index_; }
   boost::asio::io_context& io() { return io_; }
   ServerContext& context() { return context_; }
-  ShardCounters& counters() { return counters_; }
+  // Shard thread only (its counters and published lag: any thread): what the shard decides.
+  ShardEngine& engine() { return engine_; }
+  const ShardEngine& engine() const { return engine_; }
   // Shard thread only: executes the frames of this shard's peers.
   Dispatcher& dispatcher() { return dispatcher_; }
-  const ShardCounters& counters() const { return counters_; }
 
   // ---- shard thread only -------------------------------------------------------------------
 
-  // One decision on this shard's table; counts allowed/denied. A lease takes up to `cost` units
-  // (granted in the result, its stamp in retry_after_ms); a give-back credits `cost` units of the
-  // lease stamped `stamp` (credited in `granted`).
-  protocol::AcquireResult acquire_local(const KeyHash& hash, const Rule& rule, std::uint32_t cost,
-                                        bool peek, std::uint64_t now_ns,
-                                        ItemKind kind = ItemKind::kDecide, std::uint32_t stamp = 0);
-  protocol::ResetStatus reset_local(const KeyHash& hash, std::uint64_t now_ns);
-  // acquire_local() of a lease, past the routing checks.
-  protocol::AcquireResult lease_local(const KeyHash& hash, const Rule& rule, std::uint32_t want,
-                                      std::uint64_t now_ns);
-  // Decides a batch on this shard's table: CounterTable::for_each_prefetched. In a cluster
-  // every decision is noted for replication, so the replicator's slot for each key is
-  // prefetched with its record.
-  template <typename HashAt, typename Decide>
-  void decide_prefetched(std::size_t n, HashAt hash_at, Decide decide) {
-    if (view_ == nullptr) return table_.for_each_prefetched(n, hash_at, decide);
-    check_fence();
-    table_.for_each_prefetched(
-        n,
-        [&](std::size_t k) {
-          const KeyHash hash = hash_at(k);
-          replicator_.prefetch(hash);
-          return hash;
-        },
-        decide);
-  }
-  // Applies a batch of records (a replica's REPLICATE) with their slots prefetched ahead.
-  template <typename HashAt, typename Apply>
-  void apply_prefetched(std::size_t n, HashAt hash_at, Apply apply) {
-    table_.for_each_prefetched(n, hash_at, apply);
-  }
-  // Hint: start loading the key's record into cache (CounterTable::prefetch).
-  void prefetch_record(const KeyHash& hash) const { table_.prefetch(hash); }
-  // Copies the table's statistics into the counters other threads read.
-  void publish_table_stats();
-  // Appends a STATS reply. Its body is this shard's snapshot of every shard's counters, rebuilt
-  // only when it is config.stats_refresh old or older; otherwise the same bytes are copied.
-  void append_stats_reply(protocol::Bytes& out, std::uint32_t request_id,
-                          const protocol::Framing& framing);
-
-  // The cluster view decisions are made under; nullptr outside a cluster. set_view() swaps it
-  // between frames (Server posts it to every shard).
-  const ClusterView* view() const { return view_.get(); }
+  // The cluster view decisions are made under (ShardEngine::set_view) and the replicator's,
+  // swapped between frames: Server posts it to every shard.
   void set_view(std::shared_ptr<const ClusterView> view);
-  // etcd mode: reads whether the fence is open (the node's etcd lease is surely alive,
-  // ServerContext::fence_deadline_ns) for the decisions that follow; once it has closed they
-  // answer UNAVAILABLE instead of deciding as primary. Called before each batch (decide_prefetched
-  // does); a no-op in other modes.
-  void check_fence() {
-    if (context_.fenced) fence_open_ = monotonic_now_ns() < context_.fence_deadline_ns.load();
-  }
-
-  // Records between nodes (docs/ARCHITECTURE.md, "Replication", "Moving partitions").
-  bool export_record(const KeyHash& hash, std::uint64_t now_ns, RecordImage& out,
-                     std::vector<std::uint64_t>& log) const {
-    return table_.export_record(hash, now_ns, out, log);
-  }
-  // Merges a record from another node into this shard's table.
-  void apply_record(const protocol::WireRecord& record, std::span<const std::uint64_t> log,
-                    std::uint64_t now_ns);
-  // Appends a PULL reply: a page of this shard's records of the `wanted` partitions.
-  void pull_page(protocol::Bytes& out, std::uint32_t request_id, const protocol::Framing& framing,
-                 const protocol::PullRequest& request, const std::vector<bool>& wanted,
-                 const cluster::Ring& ring);
-  // Replication lag per replica node, as of this shard's last sweep (any thread).
-  std::vector<Replicator::PeerLag> published_lag() const;
 
   // Scratch per destination shard for the item being grouped by a connection handler.
   std::vector<std::vector<HandoverItem>>& staging() { return staging_; }
@@ -249,9 +141,6 @@ class Shard {
   std::size_t TEST_peak_queued_output() const {
     return peak_queued_output_.load(std::memory_order_relaxed);
   }
-  // Test seam (tests/fuzz/connection_fuzz.cpp): CounterTable::TEST_check_invariants() on this
-  // shard's table. Shard thread only.
-  bool TEST_check_table_invariants() const { return table_.TEST_check_invariants(); }
 
  private:
   boost::asio::awaitable<void> accept_loop(boost::asio::ip::tcp::acceptor& acceptor,
@@ -279,15 +168,10 @@ class Shard {
   net::HandlerSlot flush_slot_;
   boost::asio::io_context io_;  // declared early: destroyed after everything bound to it
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
-  CounterTable table_;
-  ShardCounters counters_;
+  ShardEngine engine_;
   Dispatcher dispatcher_;
-  std::shared_ptr<const ClusterView> view_;
-  bool fence_open_ = true;  // check_fence(): false once the etcd lease may have expired
-  Replicator replicator_;
-  mutable std::mutex lag_mutex_;
-  std::vector<Replicator::PeerLag> published_lag_;  // under lag_mutex_
-  std::vector<Replicator::PeerLag> lag_scratch_;    // the shard thread's, swapped with it
+  Replicator replicator_;                // the engine's ChangeSink
+  std::vector<ReplicaLag> lag_scratch_;  // measured here, swapped with the engine's published
 
   // Inbox: any thread pushes; this thread pops. drain_scheduled_ is true from the moment a
   // drain() is posted until it has found the inbox empty.
@@ -308,13 +192,6 @@ class Shard {
   int spare_fd_ = -1;  // /dev/null, kept so that one connection can be refused under EMFILE
   std::chrono::steady_clock::time_point last_accept_log_{};
   std::uint64_t unlogged_accept_errors_ = 0;
-
-  // The STATS snapshot (append_stats_reply): the encoded reply body and when it was built.
-  void rebuild_stats_snapshot(std::uint64_t now_ns);
-  std::vector<protocol::StatEntry> stats_entries_;  // names made once, values refreshed
-  protocol::Bytes stats_body_;
-  std::uint64_t stats_built_ns_ = 0;
-  bool stats_built_ = false;
 
   std::vector<std::vector<HandoverItem>> staging_;
   std::vector<std::unique_ptr<PendingFrame>> free_frames_;

@@ -125,7 +125,7 @@ void SocketPeer::shrink_input() {
 void SocketPeer::shed_for_memory(std::size_t shard_budget) {
   if (!sheddable()) return;
   shed_ = true;
-  shard_.counters()[ShardStat::kOverloadClosed].add();
+  shard_.engine().counters()[ShardStat::kOverloadClosed].add();
   if (writing_) {
     close();
     return;
@@ -272,7 +272,7 @@ asio::awaitable<void> SocketPeer::read_loop() {
         // 64 KiB pieces behind in the shard's heap (docs/RELIABILITY.md, "What the tests found").
         const std::size_t capacity = std::min(std::max(in_capacity_ * 2, kGrownInput), max_input);
         if (capacity <= in_capacity_) {
-          shard_.counters()[ShardStat::kProtocolErrors].add();
+          shard_.engine().counters()[ShardStat::kProtocolErrors].add();
           send_error_and_close(0, WireErrorCode::kInternal, "input buffer exhausted");
           continue;
         }
@@ -351,7 +351,7 @@ asio::awaitable<void> SocketPeer::watchdog_loop() {
         close();
         break;
       }
-      shard_.counters()[ShardStat::kIdleClosed].add();
+      shard_.engine().counters()[ShardStat::kIdleClosed].add();
       send_error_and_close(
           0, WireErrorCode::kIdleTimeout,
           fmt::format("closed after {} ms without a request", idle_timeout.count()));
@@ -366,7 +366,7 @@ asio::awaitable<void> SocketPeer::watchdog_loop() {
 void SocketPeer::after_input(bool handled_any) {
   if (handled_any) {
     last_frame_ = SteadyClock::now();
-    shard_.publish_table_stats();
+    shard_.engine().publish_table_stats();
   }
   shard_.TEST_record_queued_output(out_queued_.size() + out_writing_.size());
   recharge();

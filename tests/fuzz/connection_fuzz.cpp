@@ -712,13 +712,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     c.handed_over += counts.handed_over;
   }
   for (unsigned i = 0; i < node.shard_count(); ++i) {
-    const server::Shard& shard = node.shard(i);
-    const server::ShardCounters& counters = shard.counters();
+    const server::ShardEngine& engine = node.shard(i).engine();
+    const server::ShardCounters& counters = engine.counters();
     require(counters[ShardStat::kProtocolErrors].get() == counted[i].protocol_errors);
     require(counters[ShardStat::kAuthFailures].get() == counted[i].auth_failures);
     require(counters[ShardStat::kInvalidItems].get() == counted[i].invalid_items);
     require(counters[ShardStat::kHandedOver].get() == counted[i].handed_over);
-    require(shard.TEST_check_table_invariants());
+    require(engine.TEST_check_table_invariants());
   }
   return 0;
 }
