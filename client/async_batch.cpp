@@ -24,10 +24,7 @@ namespace {
 constexpr std::size_t kItemOverhead = 32;
 constexpr std::size_t kFrameOverhead = 64;
 
-Result<Decision> no_owner(std::uint64_t epoch) {
-  return Result<Decision>(ErrorCode::kUnavailable,
-                          "no active node in the cluster map of epoch " + std::to_string(epoch));
-}
+Result<Decision> no_owner(std::uint64_t epoch) { return Result<Decision>(no_active_node(epoch)); }
 
 Result<Decision> closing() {
   return Result<Decision>(ErrorCode::kClosed, "client is shutting down");
@@ -115,12 +112,12 @@ void AsyncBatch::keep_copies(std::span<const AcquireRequest> items) {
 
 void AsyncBatch::start(std::span<const AcquireRequest> items, bool probe) {
   probe_ = probe;
-  const std::shared_ptr<const Router> router = impl_.current_router();
+  const std::shared_ptr<const Router> router = impl_.maps.current_router();
   clustered_ = router->clustered();
   const bool own_policy = std::any_of(items.begin(), items.end(), [](const AcquireRequest& r) {
     return r.failure_policy.has_value();
   });
-  if (clustered_ || (!probe && (impl_.local_layer || own_policy))) {
+  if (clustered_ || (!probe && (impl_.layer.active() || own_policy))) {
     // A copy that outlives the call: for the items sent again, and for the local layer, which
     // settles every answer once the batch completes.
     deadline_ns_ = monotonic_now_ns() + impl_.timeout_ns;
@@ -157,7 +154,7 @@ void AsyncBatch::submit(const Router& router, std::uint32_t id) {
 
 void AsyncBatch::on_reply(std::uint32_t id, const Frame& reply) {
   const Part p = part_at(id);
-  impl_.note_call(p.health, false);
+  impl_.layer.note_call(p.health, false);
   const std::vector<std::uint32_t>& order = order_of(id);
   const std::size_t count = p.end - p.begin;
   if (probe_) {
@@ -190,8 +187,8 @@ void AsyncBatch::absorb(std::uint32_t item, const protocol::AcquireResult& r,
   // agree on the map yet (nodes adopt a new epoch a few milliseconds apart, and a refresh may
   // have asked a node that had not). It is asked again after a pause, as for UNAVAILABLE,
   // rather than taken as the answer; a reply above our epoch starts a refresh meanwhile.
-  const bool behind = clustered_ && r.status == ItemStatus::kRedirect &&
-                      reply_epoch != impl_.map_epoch.load(std::memory_order_relaxed);
+  const bool behind =
+      clustered_ && r.status == ItemStatus::kRedirect && reply_epoch != impl_.maps.epoch();
   if (clustered_ && (r.status == ItemStatus::kUnavailable || behind)) {
     if (now == 0) now = monotonic_now_ns();
     if (now + kMaxRetryPauseNs < deadline_ns_) {
@@ -207,8 +204,7 @@ void AsyncBatch::absorbed(std::uint64_t reply_epoch) {
     wait_epoch_ = std::max(wait_epoch_, reply_epoch);
     if (!waiting_for_map_) {
       // A node with a newer map than ours: its items wait for the refresh its reply started.
-      if (reply_epoch > impl_.map_epoch.load(std::memory_order_relaxed) &&
-          impl_.wait_for_map(*this)) {
+      if (reply_epoch > impl_.maps.epoch() && impl_.maps.wait_for_map(*this)) {
         waiting_for_map_ = true;
         hold();
       } else {
@@ -222,7 +218,7 @@ void AsyncBatch::absorbed(std::uint64_t reply_epoch) {
 
 void AsyncBatch::on_failure(std::uint32_t id, const Status& status) {
   const Part p = part_at(id);
-  if (Client::Impl::owner_failure(status)) impl_.note_call(p.health, true);
+  if (LocalLayer::owner_failure(status)) impl_.layer.note_call(p.health, true);
   const std::vector<std::uint32_t>& order = order_of(id);
   const bool retry = (id & kRetryPart) != 0;
   for (std::uint32_t i = p.begin; i < p.end; ++i) {
@@ -241,7 +237,7 @@ void AsyncBatch::on_failure(std::uint32_t id, const Status& status) {
 
 void AsyncBatch::on_map() {
   waiting_for_map_ = false;
-  if (impl_.map_epoch.load(std::memory_order_relaxed) < wait_epoch_ && impl_.wait_for_map(*this)) {
+  if (impl_.maps.epoch() < wait_epoch_ && impl_.maps.wait_for_map(*this)) {
     waiting_for_map_ = true;  // a second refresh is under way: keep the hold
     return;
   }
@@ -278,7 +274,7 @@ void AsyncBatch::resend(std::vector<std::uint32_t>& items) {
     items.clear();
     return;
   }
-  const std::shared_ptr<const Router> router = impl_.current_router();
+  const std::shared_ptr<const Router> router = impl_.maps.current_router();
   retry_owners_.clear();
   for (const std::uint32_t item : items) {
     const std::size_t owner = router->route(hash_key(items_[item].key));
@@ -322,12 +318,11 @@ void AsyncBatch::plan(const Router& router) {
       results_[i] = Result<Decision>(ErrorCode::kInvalidKey, "key is empty");
     } else if (owner == Router::kNoOwner) {
       results_[i] = no_owner(router.epoch());
-    } else if (Status key_ok = Client::Impl::check_key(items[i].key, router.owner(owner).limits);
-               !key_ok.ok()) {
+    } else if (Status key_ok = check_key(items[i].key, router.owner(owner).limits); !key_ok.ok()) {
       results_[i] = Result<Decision>(std::move(key_ok));
     } else if (std::optional<Result<Decision>> local =
                    probe_ ? std::nullopt
-                          : impl_.local_answer(items[i], hash, router.owner(owner))) {
+                          : impl_.layer.answer(items[i], hash, router.owner(owner))) {
       results_[i] = std::move(*local);  // decided here, not sent
     } else {
       owner_[i] = static_cast<std::uint32_t>(owner);
@@ -396,7 +391,7 @@ void AsyncBatch::complete() {
     const std::uint64_t started =
         deadline_ns_ > impl_.timeout_ns ? deadline_ns_ - impl_.timeout_ns : 0;
     for (std::size_t i = 0; i < results_.size(); ++i) {
-      impl_.finish(items_[i], results_[i], started);
+      impl_.layer.finish(items_[i], results_[i], started);
     }
   }
   if (one_done_) {
@@ -451,7 +446,7 @@ void Client::Impl::batch_async(std::span<const AcquireRequest> items, bool probe
   Status queued = submit_acquire(items[0], nullptr, &done, probe);
   if (queued.ok()) return;
   Result<Decision> refused(std::move(queued));
-  if (!probe) finish(items[0], refused, 0);
+  if (!probe) layer.finish(items[0], refused, 0);
   asio::post(io, [done = std::move(done), refused = std::move(refused)]() mutable {
     done(std::span<const Result<Decision>>(&refused, 1));
   });

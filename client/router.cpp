@@ -6,6 +6,21 @@
 
 namespace sluice::client::detail {
 
+Status check_key(std::string_view key, const NodeLimits& limits) {
+  if (key.empty()) return Status(ErrorCode::kInvalidKey, "key is empty");
+  if (key.size() > limits.max_key) {
+    return Status(ErrorCode::kInvalidKey, "key is " + std::to_string(key.size()) +
+                                              " bytes, the server's max key is " +
+                                              std::to_string(limits.max_key));
+  }
+  return Status();
+}
+
+Status no_active_node(std::uint64_t epoch) {
+  return Status(ErrorCode::kUnavailable,
+                "no active node in the cluster map of epoch " + std::to_string(epoch));
+}
+
 std::uint32_t Router::add_owners(const NodeLink& link, bool shard_aware) {
   if (!link.unreachable.ok() || link.publics.empty()) {
     OwnerGroup& group = owners_.emplace_back();
@@ -51,17 +66,18 @@ std::shared_ptr<const Router> Router::for_cluster(NodeConnection& control, clust
   return router;
 }
 
-NodeConnection* Router::node_control(std::string_view id, Status& why) const {
+Result<NodeConnection*> Router::node_control(std::string_view id) const {
   if (!map_) return &control_;
   const std::optional<cluster::NodeIndex> index = map_->ring().find(id);
   if (!index) {
-    why = Status(ErrorCode::kConnectionFailed,
-                 "node " + std::string(id) + " is not active in the client's map");
-    return nullptr;
+    return Status(ErrorCode::kConnectionFailed,
+                  "node " + std::string(id) + " is not active in the client's map");
   }
   const NodeRoute& node = nodes_[*index];
-  if (node.control == nullptr) why = owners_[node.first_owner].unreachable;
-  return node.control;
+  if (node.control != nullptr) return node.control;
+  const Status& why = owners_[node.first_owner].unreachable;
+  if (!why.ok()) return why;
+  return Status(ErrorCode::kConnectionFailed, "the client routes to no node " + std::string(id));
 }
 
 NodeConnection* Router::connection(std::size_t index) const {

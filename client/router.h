@@ -113,8 +113,8 @@ class Router {
   // The number of nodes routed to.
   std::size_t node_count() const { return map_ ? nodes_.size() : 1; }
   // The public connection of the ring's node `id` (the seed's outside a cluster), for
-  // node-level calls (STATS, RELOAD); nullptr when the client has none to it (why: `why`).
-  NodeConnection* node_control(std::string_view id, Status& why) const;
+  // node-level calls (STATS, RELOAD); kConnectionFailed when the client has none to it.
+  Result<NodeConnection*> node_control(std::string_view id) const;
 
  private:
   struct NodeRoute {
@@ -133,6 +133,11 @@ class Router {
   std::vector<OwnerGroup> owners_;
   mutable std::atomic<std::size_t> rotation_{0};
 };
+
+// kInvalidKey unless `key` is 1..limits.max_key bytes.
+Status check_key(std::string_view key, const NodeLimits& limits);
+// kUnavailable: the map of `epoch` has no active node, so no key has an owner.
+Status no_active_node(std::uint64_t epoch);
 
 // The map a CLUSTER reply describes (node addresses as "HOST:PORT", IPv6 hosts in brackets);
 // or why it is not a valid map.
