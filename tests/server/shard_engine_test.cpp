@@ -3,6 +3,11 @@
 // reads their answers, counters, STATS replies and record pages.
 #include "server/shard_engine.h"
 
+// The engine knows no event loop: its header (and all it includes) must not bring Asio in.
+#ifdef BOOST_ASIO_VERSION
+#error "server/shard_engine.h includes Asio"
+#endif
+
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <memory>
