@@ -2,8 +2,6 @@
 
 #include <bit>
 
-#include "client/bucket_geometry.h"
-
 namespace sluice::client::detail {
 namespace {
 
@@ -46,16 +44,9 @@ struct BlockedCache::Writing {
   Bucket& bucket;
 };
 
-BlockedCache::BlockedCache(std::size_t capacity) : shards_(new Shard[kShards]) {
-  if (capacity == 0) return;
-  const BucketGeometry shape = bucket_geometry(capacity, kShards, kWays);
-  buckets_per_shard_ = shape.buckets_per_shard;
-  bucket_mask_ = shape.bucket_mask;
-  capacity_ = shape.capacity;
-  for (std::size_t s = 0; s < kShards; ++s) {
-    shards_[s].buckets = std::make_unique<Bucket[]>(buckets_per_shard_);
-  }
-}
+BlockedCache::BlockedCache(std::size_t capacity)
+    : geometry_(bucket_geometry(capacity, kShards, kWays)),
+      shards_(make_shards<Shard, Bucket>(kShards, geometry_)) {}
 
 void BlockedCache::clear(Entry& e) {
   e.fingerprint.store(0, std::memory_order_release);
@@ -65,7 +56,7 @@ void BlockedCache::clear(Entry& e) {
 
 void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std::uint64_t now_ns,
                          std::uint64_t key_tag, std::uint32_t cost) {
-  if (capacity_ == 0 || until_ns <= now_ns) return;
+  if (geometry_.capacity == 0 || until_ns <= now_ns) return;
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
   Bucket& bucket = bucket_of(shard, fingerprint);
@@ -104,7 +95,7 @@ void BlockedCache::block(std::uint64_t fingerprint, std::uint64_t until_ns, std:
 
 std::uint64_t BlockedCache::blocked_for(std::uint64_t fingerprint, std::uint64_t now_ns,
                                         std::uint32_t cost) const {
-  if (capacity_ == 0) return 0;
+  if (geometry_.capacity == 0) return 0;
   const Bucket& bucket = bucket_of(shard_of(fingerprint), fingerprint);
   // A writer is inside for a few stores: a reader that meets one tries again, a bounded number
   // of times, and then takes the key as not blocked (it is sent, as without a cache).
@@ -130,7 +121,7 @@ std::uint64_t BlockedCache::blocked_for(std::uint64_t fingerprint, std::uint64_t
 }
 
 void BlockedCache::unblock(std::uint64_t fingerprint) {
-  if (capacity_ == 0) return;
+  if (geometry_.capacity == 0) return;
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
   Bucket& bucket = bucket_of(shard, fingerprint);
@@ -143,11 +134,11 @@ void BlockedCache::unblock(std::uint64_t fingerprint) {
 }
 
 void BlockedCache::unblock_key(std::uint64_t key_tag) {
-  if (capacity_ == 0 || key_tag == 0) return;
+  if (geometry_.capacity == 0 || key_tag == 0) return;
   for (std::size_t s = 0; s < kShards; ++s) {
     Shard& shard = shards_[s];
     std::lock_guard lock(shard.mu);
-    for (std::size_t b = 0; b < buckets_per_shard_; ++b) {
+    for (std::size_t b = 0; b < geometry_.buckets_per_shard; ++b) {
       Bucket& bucket = shard.buckets[b];
       for (Entry& e : bucket.entries) {
         if (e.fingerprint.load(std::memory_order_relaxed) == 0 ||

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 
+#include "client/bucket_geometry.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
 
@@ -47,7 +48,7 @@ class BlockedCache {
   // cache, so for rare events only.
   void unblock_key(std::uint64_t key_tag);
 
-  std::size_t capacity() const { return capacity_; }
+  std::size_t capacity() const { return geometry_.capacity; }
   // Entries held now, expired ones included until they are replaced or unblocked.
   std::size_t size() const { return size_.load(std::memory_order_relaxed); }
   // Entries dropped to make room for newer ones since construction.
@@ -76,13 +77,11 @@ class BlockedCache {
 
   Shard& shard_of(std::uint64_t fingerprint) const { return shards_[fingerprint >> 58]; }
   Bucket& bucket_of(Shard& shard, std::uint64_t fingerprint) const {
-    return shard.buckets[fingerprint & bucket_mask_];
+    return shard.buckets[fingerprint & geometry_.bucket_mask];
   }
   void clear(Entry& e);
 
-  std::size_t capacity_ = 0;
-  std::uint64_t bucket_mask_ = 0;
-  std::size_t buckets_per_shard_ = 0;
+  const BucketGeometry geometry_;
   std::unique_ptr<Shard[]> shards_;
   std::atomic<std::size_t> size_{0};
   std::atomic<std::uint64_t> evicted_{0};

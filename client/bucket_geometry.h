@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace sluice::client::detail {
 
@@ -22,6 +23,18 @@ constexpr BucketGeometry bucket_geometry(std::size_t capacity, std::size_t shard
   const std::size_t per_shard = (capacity + shards - 1) / shards;
   const std::size_t buckets = std::bit_ceil((per_shard + ways - 1) / ways);
   return {buckets, buckets - 1, buckets * ways * shards};
+}
+
+// `count` shards, each given the geometry's buckets (none for a capacity of 0). Shard has a
+// `std::unique_ptr<Bucket[]> buckets` member.
+template <typename Shard, typename Bucket>
+std::unique_ptr<Shard[]> make_shards(std::size_t count, const BucketGeometry& geometry) {
+  std::unique_ptr<Shard[]> shards(new Shard[count]);
+  if (geometry.buckets_per_shard == 0) return shards;
+  for (std::size_t s = 0; s < count; ++s) {
+    shards[s].buckets = std::make_unique<Bucket[]>(geometry.buckets_per_shard);
+  }
+  return shards;
 }
 
 static_assert(bucket_geometry(1, 64, 4).capacity == 256);

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "client/bucket_geometry.h"
-
 namespace sluice::client::detail {
 
 namespace {
@@ -30,19 +28,12 @@ std::uint32_t lease_units(const Rule& rule, const LeasePolicy& policy) {
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(k, LeaseTable::kMaxUnits));
 }
 
-LeaseTable::LeaseTable(std::size_t capacity) : shards_(new Shard[kShards]) {
-  if (capacity == 0) return;
-  const BucketGeometry shape = bucket_geometry(capacity, kShards, kWays);
-  buckets_per_shard_ = shape.buckets_per_shard;
-  bucket_mask_ = shape.bucket_mask;
-  capacity_ = shape.capacity;
-  for (std::size_t s = 0; s < kShards; ++s) {
-    shards_[s].buckets = std::make_unique<Bucket[]>(buckets_per_shard_);
-  }
-}
+LeaseTable::LeaseTable(std::size_t capacity)
+    : geometry_(bucket_geometry(capacity, kShards, kWays)),
+      shards_(make_shards<Shard, Bucket>(kShards, geometry_)) {}
 
 const LeaseTable::Entry* LeaseTable::find(std::uint64_t fingerprint) const {
-  if (capacity_ == 0) return nullptr;
+  if (geometry_.capacity == 0) return nullptr;
   const Bucket& bucket = bucket_of(shard_of(fingerprint), fingerprint);
   for (const Entry& e : bucket.entries) {
     if (e.fingerprint.load(std::memory_order_acquire) == fingerprint) return &e;
@@ -93,7 +84,7 @@ std::uint64_t LeaseTable::heat(const Entry& e, std::uint64_t now_ns, const Lease
 std::uint32_t LeaseTable::want(std::uint64_t fingerprint, std::string_view key, const Rule& rule,
                                std::uint64_t now_ns, std::uint64_t request_deadline_ns,
                                const LeasePolicy& policy) {
-  if (capacity_ == 0 || key.size() > kMaxKey || key.empty()) return 0;
+  if (geometry_.capacity == 0 || key.size() > kMaxKey || key.empty()) return 0;
   const std::uint32_t units = lease_units(rule, policy);
   if (units == 0) return 0;
   Shard& shard = shard_of(fingerprint);
@@ -147,7 +138,7 @@ std::uint32_t LeaseTable::want(std::uint64_t fingerprint, std::string_view key, 
 }
 
 void LeaseTable::answered(std::uint64_t fingerprint) {
-  if (capacity_ == 0) return;
+  if (geometry_.capacity == 0) return;
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
   for (Entry& e : bucket_of(shard, fingerprint).entries) {
@@ -173,7 +164,7 @@ bool LeaseTable::install(std::uint64_t fingerprint, std::string_view key, const 
                          std::uint32_t units, std::uint32_t stamp, std::uint64_t until_ns,
                          std::uint64_t remaining, std::uint64_t reset_at_ns, std::uint64_t now_ns,
                          const void* owner, const std::function<void(const EndedLease&)>& ended) {
-  if (capacity_ == 0) return false;
+  if (geometry_.capacity == 0) return false;
   Shard& shard = shard_of(fingerprint);
   std::lock_guard lock(shard.mu);
   Bucket& bucket = bucket_of(shard, fingerprint);
@@ -211,11 +202,11 @@ bool LeaseTable::install(std::uint64_t fingerprint, std::string_view key, const 
 }
 
 void LeaseTable::forget_key(std::string_view key) {
-  if (capacity_ == 0 || running_.load(std::memory_order_relaxed) == 0) return;
+  if (geometry_.capacity == 0 || running_.load(std::memory_order_relaxed) == 0) return;
   for (std::size_t s = 0; s < kShards; ++s) {
     Shard& shard = shards_[s];
     std::lock_guard lock(shard.mu);
-    for (std::size_t b = 0; b < buckets_per_shard_; ++b) {
+    for (std::size_t b = 0; b < geometry_.buckets_per_shard; ++b) {
       for (Entry& e : shard.buckets[b].entries) {
         if (!e.running || e.key_size != key.size() ||
             std::memcmp(e.key, key.data(), key.size()) != 0) {
@@ -229,12 +220,12 @@ void LeaseTable::forget_key(std::string_view key) {
 
 std::uint64_t LeaseTable::end_leases(std::uint64_t now_ns, bool all,
                                      const std::function<void(const EndedLease&)>& ended) {
-  if (capacity_ == 0 || running_.load(std::memory_order_relaxed) == 0) return 0;
+  if (geometry_.capacity == 0 || running_.load(std::memory_order_relaxed) == 0) return 0;
   std::uint64_t next = 0;
   for (std::size_t s = 0; s < kShards; ++s) {
     Shard& shard = shards_[s];
     std::lock_guard lock(shard.mu);
-    for (std::size_t b = 0; b < buckets_per_shard_; ++b) {
+    for (std::size_t b = 0; b < geometry_.buckets_per_shard; ++b) {
       for (Entry& e : shard.buckets[b].entries) {
         if (!e.running) continue;
         const std::uint64_t until = e.until_ns.load(std::memory_order_relaxed);

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "client/bucket_geometry.h"
 #include "core/rule.h"
 
 namespace sluice::client::detail {
@@ -64,7 +65,7 @@ class LeaseTable {
   // Room for at least `capacity` entries (whole buckets in every shard); 0: no leases.
   explicit LeaseTable(std::size_t capacity);
 
-  std::size_t capacity() const { return capacity_; }
+  std::size_t capacity() const { return geometry_.capacity; }
 
   // Any thread, lock-free: takes `cost` units from the lease of `fingerprint` when it has them
   // and has not ended at now_ns. False (nothing taken) otherwise.
@@ -135,16 +136,14 @@ class LeaseTable {
   static std::uint64_t tag_of(std::uint64_t fingerprint) { return fingerprint >> 24; }
   Shard& shard_of(std::uint64_t fingerprint) const { return shards_[fingerprint >> 58]; }
   Bucket& bucket_of(Shard& shard, std::uint64_t fingerprint) const {
-    return shard.buckets[fingerprint & bucket_mask_];
+    return shard.buckets[fingerprint & geometry_.bucket_mask];
   }
   const Entry* find(std::uint64_t fingerprint) const;
   static std::uint64_t heat(const Entry& e, std::uint64_t now_ns, const LeasePolicy& policy);
   // REQUIRES: the shard's mutex. Ends the entry's lease: its units go to `ended`.
   void end_locked(Entry& e, const std::function<void(const EndedLease&)>& ended);
 
-  std::size_t capacity_ = 0;
-  std::uint64_t bucket_mask_ = 0;
-  std::size_t buckets_per_shard_ = 0;
+  const BucketGeometry geometry_;
   std::unique_ptr<Shard[]> shards_;
   std::atomic<std::size_t> running_{0};
 };
