@@ -1,9 +1,9 @@
 // Internal: which connection a key goes to. A Router is an immutable snapshot of the client's
-// routing: one node (its shards), or a cluster map with the connections of each active node. The
-// I/O thread builds a new one when the map changes or a node's shards become known, and
-// publishes it (client_impl.h); a call routes by the one it took, and a router stays alive while
-// anyone holds it. Connections outlive every router (they live until the client dies), so a
-// stale router still points at valid connections.
+// routing: one node (its shards), or a cluster map with the connections of each active node.
+// The I/O thread builds a new one when the map changes or a node's shards become known, and
+// publishes it (client/map_tracker.h); a call routes by the one it took, and a router stays
+// alive while anyone holds it. Connections outlive every router (they live until the client
+// dies), so a stale router still points at valid connections.
 #pragma once
 
 #include "net/asio.h"  // before any other Asio header
