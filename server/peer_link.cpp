@@ -2,8 +2,6 @@
 
 #include "net/asio.h"  // before any other Asio header
 
-#include <utility>
-
 #include <fmt/core.h>
 #include <sys/socket.h>
 #include <algorithm>

@@ -4,8 +4,6 @@
 
 #include "net/asio.h"  // before any other Asio header
 
-#include <utility>
-
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
