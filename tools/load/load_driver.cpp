@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cli/json_writer.h"
 #include "client/client.h"
 #include "cluster/ring.h"
 #include "core/clock.h"
@@ -21,7 +22,6 @@
 #include "net/host_port.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
-#include "tools/load/json_writer.h"
 #include "tools/load/random.h"
 #include "tools/load/resp.h"
 
@@ -29,6 +29,7 @@ namespace sluice::load {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+using cli::JsonWriter;
 using client::ErrorCode;
 using client::Result;
 using client::Status;

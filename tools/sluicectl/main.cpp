@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "cli/flags.h"
+#include "cli/json_writer.h"
 #include "client/client.h"
 #include "cluster/etcd_members.h"
 #include "core/rule.h"
 #include "core/version.h"
 #include "etcd/etcd_client.h"
-#include "tools/load/json_writer.h"
 
 namespace {
 
@@ -244,7 +244,7 @@ std::optional<CtlOptions> parse_flags(int argc, char** argv) {
 
 std::string json_string(std::string_view text) {
   std::string out;
-  sluice::load::JsonWriter::append_quoted(out, text);
+  sluice::cli::JsonWriter::append_quoted(out, text);
   return out;
 }
 

@@ -1,8 +1,8 @@
-#include "tools/load/json_writer.h"
+#include "cli/json_writer.h"
 
 #include <cmath>
 
-namespace sluice::load {
+namespace sluice::cli {
 
 void JsonWriter::separate() {
   if (after_key_) {
@@ -112,4 +112,4 @@ void JsonWriter::append_quoted(std::string& out, std::string_view text) {
   out += '"';
 }
 
-}  // namespace sluice::load
+}  // namespace sluice::cli
