@@ -12,7 +12,8 @@
 //
 // This header is the API: the options, validate() and run_load(). The report and its two
 // summaries (LoadReport, report_json(), report_text(), error_window()) are declared in
-// report.h, which this header includes.
+// report.h, which this header includes. Behind run_load(): worker.h (pacing, request books,
+// the stop) drives a Backend (backend.h): sluice_backend.h or redis_backend.h.
 //
 // Nothing on the per-request path allocates once rings and buffers have reached their working
 // size. docs/LOAD.md describes the options, the connection mapping and the report.
