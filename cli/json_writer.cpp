@@ -21,31 +21,23 @@ JsonWriter& JsonWriter::raw(std::string_view token) {
   return *this;
 }
 
-JsonWriter& JsonWriter::begin_object() {
-  raw("{");
+JsonWriter& JsonWriter::open(char bracket) {
+  raw(std::string_view(&bracket, 1));
   ++depth_;
   has_elements_ &= ~(std::uint64_t{1} << (depth_ - 1));
   return *this;
 }
 
-JsonWriter& JsonWriter::end_object() {
+JsonWriter& JsonWriter::close(char bracket) {
   --depth_;
-  out_ += '}';
+  out_ += bracket;
   return *this;
 }
 
-JsonWriter& JsonWriter::begin_array() {
-  raw("[");
-  ++depth_;
-  has_elements_ &= ~(std::uint64_t{1} << (depth_ - 1));
-  return *this;
-}
-
-JsonWriter& JsonWriter::end_array() {
-  --depth_;
-  out_ += ']';
-  return *this;
-}
+JsonWriter& JsonWriter::begin_object() { return open('{'); }
+JsonWriter& JsonWriter::end_object() { return close('}'); }
+JsonWriter& JsonWriter::begin_array() { return open('['); }
+JsonWriter& JsonWriter::end_array() { return close(']'); }
 
 JsonWriter& JsonWriter::key(std::string_view name) {
   separate();

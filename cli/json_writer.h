@@ -49,6 +49,9 @@ class JsonWriter {
   // Writes the separator a new element needs, then `token` verbatim.
   JsonWriter& raw(std::string_view token);
   void separate();
+  // A new container (its first element needs no comma), and its end.
+  JsonWriter& open(char bracket);
+  JsonWriter& close(char bracket);
 
   std::string out_;
   std::uint64_t has_elements_ = 0;  // bit d: the open container at depth d has an element
