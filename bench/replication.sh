@@ -13,12 +13,16 @@
 # A runs on COMPARE_SERVER_CPU (default 0) and sluice-load on COMPARE_LOAD_CPU (default 1). A
 # 2-core machine has no core of its own for B, so each round runs twice, once per placement of
 # B: with the load generator (B's applying slows the generator, never A) and with the primary
-# (B's applying takes A's core). Both kinds of run of a placement pin B alike. Rounds alternate,
-# alone first, REPL_ROUNDS times (default 3), each on fresh nodes; the median ratio of each
-# placement is judged (target >= 0.85). CPU time of A, B and sluice-load (utime + stime, from
-# /proc and from getrusage) over each run, divided by the decisions made, gives the CPU cost
-# per decision; A's in the replicated run less A's alone is replication's cost on the primary,
-# B's is the replica's cost of applying.
+# (B's applying takes A's core). Both kinds of run of a placement pin B alike. REPL_ROUNDS
+# rounds (default 3), each run on fresh nodes; the order of the two kinds alternates from round
+# to round (round 1: alone then replicated; round 2: replicated then alone; ...), so that a
+# shared host drifting over a round does not favour one kind. The median ratio of each placement
+# is judged (target >= 0.85). CPU time of A, B and sluice-load (utime + stime, from /proc and
+# from getrusage) over each run, divided by the decisions made, gives the CPU cost per decision;
+# A's in the replicated run less A's alone is replication's cost on the primary, B's is the
+# replica's cost of applying. "B applied" is B's replica_applied from its STATS, read with
+# sluicectl (built here with the rest): a figure that cannot be read stops the run, it is never
+# printed as 0.
 #
 # Environment: COMPARE_SECONDS (seconds per round, default 10; less is a quick run, which does
 # not touch docs/BENCHMARKS.md), REPL_ROUNDS, COMPARE_SHARDS (default 1), COMPARE_SERVER_CPU,
@@ -53,11 +57,13 @@ command -v python3 >/dev/null || die "python3 is missing"
 
 LOAD="$BUILD_DIR/bin/sluice-load"
 SLUICED="$BUILD_DIR/bin/sluiced"
-log "building sluice-load and sluiced in $BUILD_DIR"
+CTL="$BUILD_DIR/bin/sluicectl"
+log "building sluice-load, sluiced and sluicectl in $BUILD_DIR"
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-ninja -C "$BUILD_DIR" -j2 sluice-load sluiced >/dev/null || die "build failed in $BUILD_DIR"
+ninja -C "$BUILD_DIR" -j2 sluice-load sluiced sluicectl >/dev/null ||
+  die "build failed in $BUILD_DIR"
 commit="$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 dirty="$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | awk '{print $NF}' |
   paste -sd' ')"
@@ -130,13 +136,18 @@ sys.exit(code)' "$WORK/$run.cpu" "$LOAD" -q --json --backend sluice \
   a1="$(cpu_ticks "$PID_A")"
   b1="$(cpu_ticks "$PID_B")"
   # What B applied, as the replica (0 when alone), read before the nodes stop.
-  local applied
+  local applied load_cpu_s
   sleep 0.2 # past the STATS snapshot's 100 ms
-  applied="$("$BUILD_DIR/bin/sluicectl" --servers "127.0.0.1:$b_port" stats --json 2>/dev/null |
-    python3 -c 'import json, sys; print(json.load(sys.stdin)["total"]["replica_applied"])' \
-      2>/dev/null || echo 0)"
+  "$CTL" --servers "127.0.0.1:$b_port" stats --json >"$WORK/$run.stats" 2>"$WORK/$run.stats.err" ||
+    die "cannot read B's STATS after $run: $(cat "$WORK/$run.stats.err")"
+  applied="$(python3 -c '
+import json, sys
+print(json.load(open(sys.argv[1]))["total"]["replica_applied"])' "$WORK/$run.stats" \
+    2>"$WORK/$run.stats.err")" ||
+    die "no total.replica_applied in B's STATS after $run: $(tail -n 1 "$WORK/$run.stats.err")"
+  load_cpu_s="$(cat "$WORK/$run.cpu")" || die "no CPU time of sluice-load for $run"
   python3 - "$WORK/$run.json" "$placement" "$kind" "$n" "$((a1 - a0))" "$((b1 - b0))" \
-    "${applied:-0}" "$(cat "$WORK/$run.cpu" 2>/dev/null || echo 0)" >>"$WORK/rounds.txt" <<'EOF'
+    "$applied" "$load_cpu_s" >>"$WORK/rounds.txt" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 decisions = r["allowed"] + r["denied"]
@@ -149,10 +160,12 @@ EOF
 
 LOADAVG_START="$(cut -d' ' -f1-3 /proc/loadavg)"
 for n in $(seq 1 "$ROUNDS"); do
+  # Odd rounds run alone first, even rounds replicated first.
+  if ((n % 2 == 1)); then kinds=(alone replicated); else kinds=(replicated alone); fi
   for placement in load primary; do
-    log "round $n of $ROUNDS, B with the $placement: alone, then replicated (${SECS} s each)"
-    round "$placement" alone "$n"
-    round "$placement" replicated "$n"
+    log "round $n of $ROUNDS, B with the $placement: ${kinds[0]}, then ${kinds[1]} (${SECS} s each)"
+    round "$placement" "${kinds[0]}" "$n"
+    round "$placement" "${kinds[1]}" "$n"
   done
 done
 LOADAVG_END="$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,7 +1,9 @@
-// Runs the built sluicectl against an in-process daemon and checks output and exit status;
-// then the command lines of all three binaries (sluicectl, sluiced, sluice-load): units, ranges,
-// usage errors, --version, IPv6 endpoints. The build makes client_tests depend on sluicectl and
-// passes its path as SLUICECTL_PATH; sluiced and sluice-load are built beside it.
+// Runs the built sluicectl end to end: its exit statuses and that main wires flags, commands
+// and printing together, against an in-process daemon and real sluiced processes (the formats,
+// flag messages and commands one by one are tested on the library in tests/sluicectl/); then
+// the command lines of all three binaries (sluicectl, sluiced, sluice-load): units, ranges,
+// usage errors, --version, IPv6 endpoints, tokens. The build makes client_tests depend on
+// sluicectl and passes its path as SLUICECTL_PATH; sluiced and sluice-load are built beside it.
 #include <fmt/core.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -23,14 +25,12 @@
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "tests/client/test_support.h"
 #include "tests/integration/raw_client.h"
-#include "tests/integration/test_cluster.h"
 #include "tests/support/child_process.h"
 
 namespace sluice::client {
@@ -40,7 +40,6 @@ using test::Child;
 using test::listen_endpoint;
 using test::listen_port;
 using test::require_binary;
-using testing::FakeServer;
 using testing::TestServer;
 
 #ifndef SLUICECTL_PATH
@@ -69,50 +68,39 @@ TEST_CASE("sluicectl exits 0 when allowed, 1 when denied, 2 on errors") {
 
   Run ping = run(s + "ping");
   CHECK(ping.status == 0);
-  CHECK_THAT(ping.output, Catch::Contains("pong from"));
+  CHECK_THAT(ping.output, Catch::StartsWith("pong from " + server.address()));
 
   for (int i = 0; i < 2; ++i) {
     Run allowed = run(s + "acquire cli:key --limit 2 --period 60s");
     CHECK(allowed.status == 0);
-    CHECK_THAT(allowed.output, Catch::StartsWith("ALLOWED"));
+    CHECK_THAT(allowed.output, Catch::StartsWith("ALLOWED  cli:key\n"));
   }
   Run denied = run(s + "acquire cli:key --limit 2 --period 60s --json");
   CHECK(denied.status == 1);
-  CHECK_THAT(denied.output, Catch::StartsWith("{\"key\":\"cli:key\",\"allowed\":false,\"limit\":2,"
-                                              "\"remaining\":0,"));
-  CHECK_THAT(denied.output, Catch::Contains("\"Retry-After\":\"30\""));
-  CHECK_THAT(denied.output, Catch::Contains("\"source\":\"cluster\""));
+  CHECK_THAT(denied.output, Catch::StartsWith("{\"key\":\"cli:key\",\"allowed\":false,"));
   CHECK(std::count(denied.output.begin(), denied.output.end(), '\n') == 1);
-
-  Run never = run(s + "peek cli:big --algorithm gcra --limit 10 --period 1m --cost 11 --json");
-  CHECK(never.status == 1);
-  CHECK_THAT(never.output, Catch::Contains("\"retry_after_ms\":null"));
 
   Run reset = run(s + "reset cli:key");
   CHECK(reset.status == 0);
-  CHECK_THAT(reset.output, Catch::Contains("existed"));
+  CHECK(reset.output == "cli:key: reset (the key existed)\n");
 
   Run stats = run(s + "stats --json");
   CHECK(stats.status == 0);
   CHECK_THAT(stats.output, Catch::StartsWith("{\"total\":{"));
-  CHECK_THAT(stats.output, Catch::Contains("\"allowed\":2"));
 
-  CHECK(run(s + "acquire --limit 2 --period 60s").status == 2);     // no key
-  CHECK(run(s + "acquire k --period 60s").status == 2);             // no limit
-  CHECK(run(s + "acquire k --limit 2").status == 2);                // no period
-  CHECK(run(s + "acquire k --limit 2 --period soon").status == 2);  // bad period
-  CHECK(run(s + "acquire k --limit 2 --period 1s --algorithm x").status == 2);
+  Run help = run("--help");
+  CHECK(help.status == 0);
+  CHECK_THAT(help.output, Catch::StartsWith("usage: sluicectl "));
+
+  // A usage error: the reason and the hint, exit status 2, before anything connects.
+  Run no_key = run(s + "acquire --limit 2 --period 60s");
+  CHECK(no_key.status == 2);
+  CHECK(no_key.output == "sluicectl: acquire needs a KEY (see --help)\n");
   CHECK(run(s + "explode").status == 2);
-  Run invalid = run(s + "acquire '' --limit 2 --period 1s");
+  // An error from the node: its reason, exit status 2.
+  Run invalid = run(s + "acquire " + std::string(300, 'k') + " --limit 2 --period 1s");
   CHECK(invalid.status == 2);
-}
-
-TEST_CASE("sluicectl exits 2 with the reason when the server does not answer") {
-  require_sluicectl();
-  FakeServer silent(FakeServer::Mode::kSilent);
-  Run timeout = run("--servers " + silent.address() + " --timeout 100ms ping");
-  CHECK(timeout.status == 2);
-  CHECK_THAT(timeout.output, Catch::Contains("sluicectl: timeout"));
+  CHECK_THAT(invalid.output, Catch::StartsWith("sluicectl: invalid_key: "));
 }
 
 // ---- the command lines of sluicectl, sluiced and sluice-load -------------------------------
@@ -146,7 +134,6 @@ TEST_CASE("every binary refuses a bare number as a duration and shows the fix wi
   const auto load = sibling("sluice-load");
   const UsageError cases[] = {
       {sluicectl_path(), "acquire k --limit 2 --period 60", "--period 60: give a unit, e.g. 60s"},
-      {sluicectl_path(), "--timeout 500 ping", "--timeout 500: give a unit, e.g. 500s"},
       {sluiced, "--idle-timeout 5", "--idle-timeout 5: give a unit, e.g. 5s"},
       {load, "--duration 10", "--duration 10: give a unit, e.g. 10s"},
       {load, "--period 60", "--period 60: give a unit, e.g. 60s"},
@@ -170,9 +157,6 @@ TEST_CASE("an out-of-range value names the allowed range and exits 2") {
   const UsageError cases[] = {
       {sluicectl_path(), "acquire k --limit 4294967296 --period 1s",
        "--limit 4294967296: must be 0..4294967295"},
-      {sluicectl_path(), "acquire k --limit 1 --period 1s --cost 0",
-       "--cost 0: must be 1..4294967295"},
-      {sluicectl_path(), "acquire k --limit 1 --period 367d", "--period 367d: must be 1ms..366d"},
       {sibling("sluiced"), "--port 65536", "--port 65536: must be 0..65535"},
       {sibling("sluiced"), "--max-batch 0", "--max-batch 0: must be 1..65535"},
       {sibling("sluiced"), "--idle-timeout 367d", "--idle-timeout 367d: must be 0..366d"},
@@ -192,7 +176,6 @@ TEST_CASE("bad flags are usage errors: exit 2 with the reason on stderr") {
       {sibling("sluice-load"), "stray", "unexpected argument 'stray'"},
       {sibling("sluice-load"), "--dist pareto", "--dist must be uniform, zipf:S, hot:P or seq"},
       {sluicectl_path(), "--servers 127.0.0.1 ping", "--servers 127.0.0.1: expected HOST:PORT"},
-      {sluicectl_path(), "--no-such-flag ping", "no-such-flag"},
       {sibling("sluiced"), "--bind nowhere", "--bind nowhere: expected an IP address"},
       {sibling("sluiced"), "--no-such-flag", "no-such-flag"},
       {sibling("sluiced"), "stray", "unexpected argument 'stray'"},
@@ -206,10 +189,6 @@ TEST_CASE("bad flags are usage errors: exit 2 with the reason on stderr") {
       {sibling("sluice-load"), "--backend redis --lease-duration 100ms", "--lease-duration"},
       {sibling("sluice-load"), "--lease-duration 61s", "--lease-duration 61s"},
       {sibling("sluice-load"), "--lease-duration 100", "give a unit"},
-      {sluicectl_path(), "--failure-policy sideways acquire k --limit 1 --period 1s",
-       "--failure-policy sideways: expected open, closed or report"},
-      {sluicectl_path(), "--gateways 65536 acquire k --limit 1 --period 1s",
-       "--gateways must be 1..65535"},
   };
   check_usage_errors(cases);
 }
@@ -288,21 +267,6 @@ TEST_CASE("sluiced accepts the largest sliding-log cap its arena stores and refu
   INFO("start-up line: " << line);
   CHECK_THAT(line, Catch::Contains("listening on 127.0.0.1:"));
   CHECK(sluiced.stop() == 0);
-}
-
-TEST_CASE("sluicectl pointed at something that is not Sluice says so") {
-  require_sluicectl();
-  FakeServer silent(FakeServer::Mode::kSilent);
-  Run no_hello = run("--servers " + silent.address() + " --timeout 100ms ping");
-  CHECK(no_hello.status == 2);
-  CHECK(no_hello.output ==
-        "sluicectl: timeout: no Sluice HELLO from " + silent.address() + " within 100 ms\n");
-
-  FakeServer redis(FakeServer::Mode::kNotSluice);
-  Run not_sluice = run("--servers " + redis.address() + " --timeout 1s ping");
-  CHECK(not_sluice.status == 2);
-  CHECK(not_sluice.output == "sluicectl: protocol_error: " + redis.address() +
-                                 " answered something that is not Sluice (bad magic)\n");
 }
 
 }  // namespace
@@ -659,98 +623,6 @@ TEST_CASE(
     INFO(c.binary.filename().string() << " " << c.args);
     CHECK_THAT(run_binary(c.binary, c.args).output, !Catch::Contains(secret_start));
   }
-}
-
-TEST_CASE("sluicectl cluster prints the nodes, their states and shares, the epoch and the lag") {
-  require_sluicectl();
-  test::TestCluster cluster(3);
-  // A node's STATS lists its peers from a snapshot its shards publish every 100 ms or so: wait
-  // (at most 5 s) until node-0's lists node-1, so the lag rows below are there to print.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (test::RawClient(cluster.port(0)).stats().count("replication.node-1.up") == 0 &&
-         std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  const std::string s = "--servers 127.0.0.1:" + std::to_string(cluster.port(1)) + " ";
-  Run text = run(s + "cluster");
-  INFO(text.output);
-  CHECK(text.status == 0);
-  CHECK_THAT(text.output, Catch::StartsWith("cluster epoch 1: 3 nodes, 65536 partitions"));
-  for (int i = 0; i < 3; ++i) {
-    const std::string row = "node-" + std::to_string(i) +
-                            "  127.0.0.1:" + std::to_string(cluster.port(i)) + "  active  ";
-    CHECK_THAT(text.output, Catch::Contains(row));
-  }
-  CHECK(std::count(text.output.begin(), text.output.end(), '%') == 6);
-  CHECK_THAT(text.output, Catch::Contains("replication (from each node's STATS"));
-  CHECK_THAT(text.output, Catch::Contains("node-0 -> node-1"));
-
-  Run json = run(s + "cluster --json");
-  INFO(json.output);
-  CHECK(json.status == 0);
-  CHECK_THAT(json.output, Catch::StartsWith("{\"epoch\":1,\"clustered\":true,\"partitions\":65536,"
-                                            "\"vnodes_per_node\":4096,\"self\":\"node-1\","));
-  CHECK_THAT(json.output, Catch::Contains("{\"id\":\"node-2\",\"address\":\"127.0.0.1:" +
-                                          std::to_string(cluster.port(2)) +
-                                          "\",\"state\":\"active\",\"primary_partitions\":"));
-  CHECK_THAT(json.output, Catch::Contains("\"replication\":[{\"peer\":"));
-  CHECK_THAT(json.output, Catch::Contains("\"stats_error\":null"));
-  CHECK(std::count(json.output.begin(), json.output.end(), '\n') == 1);
-}
-
-TEST_CASE("sluicectl cluster on a node outside any cluster says so") {
-  require_sluicectl();
-  TestServer server;
-  Run text = run("--servers " + server.address() + " cluster");
-  CHECK(text.status == 0);
-  CHECK_THAT(text.output, Catch::Contains("is not in a cluster (epoch 0)"));
-  Run json = run("--servers " + server.address() + " cluster --json");
-  CHECK(json.status == 0);
-  CHECK_THAT(json.output, Catch::StartsWith("{\"epoch\":0,\"clustered\":false,"));
-}
-
-TEST_CASE("sluicectl cluster reload reports every node's epoch and exits 1 when a node refuses") {
-  require_sluicectl();
-  test::TestCluster cluster(3);
-  const std::string s = "--servers 127.0.0.1:" + std::to_string(cluster.port(0)) + " ";
-  cluster.write(2, 3);
-  Run taken = run(s + "cluster reload");
-  INFO(taken.output);
-  CHECK(taken.status == 0);
-  for (int i = 0; i < 3; ++i) {
-    CHECK_THAT(taken.output, Catch::Contains("node-" + std::to_string(i) +
-                                             " 127.0.0.1:" + std::to_string(cluster.port(i)) +
-                                             ": reloaded, epoch 2\n"));
-  }
-  for (int i = 0; i < 3; ++i) CHECK(cluster.node(i).server().cluster_epoch() == 2);
-
-  cluster.write(1, 3);  // a lower epoch: refused, and epoch 2 stays
-  Run refused = run(s + "cluster reload --json");
-  INFO(refused.output);
-  CHECK(refused.status == 1);
-  CHECK_THAT(refused.output,
-             Catch::StartsWith("{\"nodes\":[{\"id\":\"node-0\",\"address\":\"127.0.0.1:"));
-  CHECK_THAT(refused.output, Catch::Contains("\"epoch\":2,\"refused\":\""));
-  CHECK_THAT(refused.output, Catch::EndsWith("\"refused\":3,\"failed\":0}\n"));
-
-  Run one = run(s + "cluster reload --seed-only");
-  CHECK(one.status == 1);
-  CHECK(std::count(one.output.begin(), one.output.end(), '\n') == 1);
-  CHECK_THAT(one.output, Catch::StartsWith("node-0 127.0.0.1:"));
-
-  cluster.write(3, 3);
-  cluster.stop(2);
-  Run partial = run(s + "--timeout 500ms cluster reload");
-  INFO(partial.output);
-  CHECK(partial.status == 2);  // node-2 could not be asked
-  CHECK_THAT(partial.output, Catch::Contains("node-0 127.0.0.1:" + std::to_string(cluster.port(0)) +
-                                             ": reloaded, epoch 3"));
-  CHECK_THAT(partial.output, Catch::Contains("node-2 127.0.0.1:" + std::to_string(cluster.port(2)) +
-                                             ": error: connection_failed"));
-
-  CHECK(run(s + "cluster reload extra").status == 2);
-  CHECK(run(s + "cluster nonsense").status == 2);
-  CHECK(run(s + "stats --seed-only").status == 2);
 }
 
 }  // namespace

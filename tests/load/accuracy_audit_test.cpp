@@ -151,8 +151,8 @@ AuditReport simulate(const Rule& rule, bool cheat, std::uint64_t jitter_ns = 0) 
     const auto cost = static_cast<std::uint32_t>(1 + rng.next_below(2));
     const Request request{.now_ns = now, .cost = cost, .peek = false};
     const Verdict d = rule.algorithm == Algorithm::kSlidingLog
-                           ? sliding_log(rule, logs[key], request)
-                           : decide(rule, states[key], request);
+                          ? sliding_log(rule, logs[key], request)
+                          : decide(rule, states[key], request);
     const bool admitted = d.allowed || (cheat && rng.next_below(20) == 0);
     if (!admitted) continue;
     if (jitter_ns == 0) {

@@ -10,11 +10,15 @@
 // connections x depth requests in flight, and reports the part of the schedule it could not
 // send (behind) instead of queueing it without bound.
 //
+// This header is the API: the options, validate() and run_load(). The report and its two
+// summaries (LoadReport, report_json(), report_text(), error_window()) are declared in
+// report.h, which this header includes. Behind run_load(): worker.h (pacing, request books,
+// the stop) drives a Backend (backend.h): sluice_backend.h or redis_backend.h.
+//
 // Nothing on the per-request path allocates once rings and buffers have reached their working
 // size. docs/LOAD.md describes the options, the connection mapping and the report.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -26,10 +30,9 @@
 #include "client/client.h"
 #include "client/status.h"
 #include "core/rule.h"
-#include "tools/load/accuracy_audit.h"
-#include "tools/load/histogram.h"
 #include "tools/load/key_generator.h"
 #include "tools/load/redis_designs.h"
+#include "tools/load/report.h"
 
 namespace sluice::load {
 
@@ -104,58 +107,8 @@ std::string validate(const LoadOptions& options);
 inline constexpr std::string_view kAuthTokenNeedsSluice =
     "--auth-token-file is for --backend sluice (sluice-load sends no Redis AUTH)";
 
-struct TimelineEntry {
-  std::uint64_t sent = 0;  // requests issued in this 100 ms, in decisions
-  std::uint64_t allowed = 0;
-  std::uint64_t denied = 0;
-  std::uint64_t errors = 0;
-};
-
-struct LoadReport {
-  unsigned connections = 0;  // TCP connections actually opened
-  unsigned shards = 0;       // Sluice: the seed node's shard count
-  unsigned nodes = 0;        // Sluice: the nodes the client routes to (1 outside a cluster)
-  std::uint64_t sent = 0;    // decisions; sent == allowed + denied + errors
-  std::uint64_t allowed = 0;
-  std::uint64_t denied = 0;
-  std::uint64_t errors = 0;  // error replies, failed connections, no reply within the drain
-  // Sluice: allowed + denied by where they were decided, by client::DecisionSource value.
-  std::array<std::uint64_t, 4> by_source{};
-  // Open loop (in decisions): what the schedule meant to send before the run stopped, what of
-  // it was never sent (intended - sent: the server or the tool could not keep up), and the
-  // largest backlog of due but unsent decisions (per thread, summed over threads). A closed
-  // loop reports intended == sent, behind == backlog_max == 0.
-  std::uint64_t intended = 0;
-  std::uint64_t behind = 0;
-  std::uint64_t backlog_max = 0;
-  // The most requests in flight at once (per thread, summed): at most connections x depth.
-  std::size_t in_flight_max = 0;
-  double duration_s = 0;        // from the first send to the last reply (or the drain's end)
-  double throughput_per_s = 0;  // (allowed + denied) / duration_s
-  LatencyHistogram latency;     // per request, microseconds
-  std::optional<AuditReport> audit;
-  std::vector<TimelineEntry> timeline;  // one entry per 100 ms from the start
-  std::string first_error;              // empty when errors == 0
-};
-
-inline constexpr std::chrono::milliseconds kTimelineStep{100};
-
-// The span of the run in which errors happened, in whole timeline steps: from the start of the
-// first step with an error to the end of the last (a failover's gap, as the load saw it);
-// nullopt without errors.
-struct ErrorWindow {
-  std::uint64_t first_ms = 0;
-  std::uint64_t end_ms = 0;
-};
-std::optional<ErrorWindow> error_window(const LoadReport& report);
-
 // Connects, runs until the duration or request bound, drains, and reports. Fails (with nothing
 // run) when the options are invalid or a connection or handshake fails at start.
 client::Result<LoadReport> run_load(const LoadOptions& options);
-
-// The --json summary: one object (docs/LOAD.md lists the fields).
-std::string report_json(const LoadOptions& options, const LoadReport& report);
-// The text summary.
-std::string report_text(const LoadOptions& options, const LoadReport& report);
 
 }  // namespace sluice::load

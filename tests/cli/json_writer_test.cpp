@@ -1,11 +1,11 @@
-#include "tools/load/json_writer.h"
+#include "cli/json_writer.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <string>
 
-namespace sluice::load {
+namespace sluice::cli {
 namespace {
 
 TEST_CASE("objects and arrays get commas between elements only", "[json]") {
@@ -70,4 +70,4 @@ TEST_CASE("nested arrays of arrays", "[json]") {
 }
 
 }  // namespace
-}  // namespace sluice::load
+}  // namespace sluice::cli

@@ -1,6 +1,7 @@
-// A minimal streaming JSON writer for the --json summary: no dependency, no DOM. Commas and
-// string escaping are handled here; the caller supplies a well-formed sequence of calls
-// (a key() before each value inside an object, balanced begin/end, nesting depth <= 64).
+// A minimal streaming JSON writer for the tools' --json output (sluice-load's summary,
+// sluicectl's string escaping): no dependency, no DOM. Commas and string escaping are handled
+// here; the caller supplies a well-formed sequence of calls (a key() before each value inside an
+// object, balanced begin/end, nesting depth <= 64).
 #pragma once
 
 #include <charconv>
@@ -9,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-namespace sluice::load {
+namespace sluice::cli {
 
 class JsonWriter {
  public:
@@ -48,6 +49,9 @@ class JsonWriter {
   // Writes the separator a new element needs, then `token` verbatim.
   JsonWriter& raw(std::string_view token);
   void separate();
+  // A new container (its first element needs no comma), and its end.
+  JsonWriter& open(char bracket);
+  JsonWriter& close(char bracket);
 
   std::string out_;
   std::uint64_t has_elements_ = 0;  // bit d: the open container at depth d has an element
@@ -55,4 +59,4 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-}  // namespace sluice::load
+}  // namespace sluice::cli

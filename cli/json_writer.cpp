@@ -1,8 +1,8 @@
-#include "tools/load/json_writer.h"
+#include "cli/json_writer.h"
 
 #include <cmath>
 
-namespace sluice::load {
+namespace sluice::cli {
 
 void JsonWriter::separate() {
   if (after_key_) {
@@ -21,31 +21,23 @@ JsonWriter& JsonWriter::raw(std::string_view token) {
   return *this;
 }
 
-JsonWriter& JsonWriter::begin_object() {
-  raw("{");
+JsonWriter& JsonWriter::open(char bracket) {
+  raw(std::string_view(&bracket, 1));
   ++depth_;
   has_elements_ &= ~(std::uint64_t{1} << (depth_ - 1));
   return *this;
 }
 
-JsonWriter& JsonWriter::end_object() {
+JsonWriter& JsonWriter::close(char bracket) {
   --depth_;
-  out_ += '}';
+  out_ += bracket;
   return *this;
 }
 
-JsonWriter& JsonWriter::begin_array() {
-  raw("[");
-  ++depth_;
-  has_elements_ &= ~(std::uint64_t{1} << (depth_ - 1));
-  return *this;
-}
-
-JsonWriter& JsonWriter::end_array() {
-  --depth_;
-  out_ += ']';
-  return *this;
-}
+JsonWriter& JsonWriter::begin_object() { return open('{'); }
+JsonWriter& JsonWriter::end_object() { return close('}'); }
+JsonWriter& JsonWriter::begin_array() { return open('['); }
+JsonWriter& JsonWriter::end_array() { return close(']'); }
 
 JsonWriter& JsonWriter::key(std::string_view name) {
   separate();
@@ -112,4 +104,4 @@ void JsonWriter::append_quoted(std::string& out, std::string_view text) {
   out += '"';
 }
 
-}  // namespace sluice::load
+}  // namespace sluice::cli

@@ -1,0 +1,292 @@
+#include "tools/sluicectl/format.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <map>
+
+#include "cli/json_writer.h"
+#include "core/rule.h"
+#include "tools/sluicectl/options.h"
+
+namespace sluice::ctl {
+
+using client::ClusterInfo;
+using client::Decision;
+using client::ReloadOutcome;
+using client::Stat;
+
+namespace {
+
+std::string ms_text(std::uint64_t ms) {
+  return ms == kNever ? std::string("never") : fmt::format("{} ms", ms);
+}
+
+std::string percent(std::uint32_t part, std::uint32_t whole) {
+  return whole == 0 ? std::string("-")
+                    : fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / whole);
+}
+
+double share(std::uint32_t part, std::uint32_t whole) {
+  return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / whole;
+}
+
+}  // namespace
+
+std::string json_string(std::string_view text) {
+  std::string out;
+  cli::JsonWriter::append_quoted(out, text);
+  return out;
+}
+
+std::string format_ping(const client::ServerInfo& info, std::chrono::nanoseconds rtt, bool json) {
+  const double ms = static_cast<double>(rtt.count()) / 1e6;
+  if (json) {
+    return fmt::format("{{\"server\":{},\"node_id\":{},\"shards\":{},\"rtt_ms\":{:.3f}}}\n",
+                       json_string(info.endpoint), json_string(info.node_id),
+                       info.shard_ports.size(), ms);
+  }
+  return fmt::format("pong from {} (node {}, {} shards): {:.3f} ms\n", info.endpoint, info.node_id,
+                     info.shard_ports.size(), ms);
+}
+
+std::string format_decision(std::string_view key, const Decision& d,
+                            const std::vector<client::HeaderField>& headers, bool json) {
+  if (json) {
+    std::string out = fmt::format(
+        "{{\"key\":{},\"allowed\":{},\"limit\":{},\"remaining\":{},\"reset_after_ms\":{},"
+        "\"retry_after_ms\":{},\"source\":{},\"headers\":{{",
+        json_string(key), d.allowed, d.limit, d.remaining, d.reset_after_ms,
+        d.retry_never() ? std::string("null") : std::to_string(d.retry_after_ms),
+        json_string(client::source_name(d.source)));
+    for (std::size_t i = 0; i < headers.size(); ++i) {
+      if (i > 0) out += ',';
+      out += json_string(headers[i].name) + ":" + json_string(headers[i].value);
+    }
+    out += "}}\n";
+    return out;
+  }
+  std::string out = fmt::format("{}  {}\n", d.allowed ? "ALLOWED" : "DENIED", key);
+  out += fmt::format("  limit        {}\n", d.limit);
+  out += fmt::format("  remaining    {}\n", d.remaining);
+  out += fmt::format("  reset after  {}\n", ms_text(d.reset_after_ms));
+  out += fmt::format("  retry after  {}\n", ms_text(d.retry_after_ms));
+  out += fmt::format("  source       {}\n", client::source_name(d.source));
+  out += "headers\n";
+  for (const auto& h : headers) out += fmt::format("  {}: {}\n", h.name, h.value);
+  return out;
+}
+
+std::string format_reset(std::string_view key, bool existed, bool json) {
+  if (json) return fmt::format("{{\"key\":{},\"existed\":{}}}\n", json_string(key), existed);
+  return fmt::format("{}: {}\n", key,
+                     existed ? "reset (the key existed)" : "not found (nothing to reset)");
+}
+
+std::string format_stats(const std::vector<Stat>& stats, bool json) {
+  std::vector<std::string> names;  // row order: first seen
+  std::map<std::string, std::map<std::size_t, std::uint64_t>> per_shard;
+  std::map<std::string, std::uint64_t> totals;
+  std::vector<const Stat*> other;
+  std::size_t shard_count = 0;
+  auto note_name = [&](const std::string& name) {
+    if (!per_shard.count(name) && !totals.count(name)) names.push_back(name);
+  };
+  for (const Stat& s : stats) {
+    std::string_view n = s.name;
+    if (n.starts_with("total.")) {
+      const std::string name(n.substr(6));
+      note_name(name);
+      totals[name] = s.value;
+    } else if (n.starts_with("shard.")) {
+      const std::string_view rest = n.substr(6);
+      const std::size_t dot = rest.find('.');
+      std::size_t index = 0;
+      const auto [end, ec] =
+          std::from_chars(rest.data(), rest.data() + std::min(dot, rest.size()), index);
+      if (dot == std::string_view::npos || ec != std::errc() || end != rest.data() + dot) {
+        other.push_back(&s);
+        continue;
+      }
+      const std::string name(rest.substr(dot + 1));
+      note_name(name);
+      per_shard[name][index] = s.value;
+      shard_count = std::max(shard_count, index + 1);
+    } else {
+      other.push_back(&s);
+    }
+  }
+
+  if (json) {
+    std::string out = "{\"total\":{";
+    bool first = true;
+    for (const auto& name : names) {
+      if (!totals.count(name)) continue;
+      out += fmt::format("{}{}:{}", first ? "" : ",", json_string(name), totals[name]);
+      first = false;
+    }
+    out += "},\"shards\":[";
+    for (std::size_t i = 0; i < shard_count; ++i) {
+      out += i == 0 ? "{" : ",{";
+      first = true;
+      for (const auto& name : names) {
+        const auto& row = per_shard[name];
+        if (!row.count(i)) continue;
+        out += fmt::format("{}{}:{}", first ? "" : ",", json_string(name), row.at(i));
+        first = false;
+      }
+      out += "}";
+    }
+    out += "],\"other\":{";
+    for (std::size_t i = 0; i < other.size(); ++i) {
+      out +=
+          fmt::format("{}{}:{}", i == 0 ? "" : ",", json_string(other[i]->name), other[i]->value);
+    }
+    out += "}}\n";
+    return out;
+  }
+
+  std::size_t width = 7;
+  for (const auto& name : names) width = std::max(width, name.size());
+  std::string out = fmt::format("{:<{}}", "counter", width);
+  for (std::size_t i = 0; i < shard_count; ++i) {
+    out += fmt::format(" {:>14}", fmt::format("shard {}", i));
+  }
+  out += fmt::format(" {:>14}\n", "total");
+  for (const auto& name : names) {
+    out += fmt::format("{:<{}}", name, width);
+    const auto& row = per_shard[name];
+    for (std::size_t i = 0; i < shard_count; ++i) {
+      out += row.count(i) ? fmt::format(" {:>14}", row.at(i)) : fmt::format(" {:>14}", "-");
+    }
+    out +=
+        totals.count(name) ? fmt::format(" {:>14}\n", totals[name]) : fmt::format(" {:>14}\n", "-");
+  }
+  for (const Stat* s : other) out += fmt::format("{} {}\n", s->name, s->value);
+  return out;
+}
+
+std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, bool json) {
+  if (json) {
+    std::string out = fmt::format(
+        "{{\"epoch\":{},\"clustered\":{},\"partitions\":{},\"vnodes_per_node\":{},\"self\":{},"
+        "\"nodes\":[",
+        info.epoch, !info.nodes.empty(), info.partitions, info.vnodes_per_node,
+        info.self ? json_string(info.nodes.at(*info.self).id) : std::string("null"));
+    for (std::size_t i = 0; i < info.nodes.size(); ++i) {
+      const auto& n = info.nodes[i];
+      out += fmt::format(
+          "{}{{\"id\":{},\"address\":{},\"state\":{},\"primary_partitions\":{},"
+          "\"replica_partitions\":{},\"primary_share\":{:.2f},\"replica_share\":{:.2f},"
+          "\"replication\":[",
+          i == 0 ? "" : ",", json_string(n.id), json_string(n.address), json_string(n.state),
+          n.primary_partitions, n.replica_partitions, share(n.primary_partitions, info.partitions),
+          share(n.replica_partitions, info.partitions));
+      for (std::size_t p = 0; p < n.replication.size(); ++p) {
+        const auto& lag = n.replication[p];
+        out +=
+            fmt::format("{}{{\"peer\":{},\"records\":{},\"lag_ms\":{},\"up\":{}}}",
+                        p == 0 ? "" : ",", json_string(lag.peer), lag.records, lag.lag_ms, lag.up);
+      }
+      out += fmt::format("],\"stats_error\":{}}}", n.stats_status.ok()
+                                                       ? std::string("null")
+                                                       : json_string(n.stats_status.to_string()));
+    }
+    out += "]}\n";
+    return out;
+  }
+  if (info.nodes.empty()) {
+    return fmt::format("{} is not in a cluster (epoch {}): a single node\n", endpoint, info.epoch);
+  }
+  std::string out =
+      fmt::format("cluster epoch {}: {} nodes, {} partitions, {} points per node (asked {})\n",
+                  info.epoch, info.nodes.size(), info.partitions, info.vnodes_per_node, endpoint);
+  std::size_t id_width = 4;
+  std::size_t address_width = 7;
+  for (const auto& n : info.nodes) {
+    id_width = std::max(id_width, n.id.size());
+    address_width = std::max(address_width, n.address.size());
+  }
+  out += fmt::format("{:<{}}  {:<{}}  {:<8}  {:>8}  {:>8}\n", "node", id_width, "address",
+                     address_width, "state", "primary", "replica");
+  for (const auto& n : info.nodes) {
+    out += fmt::format("{:<{}}  {:<{}}  {:<8}  {:>8}  {:>8}\n", n.id, id_width, n.address,
+                       address_width, n.state, percent(n.primary_partitions, info.partitions),
+                       percent(n.replica_partitions, info.partitions));
+  }
+  out += "replication (from each node's STATS: records not yet acknowledged, oldest age)\n";
+  for (const auto& n : info.nodes) {
+    if (!n.stats_status.ok()) {
+      out += fmt::format("  {:<{}}  unknown: {}\n", n.id, id_width, n.stats_status.to_string());
+      continue;
+    }
+    if (n.replication.empty()) out += fmt::format("  {:<{}}  streams to no peer\n", n.id, id_width);
+    for (const auto& lag : n.replication) {
+      out += fmt::format("  {:<{}} -> {:<{}}  {} records  {} ms  {}\n", n.id, id_width, lag.peer,
+                         id_width, lag.records, lag.lag_ms, lag.up ? "up" : "not connected");
+    }
+  }
+  return out;
+}
+
+int reload_exit_status(const std::vector<ReloadOutcome>& outcomes) {
+  bool refused = false;
+  for (const auto& r : outcomes) {
+    if (!r.status.ok()) return kExitError;
+    refused = refused || !r.refusal.empty();
+  }
+  return refused ? kExitDenied : kExitOk;
+}
+
+std::string format_reload(const std::vector<ReloadOutcome>& outcomes, bool json) {
+  std::string out;
+  if (json) {
+    int refused = 0;
+    int failed = 0;
+    out = "{\"nodes\":[";
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      const auto& r = outcomes[i];
+      failed += !r.status.ok();
+      refused += r.status.ok() && !r.refusal.empty();
+      out += fmt::format(
+          "{}{{\"id\":{},\"address\":{},\"epoch\":{},\"refused\":{},\"error\":{}}}",
+          i == 0 ? "" : ",", json_string(r.node_id), json_string(r.address),
+          r.status.ok() ? std::to_string(r.epoch) : std::string("null"),
+          r.status.ok() && !r.refusal.empty() ? json_string(r.refusal) : std::string("null"),
+          r.status.ok() ? std::string("null") : json_string(r.status.to_string()));
+    }
+    out += fmt::format("],\"refused\":{},\"failed\":{}}}\n", refused, failed);
+    return out;
+  }
+  for (const auto& r : outcomes) {
+    const std::string node = r.node_id.empty() ? r.address : r.node_id + " " + r.address;
+    if (!r.status.ok()) {
+      out += fmt::format("{}: error: {}\n", node, r.status.to_string());
+    } else if (!r.refusal.empty()) {
+      out += fmt::format("{}: refused (epoch {} stays): {}\n", node, r.epoch, r.refusal);
+    } else {
+      out += fmt::format("{}: reloaded, epoch {}\n", node, r.epoch);
+    }
+  }
+  return out;
+}
+
+std::string format_drain(const ReloadOutcome& outcome, bool json) {
+  if (json) {
+    return fmt::format(
+        "{{\"id\":{},\"address\":{},\"epoch\":{},\"refused\":{}}}\n", json_string(outcome.node_id),
+        json_string(outcome.address), outcome.epoch,
+        outcome.refusal.empty() ? std::string("null") : json_string(outcome.refusal));
+  }
+  if (outcome.refusal.empty()) {
+    return fmt::format(
+        "{} {}: draining (asked at epoch {}); its ranges move under the next epoch\n",
+        outcome.node_id, outcome.address, outcome.epoch);
+  }
+  return fmt::format("{} {}: drain refused: {}\n", outcome.node_id, outcome.address,
+                     outcome.refusal);
+}
+
+}  // namespace sluice::ctl

@@ -1,0 +1,48 @@
+// What sluicectl prints for each answer, as text or as one line of JSON (--json): formatting
+// only, to a string the caller writes out. docs/CLIENT.md, section 8, shows every format; the
+// bytes here are the ones it shows.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/client.h"
+
+namespace sluice::ctl {
+
+// `text` as a JSON string literal, quotes included.
+std::string json_string(std::string_view text);
+
+// ping: the seed's endpoint, node id and shard count, and the round trip.
+std::string format_ping(const client::ServerInfo& info, std::chrono::nanoseconds rtt, bool json);
+
+// acquire, peek: the decision for `key`, with `headers` (Decision::headers() at the time it
+// came back).
+std::string format_decision(std::string_view key, const client::Decision& d,
+                            const std::vector<client::HeaderField>& headers, bool json);
+
+// reset: whether the key existed.
+std::string format_reset(std::string_view key, bool existed, bool json);
+
+// stats: "shard.<i>.<name>" and "total.<name>" become a row per name (in the order first seen)
+// with a column per shard and one for the total ("-" where a counter is missing); any other
+// counter is listed after the table. JSON: {"total":{..},"shards":[{..},..],"other":{..}}.
+std::string format_stats(const std::vector<client::Stat>& stats, bool json);
+
+// cluster: the map of the node at `endpoint` (the seed), each node's share of the ring and its
+// replication lag per peer; a node outside any cluster says so.
+std::string format_cluster(const client::ClusterInfo& info, std::string_view endpoint, bool json);
+
+// cluster reload: a line per node (reloaded, refused, or the error), or one JSON object with
+// the counts of refusals and failures.
+std::string format_reload(const std::vector<client::ReloadOutcome>& outcomes, bool json);
+// 2 (kExitError) when a node could not be asked, else 1 (kExitDenied) when one refused the
+// file, else 0.
+int reload_exit_status(const std::vector<client::ReloadOutcome>& outcomes);
+
+// drain: the node's answer to DRAIN (asked at which epoch, or why it refused).
+std::string format_drain(const client::ReloadOutcome& outcome, bool json);
+
+}  // namespace sluice::ctl
