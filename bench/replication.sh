@@ -79,6 +79,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+# Context switches of PID, summed over its threads: "voluntary involuntary". A voluntary one is
+# a thread going to sleep (a node out of work waits in epoll), an involuntary one a thread
+# preempted (by another process on its core).
+context_switches() {
+  (cat /proc/"$1"/task/*/status 2>/dev/null || true) | awk '
+    /^voluntary_ctxt_switches:/ { v += $2 }
+    /^nonvoluntary_ctxt_switches:/ { n += $2 }
+    END { print v + 0, n + 0 }'
+}
 cpu_ticks() { # utime + stime of PID and all its threads, in clock ticks
   awk '{print $14 + $15}' "/proc/$1/stat"
 }
@@ -121,6 +130,8 @@ round() {
   # shellcheck disable=SC2154
   local a0 b0 a1 b1
   a0="$(cpu_ticks "$PID_A")"
+  local a_sleeps0 a_preempted0 a_sleeps1 a_preempted1
+  read -r a_sleeps0 a_preempted0 < <(context_switches "$PID_A")
   b0="$(cpu_ticks "$PID_B")"
   local run="$placement-$kind-$n"
   # The generator's CPU seconds (user + system, getrusage of the child) go to $run.cpu.
@@ -134,6 +145,7 @@ sys.exit(code)' "$WORK/$run.cpu" "$LOAD" -q --json --backend sluice \
     --limit 100 --period 1s --duration "${SECS}s" "${only[@]}" >"$WORK/$run.json" ||
     log "sluice-load ended with status $? in $run (see its errors below)"
   a1="$(cpu_ticks "$PID_A")"
+  read -r a_sleeps1 a_preempted1 < <(context_switches "$PID_A")
   b1="$(cpu_ticks "$PID_B")"
   # What B applied, as the replica (0 when alone), read before the nodes stop.
   local applied load_cpu_s
@@ -147,12 +159,13 @@ print(json.load(open(sys.argv[1]))["total"]["replica_applied"])' "$WORK/$run.sta
     die "no total.replica_applied in B's STATS after $run: $(tail -n 1 "$WORK/$run.stats.err")"
   load_cpu_s="$(cat "$WORK/$run.cpu")" || die "no CPU time of sluice-load for $run"
   python3 - "$WORK/$run.json" "$placement" "$kind" "$n" "$((a1 - a0))" "$((b1 - b0))" \
-    "$applied" "$load_cpu_s" >>"$WORK/rounds.txt" <<'EOF'
+    "$applied" "$load_cpu_s" "$((a_sleeps1 - a_sleeps0))" "$((a_preempted1 - a_preempted0))" \
+    >>"$WORK/rounds.txt" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 decisions = r["allowed"] + r["denied"]
 print(sys.argv[2], sys.argv[3], sys.argv[4], int(r["throughput_per_s"]), decisions, r["errors"],
-      *sys.argv[5:9])
+      *sys.argv[5:11])
 EOF
   stop_pid "$PID_A"
   stop_pid "$PID_B"
@@ -178,17 +191,21 @@ import statistics, sys
 hz = int(hz)
 rows = [line.split() for line in open(rounds_path) if line.strip()]
 by = {}
-for placement, kind, n, tput, decisions, errors, a_ticks, b_ticks, applied, load_s in rows:
+for (placement, kind, n, tput, decisions, errors, a_ticks, b_ticks, applied, load_s, sleeps,
+     preempted) in rows:
     by.setdefault((placement, n), {})[kind] = dict(
         tput=int(tput), decisions=int(decisions), errors=int(errors), a=int(a_ticks),
-        b=int(b_ticks), applied=int(applied), load=float(load_s))
+        b=int(b_ticks), applied=int(applied), load=float(load_s), sleeps=int(sleeps),
+        preempted=int(preempted))
 where = {"load": f"B with sluice-load on CPU {load_cpu}", "primary": f"B with A on CPU {server_cpu}"}
 lines = ["| round | B's core | W2 alone /s | W2 replicated /s | ratio | A ns/decision alone | "
          "A ns/decision replicated | B ns/decision | load ns/decision alone | "
-         "load ns/decision replicated | B applied | errors |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "load ns/decision replicated | A sleeps /1k alone | A sleeps /1k replicated | "
+         "A preempted /1k replicated | B applied | errors |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 summary = []
 ns = lambda seconds, d: 1e9 * seconds / d if d else 0.0
+per_k = lambda count, d: 1000 * count / d if d else 0.0
 for placement in ("load", "primary"):
     ratios, primary_ns, replica_ns = [], [], []
     for (p, n) in sorted((k for k in by if k[0] == placement), key=lambda k: int(k[1])):
@@ -204,6 +221,9 @@ for placement in ("load", "primary"):
         lines.append(f"| {n} | {placement} | {a['tput']:,} | {r['tput']:,} | {ratio:.3f} | "
                      f"{a_alone:.0f} | {a_repl:.0f} | {b_repl:.0f} | "
                      f"{ns(a['load'], a['decisions']):.0f} | {ns(r['load'], r['decisions']):.0f} | "
+                     f"{per_k(a['sleeps'], a['decisions']):.2f} | "
+                     f"{per_k(r['sleeps'], r['decisions']):.2f} | "
+                     f"{per_k(r['preempted'], r['decisions']):.2f} | "
                      f"{r['applied']:,} | {a['errors'] + r['errors']} |")
     if not ratios:
         continue
@@ -214,6 +234,8 @@ for placement in ("load", "primary"):
         f"{verdict}); replication's CPU cost on the primary, median over rounds: "
         f"{statistics.median(primary_ns):.0f} ns per decision; the replica's cost of applying: "
         f"{statistics.median(replica_ns):.0f} ns per decision.")
+summary.append("A sleeps: A's voluntary context switches (a shard waiting for input) per 1,000 "
+               "decisions; A preempted: its involuntary ones (another process on its core).")
 summary.append(f"CPU time from /proc for the nodes ({hz} ticks/s, so good to {1000 / hz:.0f} ms "
                f"over a run) and from getrusage for sluice-load.")
 summary = "\n\n".join(summary)
