@@ -2,7 +2,10 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <optional>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include "cluster/node.h"
@@ -150,15 +153,32 @@ Expected<MemberRecord> decode_member_record(std::string_view cluster, std::strin
 
 MembersView members_view(std::string_view cluster, const std::vector<MemberEntry>& entries,
                          std::uint64_t revision, const RingParams& params) {
+  // Oldest first, so that of two records at one address the older is kept.
+  std::vector<const MemberEntry*> order;
+  order.reserve(entries.size());
+  for (const MemberEntry& entry : entries) order.push_back(&entry);
+  std::sort(order.begin(), order.end(), [](const MemberEntry* a, const MemberEntry* b) {
+    return std::tie(a->create_revision, a->key) < std::tie(b->create_revision, b->key);
+  });
   std::vector<ClusterNode> nodes;
   std::vector<std::string> rejected;
-  for (const MemberEntry& entry : entries) {
-    auto node = decode_member(cluster, entry.key, entry.value);
-    if (node) {
-      nodes.push_back(std::move(node).value());
-    } else {
+  std::unordered_map<std::string, std::string> id_at;  // address identity -> node id
+  for (const MemberEntry* entry : order) {
+    auto node = decode_member(cluster, entry->key, entry->value);
+    if (!node) {
       rejected.push_back(node.error());
+      continue;
     }
+    const Expected<NodeAddress> address = parse_node_address(node->address);
+    if (address) {
+      const auto [it, fresh] = id_at.emplace(address->identity(), node->id);
+      if (!fresh) {
+        rejected.push_back(fmt::format("member {}: address {} is node {}'s, registered earlier",
+                                       node->id, node->address, it->second));
+        continue;
+      }
+    }
+    nodes.push_back(std::move(node).value());
   }
   return MembersView{ClusterMap::make(revision, std::move(nodes), params), std::move(rejected)};
 }

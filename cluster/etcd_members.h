@@ -60,14 +60,18 @@ Expected<ClusterNode> decode_member(std::string_view cluster, std::string_view k
 struct MemberEntry {
   std::string key;
   std::string value;
+  std::int64_t create_revision = 0;  // etcd's: when the key was created (0: not known)
 };
 struct MembersView {
   Expected<ClusterMap> map;           // the map of the valid records, epoch = revision
   std::vector<std::string> rejected;  // one message per record left out, with its key
 };
 // The cluster map of the records read at `revision` (the epoch: revisions only grow, so do
-// epochs). A record that does not decode is left out and reported; the map itself fails only
-// when the valid records do not make one (two nodes at one address, say).
+// epochs). A record that does not decode is left out and reported, and so is one at the address
+// of another: of the two, the one created later (by create_revision, then by key) is left out,
+// so that a node started by mistake with a live node's address never takes that node's place;
+// every node reading the same records leaves out the same one. The map itself fails only when
+// the valid records still do not make one (more nodes than a ring holds).
 MembersView members_view(std::string_view cluster, const std::vector<MemberEntry>& entries,
                          std::uint64_t revision, const RingParams& params = {});
 

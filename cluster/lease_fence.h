@@ -43,4 +43,32 @@ class LeaseFence {
   Nanos deadline_{0};
 };
 
+// How long a node may trust its member map (issue 23). A watch on an etcd member that froze
+// delivers nothing and reports nothing, so the map it feeds may be stale while the lease, kept
+// alive through another member, is fine. The node confirms its map with a read of the member
+// set (linearizable: etcd's set as of the read's arrival) every TTL/4; a read sent at S that
+// shows the node's set, or whose set the node adopts, lets it trust the map until
+// S + TTL - margin. Why that bound: the change a stale node misses is another node taking its
+// partitions; that node fences it by a PULL, and when it cannot reach it, serves without the
+// fence only TTL + margin after its turn began (the hand-over's rule), by which time the stale
+// node, whose last confirmation was sent before that turn, has stopped. A node serves as primary
+// until the earlier of this deadline and its LeaseFence's.
+class MapConfirmation {
+ public:
+  using Nanos = std::chrono::nanoseconds;
+
+  MapConfirmation(Nanos ttl, Nanos margin) : trust_(ttl - margin) {}
+
+  // A read sent at `sent` showed the map current (or gave the map now in force).
+  void on_confirmed(Nanos sent) { deadline_ = std::max(deadline_, sent + trust_); }
+  // A new session: nothing confirmed yet (a map from before may be stale).
+  void reset() { deadline_ = Nanos::zero(); }
+
+  Nanos deadline() const { return deadline_; }
+
+ private:
+  Nanos trust_;
+  Nanos deadline_{0};
+};
+
 }  // namespace sluice::cluster

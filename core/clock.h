@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 
 namespace sluice {
 
@@ -16,6 +17,17 @@ inline std::uint64_t monotonic_now_ns() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                         std::chrono::steady_clock::now().time_since_epoch())
                                         .count());
+}
+
+// CLOCK_BOOTTIME in nanoseconds: CLOCK_MONOTONIC that keeps counting while the machine is
+// suspended. The fence of etcd mode reads it: etcd's lease expires by etcd's clock, which does
+// not stop when this machine sleeps, so a fence deadline on a clock that stopped would let a
+// resumed node decide past it.
+inline std::uint64_t boottime_now_ns() {
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  return static_cast<std::uint64_t>(now.tv_sec) * 1'000'000'000ull +
+         static_cast<std::uint64_t>(now.tv_nsec);
 }
 
 class Clock {

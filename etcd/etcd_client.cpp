@@ -12,6 +12,10 @@
 #include <charconv>
 #include <nlohmann/json.hpp>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 namespace sluice::etcd {
 
 namespace asio = boost::asio;
@@ -95,6 +99,14 @@ std::string error_of(const json& answer) {
   return it->dump();
 }
 
+// The gRPC code of an error answer: {"error": {"grpc_code": N, ...}} in a stream,
+// {"error": "...", "code": N} in a unary answer; 0 when there is none.
+std::int64_t grpc_code_of(const json& answer) {
+  const auto it = answer.find("error");
+  if (it != answer.end() && it->is_object()) return int_field(*it, "grpc_code");
+  return int_field(answer, "code");
+}
+
 // Parses `text` as a JSON object (the gateway's answer), or says why it is not one.
 Expected<json> parse_object(std::string_view text, std::string_view what) {
   json answer = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -160,6 +172,18 @@ int sextet(char c) {
 }
 
 }  // namespace
+
+bool member_specific(int http_status, std::int64_t grpc_code, std::string_view message) {
+  if (http_status == 429 || http_status >= 500) return true;
+  // gRPC codes: 4 DeadlineExceeded, 8 ResourceExhausted, 10 Aborted, 14 Unavailable.
+  if (grpc_code == 4 || grpc_code == 8 || grpc_code == 10 || grpc_code == 14) return true;
+  // The gateway's messages, for an answer that lost its codes on the way.
+  for (const std::string_view word : {"learner", "leader changed", "no leader",
+                                      "too many requests", "timed out", "not capable"}) {
+    if (message.find(word) != std::string_view::npos) return true;
+  }
+  return false;
+}
 
 Expected<std::vector<Endpoint>> parse_endpoints(std::string_view urls) {
   std::vector<Endpoint> out;
@@ -259,25 +283,53 @@ asio::awaitable<std::string> Client::connect(Connection& connection, const Endpo
   if (ec) co_return "resolve " + endpoint.host + ": " + ec.message();
   co_await connection.stream.async_connect(found, net::redirect(ec));
   if (ec) co_return "connect: " + ec.message();
+  if (config_.tcp_keepalive_idle.count() > 0) {
+    // A member whose host died without a FIN: its connections break after idle + 3 probes.
+    const int fd = connection.stream.socket().native_handle();
+    const int on = 1;
+    const int idle = static_cast<int>(config_.tcp_keepalive_idle.count());
+    const int interval = 1;
+    const int count = 3;
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  }
   co_return "";
+}
+
+std::string Client::where(std::size_t index) const {
+  const Endpoint& endpoint = config_.endpoints[index];
+  return endpoint.host + ":" + std::to_string(endpoint.port);
+}
+
+std::string Client::current_endpoint() const { return where(start_index()); }
+
+std::string Client::watch_endpoint() const { return watched_ ? where(watch_index_) : ""; }
+
+void Client::leave_watch_endpoint() {
+  if (!watched_) return;
+  preferred_ = (watch_index_ + 1) % config_.endpoints.size();
 }
 
 asio::awaitable<Expected<std::string>> Client::post(std::string_view path, std::string body) {
   const auto deadline = SteadyClock::now() + config_.timeout;
+  const std::size_t count = config_.endpoints.size();
+  const std::size_t first = start_index();
   std::string errors;
-  for (std::size_t i = 0; i < config_.endpoints.size(); ++i) {
-    const Endpoint& endpoint = config_.endpoints[i];
-    const std::string where = endpoint.host + ":" + std::to_string(endpoint.port);
+  for (std::size_t tried = 0; tried < count; ++tried) {
+    const std::size_t index = (first + tried) % count;
+    const std::string at = where(index);
     const auto now = SteadyClock::now();
     if (now >= deadline) break;
     // Each endpoint left gets an equal share of the time left, so one that does not answer
     // leaves the others time to.
-    const auto share = (deadline - now) / static_cast<int>(config_.endpoints.size() - i);
+    const auto share = (deadline - now) / static_cast<int>(count - tried);
     Connection connection(io_);
     connection.stream.expires_after(share);
-    std::string why = co_await connect(connection, endpoint);
+    std::string why = co_await connect(connection, config_.endpoints[index]);
     if (why.empty()) {
-      const auto request = json_post(path, where, body, /*keep_alive=*/false);
+      const auto request = json_post(path, at, body, /*keep_alive=*/false);
       boost::system::error_code ec;
       co_await http::async_write(connection.stream, request, net::redirect(ec));
       http::response<http::string_body> response;
@@ -286,19 +338,30 @@ asio::awaitable<Expected<std::string>> Client::post(std::string_view path, std::
                                   net::redirect(ec));
       if (ec) {
         why = ec == beast::error::timeout ? "no answer in time" : ec.message();
-      } else if (response.result() != http::status::ok) {
-        // The gateway's errors are JSON too: keep its message.
-        const json answer = json::parse(response.body(), nullptr, false);
-        std::string message = answer.is_object() ? error_of(answer) : "";
+      } else {
+        // The gateway's errors are JSON too: keep its message. A streamed answer (keepalive)
+        // carries its error in a body with status 200.
+        const bool ok = response.result() == http::status::ok;
+        const bool error = !ok || response.body().find("\"error\"") != std::string::npos;
+        const json answer =
+            error ? json::parse(response.body(), nullptr, false) : json();
+        const std::string message = answer.is_object() ? error_of(answer) : "";
+        const std::int64_t code = answer.is_object() ? grpc_code_of(answer) : 0;
+        if (ok && message.empty()) {
+          preferred_ = index;
+          co_return std::move(response.body());
+        }
         why = "HTTP " + std::to_string(response.result_int()) +
               (message.empty() ? "" : ": " + message);
-        // etcd answered: another endpoint (the same cluster) would say the same.
-        co_return Unexpected{std::string(path) + " at " + where + ": " + why};
-      } else {
-        co_return std::move(response.body());
+        if (!member_specific(response.result_int(), code, message)) {
+          // The cluster's answer: another member would say the same.
+          preferred_ = index;
+          if (ok) co_return std::move(response.body());
+          co_return Unexpected{std::string(path) + " at " + at + ": " + why};
+        }
       }
     }
-    add_error(errors, where, why);
+    add_error(errors, at, why);
   }
   if (errors.empty()) errors = "no endpoint tried before the deadline";
   co_return Unexpected{std::string(path) + ": " + errors};
@@ -410,14 +473,19 @@ asio::awaitable<Expected<std::int64_t>> Client::del(std::string_view key) {
 
 asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t start_revision,
                                            std::function<bool(const WatchBatch&)> on_batch) {
-  json create{{"key", base64_encode(prefix)}, {"range_end", base64_encode(prefix_end(prefix))}};
+  json create{{"key", base64_encode(prefix)},
+              {"range_end", base64_encode(prefix_end(prefix))},
+              {"progress_notify", true}};
   if (start_revision > 0) create["start_revision"] = std::to_string(start_revision);
   const std::string body = json{{"create_request", create}}.dump();
   std::string errors;
   const auto deadline = SteadyClock::now() + config_.timeout;
-  for (std::size_t i = 0; i < config_.endpoints.size(); ++i) {
-    const Endpoint& endpoint = config_.endpoints[i];
-    const std::string where = endpoint.host + ":" + std::to_string(endpoint.port);
+  const std::size_t count = config_.endpoints.size();
+  const std::size_t first = start_index();
+  for (std::size_t tried = 0; tried < count; ++tried) {
+    const std::size_t index = (first + tried) % count;
+    const Endpoint& endpoint = config_.endpoints[index];
+    const std::string where = this->where(index);
     const auto now = SteadyClock::now();
     if (now >= deadline) break;
     auto connection = std::make_shared<Connection>(io_);
@@ -425,15 +493,17 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
     std::erase_if(watching_, [](const std::weak_ptr<Connection>& w) { return w.expired(); });
     // Until the watch is in place (its "created" message), the call's deadline holds, shared
     // among the endpoints left as post() shares it.
-    connection->stream.expires_after((deadline - now) /
-                                     static_cast<int>(config_.endpoints.size() - i));
+    connection->stream.expires_after((deadline - now) / static_cast<int>(count - tried));
     std::string why = co_await connect(*connection, endpoint);
     if (connection->stopped) co_return "stopped";
     if (!why.empty()) {
       add_error(errors, where, why);
       continue;
     }
-    const auto request = json_post("/v3/watch", where, body, /*keep_alive=*/true);
+    auto request = json_post("/v3/watch", where, body, /*keep_alive=*/true);
+    // The gateway hands Grpc-Metadata-* headers to etcd as metadata: "hasleader" makes the
+    // member end the watch when it has no leader, rather than keep a stream nothing feeds.
+    request.set("Grpc-Metadata-Hasleader", "true");
     boost::system::error_code ec;
     co_await http::async_write(connection->stream, request, net::redirect(ec));
     // The answer is one chunked response, a JSON message per line, for as long as the watch
@@ -482,6 +552,8 @@ asio::awaitable<std::string> Client::watch(std::string_view prefix, std::int64_t
         const WatchBatch batch = watch_batch(*result);
         if (!created && batch.created) {
           created = true;
+          watch_index_ = index;
+          watched_ = true;
           connection->stream.expires_never();
         }
         if (!on_batch(batch)) {

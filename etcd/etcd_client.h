@@ -4,10 +4,12 @@
 //
 // Threading: one io_context, one thread; every call is a coroutine on it, and calls may run at
 // the same time: each opens its own connection (on loopback that costs about 0.1 ms, and a node
-// makes a few calls a second). Each call has a deadline (Config::timeout); an endpoint that
-// cannot be reached or does not answer in time is left for the next one of Config::endpoints,
-// in order, within that deadline. Host names are resolved by the system resolver, which the
-// deadline does not bound: give addresses.
+// makes a few calls a second). Each call has a deadline (Config::timeout). Calls start at the
+// member that answered last (current_endpoint()) and go round Config::endpoints from there: an
+// endpoint that cannot be reached, does not answer in time, or answers with an error that is
+// that member's own (member_specific()) is left for the next, within the deadline. So a member
+// that froze costs one call a share of its deadline, not every call. Host names are resolved by
+// the system resolver, which the deadline does not bound: give addresses.
 #pragma once
 
 #include "net/asio.h"  // before any other Asio header
@@ -35,6 +37,14 @@ struct Endpoint {
 // "http://HOST:PORT[,http://HOST:PORT...]" (what --etcd takes): the endpoints, or why not.
 // Only http:// (the gateway without TLS), a port in 1..65535, no path.
 Expected<std::vector<Endpoint>> parse_endpoints(std::string_view urls);
+
+// Whether an error answer is the member's own, so that another member of the same cluster may
+// answer the same call: an HTTP status of 429 or 5xx (a learner's "rpc not supported for
+// learner", "too many requests", "leader changed", "no leader", a timeout: gRPC's Unavailable,
+// ResourceExhausted, DeadlineExceeded and Aborted come through the gateway as those), or such a
+// gRPC code in the body of a streamed answer (which the gateway sends with status 200). Every
+// other error (a lease not found, a bad request) is the cluster's answer: final.
+bool member_specific(int http_status, std::int64_t grpc_code, std::string_view message);
 
 // Standard base64 with padding, as the gateway writes bytes.
 std::string base64_encode(std::string_view bytes);
@@ -79,6 +89,10 @@ class Client {
   struct Config {
     std::vector<Endpoint> endpoints;
     std::chrono::milliseconds timeout{1000};  // per call, over all endpoints tried
+    // TCP keepalive on every connection to etcd (a watch's above all): probes start after this
+    // much silence and three unanswered ones, a second apart, break the connection. A member
+    // whose host died without a FIN is left after idle + 3 s. Zero: no keepalive.
+    std::chrono::seconds tcp_keepalive_idle{2};
   };
 
   Client(boost::asio::io_context& io, Config config);
@@ -120,11 +134,22 @@ class Client {
   // POST /v3/watch on every key starting with `prefix`, from `start_revision` (0: from now).
   // Calls `on_batch` for each message until it returns false, etcd cancels the watch, the
   // stream breaks, or stop_watches() is called; then returns why it ended ("" when on_batch
-  // asked to stop). The stream has no deadline; connecting and its first message do.
+  // asked to stop). The stream has no deadline; connecting and its first message do. The watch
+  // asks for progress notifications and requires a leader (etcd ends it when its member loses
+  // the leader), but a member that froze ends nothing: the caller confirms what the watch says
+  // by other calls, and leave_watch_endpoint() before the next watch moves it to another member.
   boost::asio::awaitable<std::string> watch(std::string_view prefix, std::int64_t start_revision,
                                             std::function<bool(const WatchBatch&)> on_batch);
   // Ends every watch under way (each returns "stopped").
   void stop_watches();
+
+  // "HOST:PORT" of the member calls start at: the one that answered last.
+  std::string current_endpoint() const;
+  // "HOST:PORT" of the member the last watch was made on ("" before any).
+  std::string watch_endpoint() const;
+  // The next watch (and call) starts at the member after the last watch's, which the caller
+  // found stale.
+  void leave_watch_endpoint();
 
  private:
   struct Connection;
@@ -134,9 +159,16 @@ class Client {
   // The stream of `endpoint`, connected, or why not.
   boost::asio::awaitable<std::string> connect(Connection& connection, const Endpoint& endpoint);
 
+  // Calls start at endpoints[preferred_]; it moves to each endpoint that answers.
+  std::size_t start_index() const { return preferred_ % config_.endpoints.size(); }
+  std::string where(std::size_t index) const;
+
   boost::asio::io_context& io_;
   Config config_;
   std::vector<std::weak_ptr<Connection>> watching_;
+  std::size_t preferred_ = 0;
+  std::size_t watch_index_ = 0;
+  bool watched_ = false;  // watch_index_ is set
 };
 
 }  // namespace sluice::etcd

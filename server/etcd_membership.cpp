@@ -23,8 +23,9 @@ milliseconds call_timeout(std::chrono::seconds ttl) {
   return std::max(milliseconds(200), std::chrono::duration_cast<milliseconds>(ttl) / 4);
 }
 
+// The fence's clock (boottime_now_ns(): it counts through a suspend, as etcd's does).
 std::chrono::nanoseconds now() {
-  return std::chrono::nanoseconds(static_cast<std::int64_t>(monotonic_now_ns()));
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(boottime_now_ns()));
 }
 
 }  // namespace
@@ -38,6 +39,7 @@ EtcdMembership::EtcdMembership(asio::io_context& io, MembershipConfig config, Ad
       deadline_(deadline),
       client_(io, etcd::Client::Config{config_.endpoints, call_timeout(config_.ttl)}),
       fence_(config_.margin),
+      map_confirmed_(config_.ttl, config_.margin),
       key_(cluster::member_key(config_.cluster, config_.node_id)) {}
 
 void EtcdMembership::start() { asio::co_spawn(io_, run(), asio::detached); }
@@ -49,7 +51,16 @@ void EtcdMembership::say(const std::string& message) {
 }
 
 void EtcdMembership::publish_fence() {
-  deadline_.store(map_current_ ? static_cast<std::uint64_t>(fence_.deadline().count()) : 0);
+  const auto deadline = std::min(fence_.deadline(), map_confirmed_.deadline());
+  deadline_.store(static_cast<std::uint64_t>(deadline.count()));
+}
+
+void EtcdMembership::note_member() {
+  const std::string member = client_.current_endpoint();
+  if (member == member_) return;
+  say(member_.empty() ? "calls go to etcd member " + member
+                      : fmt::format("calls go to etcd member {} (was {})", member, member_));
+  member_ = member;
 }
 
 void EtcdMembership::lose(const std::string& why) {
@@ -72,7 +83,8 @@ asio::awaitable<void> EtcdMembership::pause(milliseconds how_long) {
 asio::awaitable<void> EtcdMembership::run() {
   while (!stopped_) {
     lost_ = false;
-    map_current_ = false;
+    following_ = false;
+    map_confirmed_.reset();
     if (co_await open_session()) {
       co_await follow(session_);
     }
@@ -142,6 +154,7 @@ asio::awaitable<void> EtcdMembership::keepalive_loop(std::uint64_t session) {
     const auto sent = now();
     const auto ttl = co_await client_.keepalive(etcd_lease_);
     if (!current(session)) break;
+    note_member();
     if (!ttl) {
       // The fence closes by itself if this goes on; the lease may well still be alive.
       say("keepalive failed: " + ttl.error());
@@ -174,10 +187,18 @@ asio::awaitable<bool> EtcdMembership::write_state(cluster::NodeState state, std:
   co_return false;
 }
 
+EtcdMembership::Records EtcdMembership::records_of(const etcd::RangeResult& read) {
+  Records records;
+  for (const etcd::KeyValue& kv : read.kvs) records[kv.key] = Record{kv.value, kv.create_revision};
+  return records;
+}
+
 bool EtcdMembership::adopt_members(std::int64_t revision) {
   std::vector<cluster::MemberEntry> entries;
   entries.reserve(members_.size());
-  for (const auto& [key, value] : members_) entries.push_back({key, value});
+  for (const auto& [key, record] : members_) {
+    entries.push_back({key, record.value, record.created});
+  }
   cluster::MembersView view =
       cluster::members_view(config_.cluster, entries, static_cast<std::uint64_t>(revision));
   for (const std::string& why : view.rejected) say("member record left out: " + why);
@@ -186,7 +207,55 @@ bool EtcdMembership::adopt_members(std::int64_t revision) {
     return false;
   }
   adopt_(*view.map);
+  adopted_ = members_;
   return true;
+}
+
+asio::awaitable<void> EtcdMembership::confirm_loop(std::uint64_t session) {
+  const milliseconds interval = std::chrono::duration_cast<milliseconds>(config_.ttl) / 4;
+  const std::string prefix = cluster::members_prefix(config_.cluster);
+  while (current(session) && !lost_) {
+    const auto sent = now();
+    const auto read = co_await client_.range(prefix, /*prefix=*/true);
+    if (!current(session) || lost_) break;
+    note_member();
+    if (!read) {
+      say("cannot confirm the member set: " + read.error());
+    } else {
+      confirm(*read, sent);
+    }
+    const auto spent = now() - sent;
+    if (spent < interval)
+      co_await pause(std::chrono::duration_cast<milliseconds>(interval - spent));
+  }
+}
+
+void EtcdMembership::confirm(const etcd::RangeResult& read, std::chrono::nanoseconds sent) {
+  Records set = records_of(read);
+  if (set == adopted_) {
+    map_confirmed_.on_confirmed(sent);
+    publish_fence();
+    return;
+  }
+  // The watch is ahead of this read (its events came meanwhile): the next read confirms.
+  if (read.revision <= watched_) return;
+  // etcd has a member set the watch never brought: it sits on a member that froze or fell
+  // behind. The read's set is adopted, and the watch made again on another member.
+  say(fmt::format("the watch on {} missed revision {} (it had {}): map taken from a read, "
+                  "watch remade on another member",
+                  client_.watch_endpoint(), read.revision, watched_));
+  members_ = std::move(set);
+  watched_ = read.revision;
+  client_.leave_watch_endpoint();
+  client_.stop_watches();
+  if (members_.find(key_) == members_.end()) {
+    lose("its key is gone");
+    return;
+  }
+  if (adopt_members(read.revision)) {
+    map_confirmed_.on_confirmed(sent);
+    publish_fence();
+  }
 }
 
 asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
@@ -200,6 +269,7 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
       // follow the watch: the hand-over at `active` must be planned from the map just before
       // it), and when the watch's start was compacted away (the events between are gone; the
       // set is not).
+      const auto sent = now();
       const auto read = co_await client_.range(prefix, /*prefix=*/true);
       if (!current(session) || lost_) break;
       if (!read) {
@@ -207,16 +277,17 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
         co_await pause(config_.retry);
         continue;
       }
-      members_.clear();
-      for (const etcd::KeyValue& kv : read->kvs) members_[kv.key] = kv.value;
-      watched_ = read->revision;
       reload = false;
+      // confirm_loop() may have adopted a newer read meanwhile.
+      if (read->revision < watched_) continue;
+      members_ = records_of(*read);
+      watched_ = read->revision;
       if (members_.find(key_) == members_.end()) {
         lose("its key is gone");
         break;
       }
-      if (adopt_members(read->revision) && !map_current_) {
-        map_current_ = true;
+      if (adopt_members(read->revision)) {
+        map_confirmed_.on_confirmed(sent);
         publish_fence();
       }
     }
@@ -242,8 +313,14 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
         break;
       }
     }
+    if (!following_) {
+      // Registered: from here on, reads confirm the map (or correct it) beside the watch.
+      following_ = true;
+      asio::co_spawn(io_, confirm_loop(session), asio::detached);
+    }
+    const std::int64_t from = watched_;
     const std::string why =
-        co_await client_.watch(prefix, watched_ + 1, [&](const etcd::WatchBatch& batch) {
+        co_await client_.watch(prefix, from + 1, [&](const etcd::WatchBatch& batch) {
           if (!current(session) || lost_) return false;
           if (batch.canceled) {
             reload = batch.compact_revision > 0;
@@ -255,8 +332,10 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
           // revision.
           for (std::size_t i = 0; i < batch.events.size(); ++i) {
             const etcd::WatchEvent& event = batch.events[i];
+            // Already in members_ by a read that confirm() adopted meanwhile.
+            if (event.kv.mod_revision <= from || event.kv.mod_revision < watched_) continue;
             if (event.type == etcd::WatchEvent::Type::kPut) {
-              members_[event.kv.key] = event.kv.value;
+              members_[event.kv.key] = Record{event.kv.value, event.kv.create_revision};
             } else {
               members_.erase(event.kv.key);
               if (event.kv.key == key_) lose("its key was deleted");
@@ -265,10 +344,7 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
             const bool last_of_revision =
                 i + 1 == batch.events.size() || batch.events[i + 1].kv.mod_revision != watched_;
             if (lost_ || !last_of_revision) continue;
-            if (adopt_members(watched_) && !map_current_) {
-              map_current_ = true;
-              publish_fence();
-            }
+            adopt_members(watched_);
           }
           return !lost_;
         });

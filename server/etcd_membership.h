@@ -3,7 +3,9 @@
 // record under it (`joining`, then `active`), renews it every TTL/4 with one keepalive, watches
 // the cluster's member prefix and hands every new member set to the server as a cluster map
 // whose epoch is the etcd revision of the change. Each answered keepalive moves the node's fence
-// deadline forward (cluster/lease_fence.h); a lost etcd lease (etcd says TTL 0, or the node's
+// deadline forward (cluster/lease_fence.h), bounded by the last read that confirmed its map (a
+// watch on a member that froze says nothing: the reads find the change it missed, and the watch
+// is remade on another member); a lost etcd lease (etcd says TTL 0, or the node's
 // own key is deleted) closes the fence at once and starts a new session: new etcd lease,
 // `joining`, `active`, with the hand-over pulls the new map brings.
 //
@@ -46,7 +48,7 @@ struct MembershipConfig {
 class EtcdMembership {
  public:
   // `adopt` gets each member set read from etcd as a map (on the io thread; it may block while
-  // the shards take it). `deadline` is where the fence deadline is published (monotonic_now_ns()
+  // the shards take it). `deadline` is where the fence deadline is published (boottime_now_ns()
   // units; 0 = not primary), read by every shard.
   using Adopt = std::function<void(const cluster::ClusterMap&)>;
   // `warm_up(done)`: the node, joining in the map last adopted, fetches the partitions it will
@@ -76,6 +78,14 @@ class EtcdMembership {
   boost::asio::awaitable<bool> open_session();
   boost::asio::awaitable<void> keepalive_loop(std::uint64_t session);
   boost::asio::awaitable<void> follow(std::uint64_t session);
+  // Every TTL/4 once the session has registered: reads the member set and confirm()s the map.
+  boost::asio::awaitable<void> confirm_loop(std::uint64_t session);
+  // A read of the member set sent at `sent`: the map in force is confirmed when the read shows
+  // its set; a read newer than the watch that shows another set is adopted, and the watch, which
+  // missed it, is remade on the next member.
+  void confirm(const etcd::RangeResult& read, std::chrono::nanoseconds sent);
+  // Logs the etcd member calls now go to, when it changed.
+  void note_member();
   boost::asio::awaitable<bool> write_state(cluster::NodeState state, std::uint64_t session);
   boost::asio::awaitable<void> pause(std::chrono::milliseconds how_long);
   // Joining: waits for warm_up_ (at most config_.warm_up_timeout).
@@ -83,7 +93,8 @@ class EtcdMembership {
   bool current(std::uint64_t session) const { return !stopped_ && session == session_; }
   void lose(const std::string& why);
   void publish_fence();
-  // Hands members_ to the server as the map of `revision`; false when they make no map.
+  // Hands members_ to the server as the map of `revision` (adopted_ becomes members_); false
+  // when they make no map.
   bool adopt_members(std::int64_t revision);
   // Says `message` on stderr unless it was the last thing said (etcd down: one line, not one
   // every retry).
@@ -97,19 +108,32 @@ class EtcdMembership {
   std::atomic<std::uint64_t>& deadline_;
   etcd::Client client_;
   cluster::LeaseFence fence_;
+  // The last read that confirmed the map in force; reset at each session, so that a session
+  // opens the fence only once it has adopted a map read after it registered (a node whose old
+  // lease expired while it was paused still holds the map of before, in which it is primary of
+  // partitions others serve now).
+  cluster::MapConfirmation map_confirmed_;
   std::string key_;
   std::uint64_t session_ = 0;  // bumped when a session ends: its coroutines stop
   std::int64_t etcd_lease_ = 0;
-  bool lost_ = false;  // the session's etcd lease is gone
-  // Whether the session has adopted a map read after it registered. Until then the fence stays
-  // closed whatever the lease says: a node whose old lease expired while it was paused still
-  // holds the map of before, in which it is primary of partitions others serve now.
-  bool map_current_ = false;
+  bool lost_ = false;      // the session's etcd lease is gone
+  bool following_ = false;  // registered: confirm_loop() runs beside the watch
   bool stopped_ = false;
   bool draining_ = false;
   cluster::NodeState state_ = cluster::NodeState::kDown;
-  std::map<std::string, std::string> members_;  // key -> value, as of watched_
+  // A member record: its value and the revision that created its key (of two records at one
+  // address, the older is kept: cluster::members_view()).
+  struct Record {
+    std::string value;
+    std::int64_t created = 0;
+    friend bool operator==(const Record&, const Record&) = default;
+  };
+  using Records = std::map<std::string, Record>;  // by key
+  static Records records_of(const etcd::RangeResult& read);
+  Records members_;  // as of watched_
+  Records adopted_;  // the set of the map in force
   std::int64_t watched_ = 0;                    // the last revision whose events are in members_
+  std::string member_;                          // the etcd member calls went to last
   std::string last_said_;
 };
 

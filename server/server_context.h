@@ -44,9 +44,9 @@ struct ServerContext {
   std::function<void(std::function<void(std::uint64_t, std::string)> done)> drain_node;
 
   // The fence, in etcd mode (docs/ARCHITECTURE.md, "Fencing and failover with etcd"): the node
-  // decides as primary only while monotonic_now_ns() is below fence_deadline_ns, which the
-  // membership agent moves forward with each answered keepalive of its etcd lease and sets to 0
-  // when that lease is lost. `fenced`: the node runs under a fence (set before the shard threads
+  // decides as primary only while boottime_now_ns() is below fence_deadline_ns, which the
+  // membership agent moves forward with each answered keepalive of its etcd lease and each read
+  // that confirms its map (the earlier of the two bounds), and sets to 0 when the lease is lost. `fenced`: the node runs under a fence (set before the shard threads
   // start).
   bool fenced = false;
   std::atomic<std::uint64_t> fence_deadline_ns{0};

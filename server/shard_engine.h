@@ -79,12 +79,12 @@ class ShardEngine {
   void set_view(std::shared_ptr<const ClusterView> view) { view_ = std::move(view); }
   // Where changed records go (null: nowhere; only consulted in a cluster). Set once, before use.
   void set_changes(ChangeSink* changes) { changes_ = changes; }
-  // etcd mode: reads whether the fence is open (the node's etcd lease is surely alive,
-  // ServerContext::fence_deadline_ns) for the decisions that follow; once it has closed they
+  // etcd mode: reads whether the fence is open (the node's etcd lease is surely alive and its
+  // map confirmed, ServerContext::fence_deadline_ns) for the decisions that follow; once it has closed they
   // answer UNAVAILABLE instead of deciding as primary. Called before each batch
   // (decide_prefetched does); a no-op in other modes.
   void check_fence() {
-    if (context_.fenced) fence_open_ = monotonic_now_ns() < context_.fence_deadline_ns.load();
+    if (context_.fenced) fence_open_ = boottime_now_ns() < context_.fence_deadline_ns.load();
   }
 
   // ---- decisions ---------------------------------------------------------------------------

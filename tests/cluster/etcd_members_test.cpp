@@ -130,14 +130,32 @@ TEST_CASE(
   // Only active members are in the ring: the joining one owns nothing yet.
   CHECK(view.map->ring().nodes() == std::vector<std::string>{"node-a", "node-c"});
 
-  // Two records at one address make no map, and say why.
+}
+
+TEST_CASE("of two member records at one address the one registered later is left out, never "
+          "the whole set",
+          "[etcd-members]") {
+  // node-b registered first (create revision 5); node-a came later with node-b's address.
   const std::vector<MemberEntry> twice = {
-      {member_key("eu-1", "node-a"), "sluice-member 1 state=active address=10.0.0.1:7420"},
-      {member_key("eu-1", "node-b"), "sluice-member 1 state=active address=10.0.0.1:7420"},
+      {member_key("eu-1", "node-a"), "sluice-member 1 state=active address=10.0.0.1:7420", 9},
+      {member_key("eu-1", "node-b"), "sluice-member 1 state=active address=10.0.0.1:7420", 5},
+      {member_key("eu-1", "node-c"), "sluice-member 1 state=active address=10.0.0.3:7420", 7},
   };
   const MembersView clash = members_view("eu-1", twice, 43);
-  REQUIRE_FALSE(clash.map.has_value());
-  CHECK(clash.map.error().find("10.0.0.1:7420") != std::string::npos);
+  REQUIRE(clash.map.has_value());
+  CHECK(clash.map->ring().nodes() == std::vector<std::string>{"node-b", "node-c"});
+  REQUIRE(clash.rejected.size() == 1);
+  CHECK(clash.rejected[0] ==
+        "member node-a: address 10.0.0.1:7420 is node node-b's, registered earlier");
+
+  // Without create revisions (all 0) the key order decides, alike on every node.
+  std::vector<MemberEntry> unknown = twice;
+  for (MemberEntry& entry : unknown) entry.create_revision = 0;
+  const MembersView by_key = members_view("eu-1", unknown, 44);
+  REQUIRE(by_key.map.has_value());
+  CHECK(by_key.map->ring().nodes() == std::vector<std::string>{"node-a", "node-c"});
+  REQUIRE(by_key.rejected.size() == 1);
+  CHECK(by_key.rejected[0].find("member node-b:") == 0);
 }
 
 }  // namespace

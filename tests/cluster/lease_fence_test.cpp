@@ -5,6 +5,7 @@
 namespace {
 
 using sluice::cluster::LeaseFence;
+using sluice::cluster::MapConfirmation;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -46,4 +47,19 @@ TEST_CASE("a lease fence closes at once when etcd says the lease is gone", "[lea
   CHECK(fence.deadline() == milliseconds(3350));
   fence.lose();
   CHECK_FALSE(fence.alive_at(milliseconds(1700)));
+}
+
+TEST_CASE("a map is trusted for the TTL less the margin after the send time of its last "
+          "confirming read, and not at all after a reset", "[lease-fence]") {
+  MapConfirmation map(seconds(2), milliseconds(250));
+  CHECK(map.deadline() == MapConfirmation::Nanos::zero());
+  map.on_confirmed(seconds(10));
+  CHECK(map.deadline() == seconds(10) + milliseconds(1750));
+  // A late answer to an older read does not move it back.
+  map.on_confirmed(seconds(9));
+  CHECK(map.deadline() == seconds(10) + milliseconds(1750));
+  map.on_confirmed(seconds(11));
+  CHECK(map.deadline() == seconds(11) + milliseconds(1750));
+  map.reset();
+  CHECK(map.deadline() == MapConfirmation::Nanos::zero());
 }
