@@ -178,8 +178,8 @@ bool member_specific(int http_status, std::int64_t grpc_code, std::string_view m
   // gRPC codes: 4 DeadlineExceeded, 8 ResourceExhausted, 10 Aborted, 14 Unavailable.
   if (grpc_code == 4 || grpc_code == 8 || grpc_code == 10 || grpc_code == 14) return true;
   // The gateway's messages, for an answer that lost its codes on the way.
-  for (const std::string_view word : {"learner", "leader changed", "no leader",
-                                      "too many requests", "timed out", "not capable"}) {
+  for (const std::string_view word : {"learner", "leader changed", "no leader", "too many requests",
+                                      "timed out", "not capable"}) {
     if (message.find(word) != std::string_view::npos) return true;
   }
   return false;
@@ -343,8 +343,7 @@ asio::awaitable<Expected<std::string>> Client::post(std::string_view path, std::
         // carries its error in a body with status 200.
         const bool ok = response.result() == http::status::ok;
         const bool error = !ok || response.body().find("\"error\"") != std::string::npos;
-        const json answer =
-            error ? json::parse(response.body(), nullptr, false) : json();
+        const json answer = error ? json::parse(response.body(), nullptr, false) : json();
         const std::string message = answer.is_object() ? error_of(answer) : "";
         const std::int64_t code = answer.is_object() ? grpc_code_of(answer) : 0;
         if (ok && message.empty()) {

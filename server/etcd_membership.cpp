@@ -241,7 +241,8 @@ void EtcdMembership::confirm(const etcd::RangeResult& read, std::chrono::nanosec
   if (read.revision <= watched_) return;
   // etcd has a member set the watch never brought: it sits on a member that froze or fell
   // behind. The read's set is adopted, and the watch made again on another member.
-  say(fmt::format("the watch on {} missed revision {} (it had {}): map taken from a read, "
+  say(
+      fmt::format("the watch on {} missed revision {} (it had {}): map taken from a read, "
                   "watch remade on another member",
                   client_.watch_endpoint(), read.revision, watched_));
   members_ = std::move(set);

@@ -116,7 +116,7 @@ class EtcdMembership {
   std::string key_;
   std::uint64_t session_ = 0;  // bumped when a session ends: its coroutines stop
   std::int64_t etcd_lease_ = 0;
-  bool lost_ = false;      // the session's etcd lease is gone
+  bool lost_ = false;       // the session's etcd lease is gone
   bool following_ = false;  // registered: confirm_loop() runs beside the watch
   bool stopped_ = false;
   bool draining_ = false;
@@ -130,10 +130,10 @@ class EtcdMembership {
   };
   using Records = std::map<std::string, Record>;  // by key
   static Records records_of(const etcd::RangeResult& read);
-  Records members_;  // as of watched_
-  Records adopted_;  // the set of the map in force
-  std::int64_t watched_ = 0;                    // the last revision whose events are in members_
-  std::string member_;                          // the etcd member calls went to last
+  Records members_;           // as of watched_
+  Records adopted_;           // the set of the map in force
+  std::int64_t watched_ = 0;  // the last revision whose events are in members_
+  std::string member_;        // the etcd member calls went to last
   std::string last_said_;
 };
 

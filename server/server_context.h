@@ -46,8 +46,8 @@ struct ServerContext {
   // The fence, in etcd mode (docs/ARCHITECTURE.md, "Fencing and failover with etcd"): the node
   // decides as primary only while boottime_now_ns() is below fence_deadline_ns, which the
   // membership agent moves forward with each answered keepalive of its etcd lease and each read
-  // that confirms its map (the earlier of the two bounds), and sets to 0 when the lease is lost. `fenced`: the node runs under a fence (set before the shard threads
-  // start).
+  // that confirms its map (the earlier of the two bounds), and sets to 0 when the lease is
+  // lost. `fenced`: the node runs under a fence (set before the shard threads start).
   bool fenced = false;
   std::atomic<std::uint64_t> fence_deadline_ns{0};
 

@@ -80,9 +80,9 @@ class ShardEngine {
   // Where changed records go (null: nowhere; only consulted in a cluster). Set once, before use.
   void set_changes(ChangeSink* changes) { changes_ = changes; }
   // etcd mode: reads whether the fence is open (the node's etcd lease is surely alive and its
-  // map confirmed, ServerContext::fence_deadline_ns) for the decisions that follow; once it has closed they
-  // answer UNAVAILABLE instead of deciding as primary. Called before each batch
-  // (decide_prefetched does); a no-op in other modes.
+  // map confirmed, ServerContext::fence_deadline_ns) for the decisions that follow; once it
+  // has closed they answer UNAVAILABLE instead of deciding as primary. Called before each
+  // batch (decide_prefetched does); a no-op in other modes.
   void check_fence() {
     if (context_.fenced) fence_open_ = boottime_now_ns() < context_.fence_deadline_ns.load();
   }

@@ -129,12 +129,12 @@ TEST_CASE(
   CHECK(view.rejected[0].find("member node-d: not a sluice-member record") == 0);
   // Only active members are in the ring: the joining one owns nothing yet.
   CHECK(view.map->ring().nodes() == std::vector<std::string>{"node-a", "node-c"});
-
 }
 
-TEST_CASE("of two member records at one address the one registered later is left out, never "
-          "the whole set",
-          "[etcd-members]") {
+TEST_CASE(
+    "of two member records at one address the one registered later is left out, never "
+    "the whole set",
+    "[etcd-members]") {
   // node-b registered first (create revision 5); node-a came later with node-b's address.
   const std::vector<MemberEntry> twice = {
       {member_key("eu-1", "node-a"), "sluice-member 1 state=active address=10.0.0.1:7420", 9},

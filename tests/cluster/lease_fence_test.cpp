@@ -49,8 +49,10 @@ TEST_CASE("a lease fence closes at once when etcd says the lease is gone", "[lea
   CHECK_FALSE(fence.alive_at(milliseconds(1700)));
 }
 
-TEST_CASE("a map is trusted for the TTL less the margin after the send time of its last "
-          "confirming read, and not at all after a reset", "[lease-fence]") {
+TEST_CASE(
+    "a map is trusted for the TTL less the margin after the send time of its last "
+    "confirming read, and not at all after a reset",
+    "[lease-fence]") {
   MapConfirmation map(seconds(2), milliseconds(250));
   CHECK(map.deadline() == MapConfirmation::Nanos::zero());
   map.on_confirmed(seconds(10));
