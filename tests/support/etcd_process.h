@@ -29,14 +29,30 @@ inline constexpr const char* kEtcdBinary = "/usr/bin/etcd";
 
 class EtcdProcess {
  public:
-  EtcdProcess() {
+  // A member of a cluster of several (EtcdQuorum): its name, its client port (the peer port is
+  // the next one) and --initial-cluster, naming every member.
+  struct Member {
+    std::string name;
+    std::uint16_t client_port = 0;
+    std::string initial_cluster;
+  };
+
+  // A single-member etcd, healthy when the constructor returns.
+  EtcdProcess() : EtcdProcess(Member{"test", free_port_pair(), ""}, /*wait=*/true) {}
+  // A member of a cluster of several: it cannot be healthy before a quorum has started, so
+  // `wait` false returns at once and the caller waits with wait_healthy().
+  EtcdProcess(Member member, bool wait) : member_(std::move(member)) {
     INFO(kEtcdBinary << " is missing: tools/deps.sh installs etcd-server");
     REQUIRE(std::filesystem::exists(kEtcdBinary));
     char pattern[] = "/tmp/sluice-etcd.XXXXXX";
     REQUIRE(::mkdtemp(pattern) != nullptr);
     dir_ = pattern;
-    client_port_ = free_port_pair();
-    launch();
+    client_port_ = member_.client_port;
+    if (member_.initial_cluster.empty()) {
+      member_.initial_cluster = member_.name + "=" + peer_url();
+    }
+    spawn();
+    if (wait) wait_healthy();
   }
 
   // SIGKILL, and wait for the exit (at most 10 s).
@@ -45,13 +61,32 @@ class EtcdProcess {
     REQUIRE(child_->wait_exit(std::chrono::seconds(10)).has_value());
   }
   // Starts it again on the same ports and data directory, once it has exited.
-  void restart() { launch(); }
+  void restart() {
+    spawn();
+    wait_healthy();
+  }
+
+  // Polls GET /health until it says true (the member has a leader): at most `limit`.
+  void wait_healthy(std::chrono::seconds limit = std::chrono::seconds(10)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!healthy()) {
+      INFO("etcd member " << member_.name << " was not healthy within " << limit.count()
+                          << " s; its log: " << (dir_ / "etcd.log").string());
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      REQUIRE_FALSE(child_->wait_exit(std::chrono::milliseconds(0)).has_value());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 
   // GET /health answers {"health":"true"} (one HTTP/1.0 request on a socket of its own, at
   // most 1 s).
-  bool healthy() const {
+  bool healthy() const { return get("/health").find("\"health\":\"true\"") != std::string::npos; }
+
+  // The answer (headers and body) to one HTTP/1.0 request, "" when there is none within 1 s:
+  // GET when `body` is empty, else POST of that JSON.
+  std::string get(const std::string& path, const std::string& body = "") const {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return false;
+    if (fd < 0) return "";
     timeval limit{1, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
@@ -61,7 +96,10 @@ class EtcdProcess {
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     std::string answer;
     if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
-      const std::string request = "GET /health HTTP/1.0\r\n\r\n";
+      const std::string request =
+          body.empty() ? "GET " + path + " HTTP/1.0\r\n\r\n"
+                       : "POST " + path + " HTTP/1.0\r\nContent-Type: application/json\r\n" +
+                             "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
       if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
           static_cast<ssize_t>(request.size())) {
         char buffer[1024];
@@ -71,7 +109,7 @@ class EtcdProcess {
       }
     }
     ::close(fd);
-    return answer.find("\"health\":\"true\"") != std::string::npos;
+    return answer;
   }
   ~EtcdProcess() {
     child_.reset();
@@ -83,30 +121,26 @@ class EtcdProcess {
 
   std::uint16_t client_port() const { return client_port_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(client_port_); }
+  std::string peer_url() const { return "http://127.0.0.1:" + std::to_string(client_port_ + 1); }
+  const std::string& name() const { return member_.name; }
   Child& child() { return *child_; }
 
  private:
-  void launch() {
-    const std::string client = "http://127.0.0.1:" + std::to_string(client_port_);
-    const std::string peer = "http://127.0.0.1:" + std::to_string(client_port_ + 1);
+  void spawn() {
+    const std::string client = url();
+    const std::string peer = peer_url();
     child_.reset();
     child_ = std::make_unique<Child>(
         kEtcdBinary,
-        std::vector<std::string>{"--name", "test", "--data-dir", (dir_ / "data").string(),
+        std::vector<std::string>{"--name", member_.name, "--data-dir", (dir_ / "data").string(),
                                  "--listen-client-urls", client, "--advertise-client-urls", client,
                                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                                 "--initial-cluster", "test=" + peer, "--log-level", "warn"},
+                                 "--initial-cluster", member_.initial_cluster, "--log-level",
+                                 "warn"},
         (dir_ / "etcd.log").string());
-    // Ready when GET /health says true (it has elected itself); at most 10 s.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!healthy()) {
-      INFO("etcd was not healthy within 10 s; its log: " << (dir_ / "etcd.log").string());
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      REQUIRE_FALSE(child_->wait_exit(std::chrono::milliseconds(0)).has_value());
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
   }
 
+  Member member_;
   std::filesystem::path dir_;
   std::uint16_t client_port_ = 0;
   std::unique_ptr<Child> child_;
