@@ -9,10 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/etcd_process.h"
@@ -289,6 +291,131 @@ TEST_CASE("an endpoint that refuses or never answers is passed over within the c
   CHECK(took < 1000ms);
   const std::string watched = run(io, dead.watch("/t/", 0, [](const WatchBatch&) { return true; }));
   CHECK_FALSE(watched.empty());
+}
+
+// A member that answers every request with one canned HTTP response (a learner, an overloaded
+// or leaderless member), on a thread of its own, and counts the requests it answered.
+class CannedMember {
+ public:
+  explicit CannedMember(std::string response) : response_(std::move(response)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    socklen_t size = sizeof address;
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~CannedMember() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+  std::uint16_t port() const { return port_; }
+  int answered() const { return answered_.load(); }
+
+ private:
+  void serve() {
+    for (;;) {
+      const int peer = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (peer < 0) return;
+      // The request's head and its body (Content-Length), then the answer, then close.
+      std::string request;
+      char buffer[4096];
+      std::size_t need = std::string::npos;
+      while (request.size() < need) {
+        const ssize_t n = ::recv(peer, buffer, sizeof buffer, 0);
+        if (n <= 0) break;
+        request.append(buffer, static_cast<std::size_t>(n));
+        const std::size_t head = request.find("\r\n\r\n");
+        if (head != std::string::npos && need == std::string::npos) {
+          const std::size_t at = request.find("Content-Length: ");
+          const std::size_t length =
+              at == std::string::npos ? 0 : std::stoul(request.substr(at + 16));
+          need = head + 4 + length;
+        }
+      }
+      ::send(peer, response_.data(), response_.size(), MSG_NOSIGNAL);
+      ++answered_;
+      ::close(peer);
+    }
+  }
+
+  std::string response_;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<int> answered_{0};
+  std::thread thread_;
+};
+
+std::string http_answer(int status, const std::string& reason, const std::string& body) {
+  return "HTTP/1.1 " + std::to_string(status) + " " + reason +
+         "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + body;
+}
+
+TEST_CASE("member_specific tells a member's own errors from the cluster's answers", "[etcd]") {
+  CHECK(member_specific(503, 0, "etcdserver: rpc not supported for learner"));
+  CHECK(member_specific(429, 0, "etcdserver: too many requests"));
+  CHECK(member_specific(504, 0, ""));
+  CHECK(member_specific(200, 14, "etcdserver: no leader"));      // a streamed answer
+  CHECK(member_specific(200, 0, "etcdserver: leader changed"));  // codes lost
+  CHECK(member_specific(200, 4, "context deadline exceeded"));   // DeadlineExceeded
+  CHECK_FALSE(member_specific(200, 5, "etcdserver: requested lease not found"));  // NotFound
+  CHECK_FALSE(member_specific(400, 3, "etcdserver: key is not provided"));
+  CHECK_FALSE(member_specific(404, 0, ""));
+}
+
+TEST_CASE(
+    "a member's own error moves the call to the next member, which later calls start at, "
+    "the cluster's answer is final",
+    "[etcd]") {
+  test::EtcdProcess etcd;
+  asio::io_context io;
+  // A learner answers unary calls with 503, a leaderless member a streamed call with 200 and an
+  // error of gRPC code 14 (Unavailable).
+  CannedMember learner(http_answer(
+      503, "Service Unavailable",
+      R"({"error":"etcdserver: rpc not supported for learner","code":14,"message":"etcdserver: rpc not supported for learner"})"));
+  CannedMember leaderless(http_answer(
+      200, "OK",
+      R"({"error":{"grpc_code":14,"http_code":503,"message":"etcdserver: no leader","http_status":"Service Unavailable"}})"));
+  Client::Config config;
+  config.endpoints = {Endpoint{"127.0.0.1", learner.port()},
+                      Endpoint{"127.0.0.1", leaderless.port()},
+                      Endpoint{"127.0.0.1", etcd.client_port()}};
+  Client client(io, config);
+  CHECK(client.current_endpoint() == "127.0.0.1:" + std::to_string(learner.port()));
+  const Expected<std::int64_t> put = run(io, client.put("/t/a", "x"));
+  INFO((put ? "" : put.error()));
+  REQUIRE(put.has_value());
+  CHECK(learner.answered() == 1);
+  CHECK(leaderless.answered() == 1);
+  CHECK(client.current_endpoint() == "127.0.0.1:" + std::to_string(etcd.client_port()));
+  // The next calls go straight to the member that answered.
+  const Expected<RangeResult> read = run(io, client.range("/t/a", false));
+  REQUIRE(read.has_value());
+  REQUIRE(read->kvs.size() == 1);
+  CHECK(learner.answered() == 1);
+  CHECK(leaderless.answered() == 1);
+
+  // An answer that is the cluster's (a bad request) is not taken to another member.
+  CannedMember refusing(http_answer(
+      400, "Bad Request",
+      R"({"error":"etcdserver: key is not provided","code":3,"message":"etcdserver: key is not provided"})"));
+  config.endpoints = {Endpoint{"127.0.0.1", refusing.port()},
+                      Endpoint{"127.0.0.1", etcd.client_port()}};
+  Client strict(io, config);
+  const Expected<std::int64_t> refused = run(io, strict.put("/t/b", "y"));
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().find("key is not provided") != std::string::npos);
+  CHECK(refusing.answered() == 1);
+  const Expected<RangeResult> absent = run(io, client.range("/t/b", false));
+  REQUIRE(absent.has_value());
+  CHECK(absent->kvs.empty());  // etcd never saw the put
 }
 
 TEST_CASE("stop_watches ends a watch that is waiting for changes", "[etcd]") {
