@@ -7,7 +7,7 @@
 namespace sluice::server {
 
 PartitionStates::PartitionStates(std::uint32_t partitions)
-    : size_(partitions), states_(std::make_unique<std::atomic<std::uint8_t>[]>(partitions)) {
+    : size_(partitions), states_(std::make_unique<std::atomic<std::uint64_t>[]>(partitions)) {
   for (std::uint32_t p = 0; p < partitions; ++p) states_[p].store(0, std::memory_order_relaxed);
 }
 

@@ -28,18 +28,34 @@ class PartitionStates {
  public:
   explicit PartitionStates(std::uint32_t partitions);
   std::uint32_t size() const { return size_; }
-  // Relaxed: a state change takes effect for the items decided after a shard sees it; what
+  // Acquire: a state change takes effect for the items decided after a shard sees it; what
   // must be ordered with it (a pull's records) is ordered by the posts that carry them.
   PartitionServing get(std::uint32_t partition) const {
-    return static_cast<PartitionServing>(states_[partition].load(std::memory_order_acquire));
+    return static_cast<PartitionServing>(states_[partition].load(std::memory_order_acquire) & 0xff);
   }
-  void set(std::uint32_t partition, PartitionServing state) {
-    states_[partition].store(static_cast<std::uint8_t>(state), std::memory_order_release);
+  // Sets the state, and the epoch of the map (or the fencing PULL) that decided it.
+  void set(std::uint32_t partition, PartitionServing state, std::uint64_t epoch) {
+    states_[partition].store(pack(state, epoch), std::memory_order_release);
+  }
+  // A pull planned at `epoch` has brought the partition's records: it is served, but only if
+  // it is still `pulling` for that epoch. A pull of an older epoch that ends late never reopens
+  // a partition a newer map is pulling again or that a newer primary has fenced meanwhile.
+  // Returns whether it changed the state.
+  bool serve_pulled(std::uint32_t partition, std::uint64_t epoch) {
+    std::uint64_t expected = pack(PartitionServing::kPulling, epoch);
+    return states_[partition].compare_exchange_strong(
+        expected, pack(PartitionServing::kServing, epoch), std::memory_order_acq_rel);
   }
 
  private:
+  // The state in the low byte, the epoch above it (56 bits: etcd revisions and file epochs
+  // stay far below).
+  static std::uint64_t pack(PartitionServing state, std::uint64_t epoch) {
+    return epoch << 8 | static_cast<std::uint8_t>(state);
+  }
+
   std::uint32_t size_;
-  std::unique_ptr<std::atomic<std::uint8_t>[]> states_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> states_;
 };
 
 // How a shard answers an item under a view.

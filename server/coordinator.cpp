@@ -171,6 +171,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     clock_.reset();
     clock_complete_ = true;
     since_used_ = false;
+    fenced_source_ = false;
     auto self = shared_from_this();
     control_ = std::make_shared<PeerLink>(
         owner_.io_, link_config(address->host, address->port), [](const protocol::Frame&) {},
@@ -227,10 +228,12 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     protocol::PullReplyHeader header;
     if (frame.header.opcode != protocol::Opcode::kPull ||
         !protocol::parse_pull_reply(frame.body, header, records_)) {
-      last_error_ = "a malformed PULL reply";
-      return next_source();
+      last_error_ = frame.header.opcode == protocol::Opcode::kError ? "an error reply"
+                                                                    : "a malformed PULL reply";
+      return leave_source();
     }
     arm_progress_timer();
+    fenced_source_ = fenced_source_ || header.fenced;
     if (header.now_ns) {
       clock_ = std::min(clock_.value_or(*header.now_ns), *header.now_ns);
     } else {
@@ -315,6 +318,38 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
                  self->last_error_.empty() ? "no answer" : self->last_error_,
                  attempt < self->plan_.sources.size() ? "trying the next source"
                                                       : "serving with the records here");
+      self->leave_source();
+    });
+  }
+
+  // The current source will not give the partitions: the next one, after the wait below when
+  // this one was to be fenced and never was.
+  void leave_source() {
+    const PullPlan::Source& gone = plan_.sources[source_index_ - 1];
+    if (gone.fence && !fenced_source_) return after_unfenced_wait();
+    next_source();
+  }
+
+  // The source that was to be fenced never answered a page: it may still decide these partitions
+  // until it learns the new map or its fence closes, which happens by the start of this
+  // hand-over (after the change in etcd) plus the lease TTL less the margin
+  // (cluster::MapConfirmation). In etcd mode nothing here is pulled unfenced or served before
+  // TTL + margin from that start; static mode has no lease to wait for.
+  void after_unfenced_wait() {
+    const ServerConfig& config = context().config;
+    const auto not_before = started_ + config.etcd_lease_ttl + config.fence_margin;
+    const auto now = std::chrono::steady_clock::now();
+    if (!context().fenced || now >= not_before) return next_source();
+    fmt::print(stderr,
+               "sluiced: pull of {} partitions: waiting {} ms more, until the unfenced source's "
+               "lease must have lapsed\n",
+               plan_.partitions.size(),
+               std::chrono::duration_cast<std::chrono::milliseconds>(not_before - now).count());
+    timer_.expires_at(not_before);
+    auto self = shared_from_this();
+    const std::size_t attempt = source_index_;
+    timer_.async_wait([self, attempt](const boost::system::error_code& ec) {
+      if (ec || self->stopped_ || self->finished_ || attempt != self->source_index_) return;
       self->next_source();
     });
   }
@@ -341,7 +376,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     if (stopped_) return;
     if (plan_.primary && !plan_.warm) {
       for (const std::uint32_t p : plan_.partitions) {
-        view_->states->set(p, PartitionServing::kServing);
+        view_->states->serve_pulled(p, view_->epoch());
       }
     }
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -375,6 +410,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
   std::optional<std::uint64_t> clock_;  // the earliest clock in its pages
   bool clock_complete_ = true;          // every page so far came with one
   bool since_used_ = false;             // a page was asked for what changed since a warm-up
+  bool fenced_source_ = false;          // the current source answered a fencing page
   std::size_t pulled_ = 0;              // records received
   std::string from_;                    // the source that gave every page
   std::shared_ptr<PeerLink> control_;

@@ -96,7 +96,7 @@ void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
     case protocol::Opcode::kReplicate:
       return handle_replicate(peer, header.request_id, frame.body);
     case protocol::Opcode::kPull:
-      return handle_pull(peer, header.request_id, frame.body);
+      return handle_pull(peer, header.request_id, header.epoch, frame.body);
     case protocol::Opcode::kReload:
       return handle_reload(peer, header.request_id, frame.body);
     case protocol::Opcode::kDrain:
@@ -360,7 +360,7 @@ void Dispatcher::handle_replicate(Peer& peer, std::uint32_t request_id,
   protocol::encode_replicate_reply(peer.reply_buffer(), request_id, reply, framing_);
 }
 
-void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
+void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id, std::uint64_t epoch,
                              std::span<const std::uint8_t> body) {
   protocol::PullRequest request;
   if (const auto parsed = protocol::parse_pull_request(body, request); !parsed) {
@@ -386,8 +386,26 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id,
   // Fencing first: no item of these partitions is decided here once the scan starts, on any
   // shard (the states are the node's, and each shard reads them before each decision).
   if (request.fence) {
+    // A fence planned under a map older than this node's is taken only for partitions whose
+    // primary is still the puller here: a late pull of an old hand-over must not fence a
+    // partition that has moved on (back to this node, say).
+    if (epoch < view->epoch()) {
+      const cluster::Ring& ring = view->map.ring();
+      for (const std::uint16_t p : request.partitions) {
+        if (p >= partitions) continue;
+        const cluster::NodeIndex primary = ring.owners(p).primary;
+        if (primary == cluster::kNoNode || ring.nodes()[primary] != peer.peer_node()) {
+          shard_.engine().counters()[ShardStat::kStaleFences].add();
+          return peer.reject(
+              request_id, WireErrorCode::kStaleEpoch,
+              fmt::format("a fencing PULL of epoch {}: at epoch {} {} is not the primary of "
+                          "partition {}",
+                          epoch, view->epoch(), peer.peer_node(), p));
+        }
+      }
+    }
     for (const std::uint16_t p : request.partitions) {
-      if (p < partitions) view->states->set(p, PartitionServing::kFenced);
+      if (p < partitions) view->states->set(p, PartitionServing::kFenced, view->epoch());
     }
   }
   shard_.engine().pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_,

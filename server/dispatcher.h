@@ -69,7 +69,9 @@ class Dispatcher {
   void handle_stats(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_cluster(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_replicate(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
-  void handle_pull(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  // `epoch`: the puller's, from the frame header.
+  void handle_pull(Peer& peer, std::uint32_t request_id, std::uint64_t epoch,
+                   std::span<const std::uint8_t> body);
   void handle_reload(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_drain(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   // Runs `hook` (ServerContext::reload_cluster or drain_node) off the shard and answers the

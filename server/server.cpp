@@ -222,7 +222,7 @@ void Server::Impl::adopt_locked(const cluster::ClusterMap& map) {
   for (const PullPlan& plan : plans) {
     if (!plan.primary) continue;
     for (const std::uint32_t p : plan.partitions) {
-      partition_states->set(p, PartitionServing::kPulling);
+      partition_states->set(p, PartitionServing::kPulling, map.epoch());
     }
   }
   auto next = make_cluster_view(map, self, partition_states);

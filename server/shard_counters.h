@@ -65,6 +65,7 @@ enum class ShardStat : std::size_t {
   kLeasedUnits,
   kGiveBacks,
   kCreditedUnits,
+  kStaleFences,
   kCount,
 };
 
@@ -103,6 +104,7 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(ShardStat
         "leased_units",
         "give_backs",
         "credited_units",
+        "stale_fences",
 };
 
 // Padded so that two shards' counters never share a cache line.

@@ -10,6 +10,8 @@
 
 #include "core/clock.h"
 #include "core/key_hash.h"
+#include "protocol/cluster_messages.h"
+#include "server/cluster_view.h"
 #include "tests/server/memory_node.h"
 
 namespace sluice::test {
@@ -226,6 +228,109 @@ TEST_CASE("dispatching stops while the items waiting for other shards are at the
   const protocol::Bytes out = peer->take_output();
   const auto frames = replies(out);
   CHECK(frames.size() == 6);
+}
+
+// A node "memory-node" and a node "puller" at epoch 10: the view of the first, its
+// partitions all serving.
+std::shared_ptr<const server::ClusterView> puller_view(MemoryNode& node) {
+  const cluster::ClusterMap map =
+      cluster::ClusterMap::make(10, {{"memory-node", "127.0.0.1:1", cluster::NodeState::kActive},
+                                     {"puller", "127.0.0.1:2", cluster::NodeState::kActive}})
+          .value();
+  auto states = std::make_shared<server::PartitionStates>(map.ring().partition_count());
+  auto view = server::make_cluster_view(map, "memory-node", std::move(states));
+  node.shard(0).engine().set_view(view);
+  return view;
+}
+
+// The first partition whose primary in `view` is `node`.
+std::uint16_t partition_of(const server::ClusterView& view, const std::string& node) {
+  const cluster::Ring& ring = view.map.ring();
+  for (std::uint32_t p = 0; p < ring.partition_count(); ++p) {
+    if (ring.nodes()[ring.owners(p).primary] == node) return static_cast<std::uint16_t>(p);
+  }
+  FAIL("no partition of " << node);
+  return 0;
+}
+
+// What a node's PULL with fence of `partition`, sent under `epoch`, gets back: the frames.
+std::vector<protocol::Frame> fencing_pull(MemoryNode& node, std::uint64_t epoch,
+                                          std::uint16_t partition, protocol::Bytes& out) {
+  auto peer = MemoryPeer::create(node.shard(0), /*this_shard=*/0);
+  protocol::Bytes input;
+  protocol::encode_hello_request(input, 1, {protocol::kVersion, "sluiced/puller", ""});
+  protocol::PullRequest request;
+  request.fence = true;
+  request.max_records = 16;
+  request.partitions = {partition};
+  protocol::encode_pull_request(input, 2, request, protocol::Framing::with_epoch(epoch));
+  peer->feed(input);
+  node.run_until_idle();
+  out = peer->take_output();
+  return replies(out);
+}
+
+TEST_CASE(
+    "a fencing PULL planned under an older map fences only partitions whose primary is "
+    "still the puller",
+    "[dispatcher]") {
+  ManualClock clock(kStartNs);
+  server::ServerConfig config = two_shards();
+  config.shards = 1;
+  MemoryNode node(config, clock);
+  const auto view = puller_view(node);
+  const std::uint16_t mine = partition_of(*view, "memory-node");
+  const std::uint16_t theirs = partition_of(*view, "puller");
+  const auto stale_fences = [&] {
+    return node.shard(0).engine().counters()[server::ShardStat::kStaleFences].get();
+  };
+
+  // Epoch 5 < 10, for a partition this node is primary of at 10: refused, nothing fenced.
+  protocol::Bytes out;
+  auto frames = fencing_pull(node, 5, mine, out);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[1].header.opcode == protocol::Opcode::kError);
+  protocol::ErrorReply error;
+  REQUIRE(protocol::parse_error(frames[1].body, error));
+  CHECK(error.code == protocol::WireErrorCode::kStaleEpoch);
+  CHECK(std::string(error.message).find("epoch 5: at epoch 10 puller is not the primary") !=
+        std::string::npos);
+  CHECK(view->states->get(mine) == server::PartitionServing::kServing);
+  CHECK(stale_fences() == 1);
+
+  // Epoch 5, for a partition whose primary is still the puller: fenced.
+  frames = fencing_pull(node, 5, theirs, out);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[1].header.opcode == protocol::Opcode::kPull);
+  CHECK(view->states->get(theirs) == server::PartitionServing::kFenced);
+
+  // Epoch 12 > 10: the puller knows a newer map than this node; it is fenced at once.
+  frames = fencing_pull(node, 12, mine, out);
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[1].header.opcode == protocol::Opcode::kPull);
+  CHECK(view->states->get(mine) == server::PartitionServing::kFenced);
+  CHECK(stale_fences() == 1);
+}
+
+TEST_CASE("a pull of an older epoch that ends late never reopens a partition", "[dispatcher]") {
+  server::PartitionStates states(4);
+  using server::PartitionServing;
+  states.set(1, PartitionServing::kPulling, 5);
+  CHECK_FALSE(states.serve_pulled(1, 4));  // another epoch's pull
+  CHECK(states.get(1) == PartitionServing::kPulling);
+  // A newer map pulls it again: the older pull's end does not serve it.
+  states.set(1, PartitionServing::kPulling, 7);
+  CHECK_FALSE(states.serve_pulled(1, 5));
+  CHECK(states.get(1) == PartitionServing::kPulling);
+  // Fenced by a newer primary meanwhile: stays fenced.
+  states.set(1, PartitionServing::kFenced, 8);
+  CHECK_FALSE(states.serve_pulled(1, 7));
+  CHECK(states.get(1) == PartitionServing::kFenced);
+  // The pull of the epoch in force serves it.
+  states.set(2, PartitionServing::kPulling, 9);
+  CHECK(states.serve_pulled(2, 9));
+  CHECK(states.get(2) == PartitionServing::kServing);
+  CHECK_FALSE(states.serve_pulled(2, 9));  // once
 }
 
 }  // namespace
