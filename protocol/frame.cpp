@@ -70,8 +70,6 @@ std::string_view error_code_name(WireErrorCode code) {
       return "unauthenticated";
     case WireErrorCode::kOverloaded:
       return "overloaded";
-    case WireErrorCode::kStaleEpoch:
-      return "stale_epoch";
   }
   return "unknown";
 }

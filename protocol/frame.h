@@ -74,7 +74,6 @@ enum class WireErrorCode : std::uint16_t {
   kInternal = 9,
   kUnauthenticated = 10,  // the server requires a token: a wrong or missing one, or no HELLO yet
   kOverloaded = 11,  // the node is out of a shared resource (buffer memory) and sheds this peer
-  kStaleEpoch = 12,  // a fencing PULL planned under a map older than the node's (10.5)
 };
 
 std::string_view error_code_name(WireErrorCode code);

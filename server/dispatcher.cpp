@@ -386,26 +386,21 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id, std::uint64_t
   // Fencing first: no item of these partitions is decided here once the scan starts, on any
   // shard (the states are the node's, and each shard reads them before each decision).
   if (request.fence) {
-    // A fence planned under a map older than this node's is taken only for partitions whose
-    // primary is still the puller here: a late pull of an old hand-over must not fence a
-    // partition that has moved on (back to this node, say).
-    if (epoch < view->epoch()) {
-      const cluster::Ring& ring = view->map.ring();
-      for (const std::uint16_t p : request.partitions) {
-        if (p >= partitions) continue;
+    // A fence planned under a map older than this node's is taken only for the partitions
+    // whose primary is still the puller here: a late pull of an old hand-over must not fence a
+    // partition that has moved on (back to this node, say). The others are left as they are
+    // (their records are sent all the same: a copy is harmless), and counted.
+    const cluster::Ring& ring = view->map.ring();
+    for (const std::uint16_t p : request.partitions) {
+      if (p >= partitions) continue;
+      if (epoch < view->epoch()) {
         const cluster::NodeIndex primary = ring.owners(p).primary;
         if (primary == cluster::kNoNode || ring.nodes()[primary] != peer.peer_node()) {
           shard_.engine().counters()[ShardStat::kStaleFences].add();
-          return peer.reject(
-              request_id, WireErrorCode::kStaleEpoch,
-              fmt::format("a fencing PULL of epoch {}: at epoch {} {} is not the primary of "
-                          "partition {}",
-                          epoch, view->epoch(), peer.peer_node(), p));
+          continue;
         }
       }
-    }
-    for (const std::uint16_t p : request.partitions) {
-      if (p < partitions) view->states->set(p, PartitionServing::kFenced, view->epoch());
+      view->states->set(p, PartitionServing::kFenced, view->epoch());
     }
   }
   shard_.engine().pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_,
