@@ -193,23 +193,29 @@ std::vector<Result<Decision>> Client::acquire_batch(std::span<const AcquireReque
 // ---- node-level calls ---------------------------------------------------------------------
 
 Result<std::chrono::nanoseconds> Client::ping() {
+  Result<NodeConnection*> control = impl_->maps.control();
+  if (!control.ok()) return control.status();
   PingCall call;
-  if (Status queued = start_call(impl_->maps.control(), call, encode_ping); !queued.ok()) {
+  if (Status queued = start_call(**control, call, encode_ping); !queued.ok()) {
     return queued;
   }
   return call.wait();
 }
 
 Result<std::vector<Stat>> Client::stats() {
+  Result<NodeConnection*> control = impl_->maps.control();
+  if (!control.ok()) return control.status();
   StatsCall call;
-  if (Status queued = start_call(impl_->maps.control(), call, encode_stats); !queued.ok()) {
+  if (Status queued = start_call(**control, call, encode_stats); !queued.ok()) {
     return queued;
   }
   return call.wait();
 }
 
 Result<ClusterInfo> Client::cluster() {
-  NodeConnection& control = impl_->maps.control();
+  Result<NodeConnection*> seed = impl_->maps.control();
+  if (!seed.ok()) return seed.status();
+  NodeConnection& control = **seed;
   // A node of an older protocol is outside any cluster and knows no CLUSTER.
   if (control.hello().version < detail::kFirstClusterVersion) return ClusterInfo{};
   detail::ClusterCall call;
@@ -274,8 +280,10 @@ Result<ClusterInfo> Client::cluster() {
 }
 
 Result<ReloadOutcome> Client::reload() {
+  Result<NodeConnection*> control = impl_->maps.control();
+  if (!control.ok()) return control.status();
   AdminCall call(Opcode::kReload);
-  if (Status queued = start_call(impl_->maps.control(), call, encode_reload); !queued.ok()) {
+  if (Status queued = start_call(**control, call, encode_reload); !queued.ok()) {
     return queued;
   }
   Result<ReloadOutcome> outcome = call.wait();

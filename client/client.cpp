@@ -90,7 +90,8 @@ Client::Impl::Impl(ClientOptions opts, asio::io_context* external)
       batches(*this),
       in_flight(options.max_in_flight),
       maps(io, options, *this),
-      layer(io, options, maps, closing) {
+      layer(io, options, maps, closing),
+      seeds(io, options, maps, *this) {
   const auto shortest = std::min(options.timeout, options.connect_timeout);
   tick = std::clamp<std::chrono::milliseconds>(shortest / 10, std::chrono::milliseconds(1),
                                                std::chrono::milliseconds(10));
@@ -126,6 +127,7 @@ void Client::Impl::shut_down() {
   closing.store(true, std::memory_order_relaxed);
   maps.close();
   layer.close();
+  seeds.close();
   // Its own copy of the list: the timer's walk over snapshot() may be under way further up the
   // stack.
   std::vector<NodeConnection*> all;
@@ -441,7 +443,8 @@ ClientCounters Client::counters() const {
 
 ClientMetrics Client::metrics() const { return impl_->layer.metrics(); }
 
-const ServerInfo& Client::server_info() const { return impl_->maps.seed_info(); }
+ServerInfo Client::server_info() const { return impl_->maps.seed_info(); }
+bool Client::seeded() const { return impl_->maps.seeded(); }
 const ClientOptions& Client::options() const { return impl_->options; }
 
 }  // namespace sluice::client

@@ -76,6 +76,15 @@ struct ClientOptions {
   // ping and stats counts one; an async batch counts one per frame it sends (one per owning
   // shard, more when split at the server's max_batch or max_frame).
   std::size_t max_in_flight = 65536;
+  // What connect() does when no seed answers (none resolves, accepts, or answers HELLO within
+  // connect_timeout). false: it succeeds all the same, with no cluster yet. Every call then
+  // follows its failure policy as when its owner cannot be reached (kOpen: the local fallback;
+  // kClosed: denied; kReport: kConnectionFailed naming every seed), while the client keeps
+  // trying every seed in the background (50 ms doubling to 500 ms apart, each wait jittered by
+  // +-20%) and routes to the cluster as soon as one answers. true: connect() fails, naming
+  // every seed and why. A seed that refuses the token or is not Sluice fails connect() either
+  // way (when no other seed answers).
+  bool require_cluster_at_connect = false;
 
   // ---- the local layer (docs/CLIENT.md section 10) -----------------------------------------
   // The failure policy of every rule whose request does not name its own.
@@ -245,9 +254,11 @@ class Client {
   // A node outside any cluster: connects, when shard-aware, to every shard port (HELLO on each).
   // A cluster member: does the same for every active node of its map. Fails with
   // kInvalidArgument, kConnectionFailed, kTimeout, kUnauthenticated, kProtocolError or
-  // kServerError: when no seed answers, a shard of the seed's node fails, or any node refuses
-  // the token or is not Sluice. Other nodes that cannot be reached do not fail it: their keys
-  // fail (kConnectionFailed) until they answer.
+  // kServerError: when a shard of the seed's node fails, or any node refuses the token or is
+  // not Sluice. Other nodes that cannot be reached do not fail it: their keys fail
+  // (kConnectionFailed) until they answer. When no seed answers it succeeds with no cluster yet
+  // (ClientOptions::require_cluster_at_connect says what happens then, and when it fails
+  // instead: kConnectionFailed, or kTimeout when every seed timed out, naming every seed).
   static Result<std::unique_ptr<Client>> connect(ClientOptions options);
   // The same, but the client runs on `io` instead of a thread of its own: every socket
   // operation and callback runs on the thread that runs `io`, so an event-loop application
@@ -293,6 +304,8 @@ class Client {
   // Forgets the key's counters; true when the key existed. This client's blocked-key cache
   // forgets the key too (other clients' caches keep it until its time).
   Result<bool> reset(std::string_view key);
+  // The node-level calls below go to the seed; before one has answered (seeded()) they fail at
+  // once with kConnectionFailed, naming every seed, as reset() does.
   // Round-trip time of a PING on the seed's public port.
   Result<std::chrono::nanoseconds> ping();
   // The seed node's counters (public port), in the server's order.
@@ -327,7 +340,11 @@ class Client {
   // every stripe of counters): for a scrape every few seconds, not per call.
   ClientMetrics metrics() const;
 
-  const ServerInfo& server_info() const;
+  // What the seed's HELLO said; empty while no seed has answered yet (seeded()).
+  ServerInfo server_info() const;
+  // Whether a seed has answered: false from a connect() at which none did until one does in
+  // the background; calls meanwhile follow their failure policy. Any thread.
+  bool seeded() const;
   const ClientOptions& options() const;
 
   struct Impl;  // client/client.cpp

@@ -5,6 +5,8 @@
 //   LocalLayer  (client/local_layer.h)  blocked cache, breakers, failure policies, leases,
 //                                       metrics;
 //   AsyncBatch  (client/async_batch.h)  batches and the single calls that must go again;
+//   SeedFinder  (client/seed_finder.h)  a client that no seed answered at connect() looking
+//                                       for one in the background;
 // and the acquire path itself (client/client.cpp). The admin calls are client/admin_calls.cpp,
 // connect() is client/connect.cpp. Which thread owns what is said member by member.
 #pragma once
@@ -27,6 +29,7 @@
 #include "client/map_tracker.h"
 #include "client/node_connection.h"
 #include "client/router.h"
+#include "client/seed_finder.h"
 #include "core/key_hash.h"
 #include "net/handler_slot.h"
 
@@ -92,7 +95,10 @@ struct Client::Impl final : detail::ConnectionObserver, detail::ConnectionFactor
   void on_newer_epoch(detail::NodeConnection& connection, std::uint64_t epoch) override {
     maps.on_newer_epoch(connection, epoch);
   }
-  void on_ready(detail::NodeConnection& connection) override { maps.on_ready(connection); }
+  void on_ready(detail::NodeConnection& connection) override {
+    maps.on_ready(connection);
+    seeds.on_ready(connection);
+  }
   void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
                         const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                         AcquireCallback* done, BatchCallback* batch_done) override {
@@ -129,6 +135,7 @@ struct Client::Impl final : detail::ConnectionObserver, detail::ConnectionFactor
   std::atomic<bool> closing{false};
   detail::MapTracker maps;
   detail::LocalLayer layer;
+  detail::SeedFinder seeds;
   // Items of the acquire path sent again (any thread).
   std::atomic<std::uint64_t> redirects_followed{0};   // answered REDIRECT, sent to the new owner
   std::atomic<std::uint64_t> unavailable_retries{0};  // answered UNAVAILABLE, sent again

@@ -1,5 +1,6 @@
 // Client::connect(): the options checked, the seed found, the cluster map adopted and every
-// connection of every node opened and handshaken before the first call.
+// connection of every node opened and handshaken before the first call; or, when no seed
+// answers, a client with no cluster yet whose SeedFinder keeps trying them.
 #include "client/client.h"
 
 #include "net/asio.h"  // before any other Asio header
@@ -14,6 +15,7 @@
 #include "client/map_tracker.h"
 #include "client/node_connection.h"
 #include "client/router.h"
+#include "client/seed_finder.h"
 #include "client/sync_call.h"
 #include "net/host_port.h"
 #include "protocol/cluster_messages.h"
@@ -35,6 +37,19 @@ constexpr std::size_t kMaxInFlight = std::size_t{1} << 24;
 // the client's fault: its keys fail until it answers.
 bool fails_connect(const Status& status) {
   return status.code() == ErrorCode::kUnauthenticated || status.code() == ErrorCode::kProtocolError;
+}
+
+// connect()'s error when no seed answered: each seed's own (each names its seed), in order.
+// kTimeout when every seed timed out, else kConnectionFailed.
+Status no_seed_answered(const std::vector<Status>& failures) {
+  bool all_timed_out = true;
+  std::string message = "no seed answered: ";
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    if (i != 0) message += "; ";
+    message += failures[i].message();
+    all_timed_out = all_timed_out && failures[i].code() == ErrorCode::kTimeout;
+  }
+  return Status(all_timed_out ? ErrorCode::kTimeout : ErrorCode::kConnectionFailed, message);
 }
 
 }  // namespace
@@ -100,47 +115,54 @@ Result<std::unique_ptr<Client>> Client::connect_on(ClientOptions options,
   const ClientOptions& opts = impl->options;
 
   // The seed: the first server that answers HELLO.
-  Status last(ErrorCode::kConnectionFailed, "no server answered");
+  std::vector<NodeConnection*> tried(opts.servers.size(), nullptr);  // by seed; null: unresolved
+  std::vector<Status> failures;
   NodeConnection* public_port = nullptr;
-  for (const std::string& server : opts.servers) {
+  for (std::size_t i = 0; i < opts.servers.size() && public_port == nullptr; ++i) {
+    const std::string& server = opts.servers[i];
     Result<asio::ip::tcp::endpoint> endpoint = detail::resolve(impl->io, server);
     if (!endpoint.ok()) {
-      last = endpoint.status();
+      failures.push_back(endpoint.status());
       continue;
     }
     NodeConnection& candidate = impl->add_connection(server, *endpoint, protocol::kPublicPort);
+    tried[i] = &candidate;
     if (Status ready = impl->wait_ready(candidate); !ready.ok()) {
-      last = ready;
+      failures.push_back(ready);
       continue;  // the failed connection stays owned by impl, idle
     }
     impl->maps.set_seed(candidate, *endpoint, server);
     public_port = &candidate;
-    break;
   }
-  if (public_port == nullptr) return last;
+  if (public_port == nullptr) {
+    // A seed that refused the token or is not Sluice: the options are wrong, not the cluster.
+    for (const Status& failure : failures) {
+      if (fails_connect(failure)) return failure;
+    }
+    Status none = no_seed_answered(failures);
+    if (opts.require_cluster_at_connect) return none;
+    // No cluster yet: calls follow their failure policy while the seeds are tried again.
+    impl->maps.set_no_seed(std::move(none));
+    if (external != nullptr && external->stopped()) external->restart();
+    impl->maps.arm();
+    impl->seeds.start(std::move(tried));
+    return std::unique_ptr<Client>(new Client(std::move(impl)));
+  }
 
   // The seed's map: a node outside any cluster is the only node; a member names the others. A
   // node of an older protocol knows no CLUSTER and is outside any cluster.
-  Result<protocol::ClusterMapMessage> message{protocol::ClusterMapMessage{}};
   if (public_port->hello().version >= detail::kFirstClusterVersion) {
     detail::ClusterCall call;
     if (Status queued = detail::start_call(*public_port, call, detail::encode_cluster);
         !queued.ok()) {
       return queued;
     }
-    message = call.wait(impl->owned_io ? nullptr : &impl->io);
+    Result<protocol::ClusterMapMessage> message = call.wait(impl->owned_io ? nullptr : &impl->io);
     if (!message.ok()) return message.status();
-  }
-  if (message->epoch != 0 || !message->nodes.empty()) {
-    Expected<cluster::ClusterMap> map = detail::map_from_message(*message);
-    if (!map) {
-      return Status(ErrorCode::kProtocolError, "the cluster map from " +
-                                                   impl->maps.seed_info().endpoint +
-                                                   " is not valid: " + map.error());
-    }
-    std::optional<std::size_t> self;
-    if (message->self != protocol::kNotAMember) self = message->self;
-    impl->maps.adopt(std::move(map).value(), public_port, self);
+    Result<std::optional<detail::SeedMap>> map =
+        detail::seed_map(*message, impl->maps.seed_info().endpoint);
+    if (!map.ok()) return map.status();
+    if (*map) impl->maps.adopt(std::move((*map)->map), public_port, (*map)->self);
   }
 
   // Every other node's public port, then every shard: all connect at once (eager), so that

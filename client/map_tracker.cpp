@@ -45,6 +45,20 @@ Result<asio::ip::tcp::endpoint> resolve(asio::io_context& io, std::string_view a
   return endpoints.begin()->endpoint();
 }
 
+Result<std::optional<SeedMap>> seed_map(const protocol::ClusterMapMessage& message,
+                                        std::string_view from) {
+  // Epoch 0 and no nodes: a node outside any cluster.
+  if (message.epoch == 0 && message.nodes.empty()) return std::optional<SeedMap>();
+  Expected<cluster::ClusterMap> map = map_from_message(message);
+  if (!map) {
+    return Status(ErrorCode::kProtocolError,
+                  "the cluster map from " + std::string(from) + " is not valid: " + map.error());
+  }
+  std::optional<std::size_t> self;
+  if (message.self != protocol::kNotAMember) self = message.self;
+  return std::optional<SeedMap>(SeedMap{std::move(map).value(), self});
+}
+
 MapTracker::MapTracker(asio::io_context& io, const ClientOptions& options,
                        ConnectionFactory& connections)
     : io_(io), options_(options), connections_(connections) {}
@@ -54,13 +68,16 @@ MapTracker::MapTracker(asio::io_context& io, const ClientOptions& options,
 void MapTracker::set_seed(NodeConnection& public_port, const asio::ip::tcp::endpoint& endpoint,
                           const std::string& address) {
   const protocol::HelloReply hello = public_port.hello();
-  info_.endpoint = address;
-  info_.node_id = hello.node_id;
-  info_.shard_ports = hello.shard_ports;
-  info_.max_frame = hello.max_frame;
-  info_.max_key = hello.max_key;
-  info_.max_batch = hello.max_batch;
-  control_ = &public_port;
+  {
+    std::lock_guard lock(info_mu_);
+    info_.endpoint = address;
+    info_.node_id = hello.node_id;
+    info_.shard_ports = hello.shard_ports;
+    info_.max_frame = hello.max_frame;
+    info_.max_key = hello.max_key;
+    info_.max_batch = hello.max_batch;
+  }
+  control_.store(&public_port, std::memory_order_release);
   auto seed = std::make_unique<NodeLink>();
   seed->address = address;
   seed->publics.push_back(&public_port);
@@ -72,15 +89,49 @@ void MapTracker::set_seed(NodeConnection& public_port, const asio::ip::tcp::endp
     }
   }
   for (NodeConnection* c : seed->publics) c->set_health(seed->health.get());
-  links_.push_back(std::move(seed));
+  // The stand-in of set_no_seed() stays (routers still hold it), retired, behind the seed.
+  if (!links_.empty()) links_.front()->retired = true;
+  links_.insert(links_.begin(), std::move(seed));
   learn_hello(*links_.front());  // its shard connections start connecting
+}
+
+void MapTracker::set_no_seed(Status why) {
+  no_seed_ = why;
+  auto stand_in = std::make_unique<NodeLink>();
+  stand_in->unreachable = std::move(why);
+  stand_in->health.reset();
+  links_.push_back(std::move(stand_in));
+}
+
+ServerInfo MapTracker::seed_info() const {
+  std::lock_guard lock(info_mu_);
+  return info_;
+}
+
+Result<NodeConnection*> MapTracker::control() const {
+  NodeConnection* seed = control_.load(std::memory_order_acquire);
+  if (seed == nullptr) return no_seed_;
+  return seed;
+}
+
+void MapTracker::seed_answered(NodeConnection& public_port, const std::string& address,
+                               std::optional<SeedMap> map) {
+  set_seed(public_port, public_port.config().endpoint, address);
+  if (map) {
+    adopt(std::move(map->map), &public_port, map->self);
+  } else {
+    rebuild_router();
+  }
 }
 
 NodeLink& MapTracker::add_link(std::string id, std::string address) {
   auto link = std::make_unique<NodeLink>();
   link->id = std::move(id);
   link->address = std::move(address);
-  link->limits = NodeLimits{info_.max_frame, info_.max_key, info_.max_batch, 0};
+  {
+    std::lock_guard lock(info_mu_);
+    link->limits = NodeLimits{info_.max_frame, info_.max_key, info_.max_batch, 0};
+  }
   Result<asio::ip::tcp::endpoint> endpoint = resolve(io_, link->address);
   if (!endpoint.ok()) {
     link->unreachable = Status(ErrorCode::kConnectionFailed, endpoint.status().message());
@@ -178,7 +229,9 @@ bool MapTracker::adopt(cluster::ClusterMap map, NodeConnection* via,
   // connection stays: ping(), stats() and cluster() use it.
   for (auto& l : links_) {
     if (l->retired || std::find(next.begin(), next.end(), l.get()) != next.end()) continue;
-    if (!l->publics.empty() && l->publics.front() == control_) continue;
+    if (!l->publics.empty() && l->publics.front() == control_.load(std::memory_order_relaxed)) {
+      continue;
+    }
     l->retired = true;
     retired_pending_ = true;
   }
@@ -206,19 +259,21 @@ void MapTracker::catch_up() {
   for (auto& link : links_) learned = learn_hello(*link) || learned;
   if (learned) rebuild_router();
   const std::uint64_t missed = missed_epoch_.load(std::memory_order_relaxed);
-  if (missed > epoch_floor_.load(std::memory_order_relaxed)) {
+  NodeConnection* seed = control_.load(std::memory_order_relaxed);
+  if (seed != nullptr && missed > epoch_floor_.load(std::memory_order_relaxed)) {
     epoch_floor_.store(missed, std::memory_order_relaxed);
-    request_refresh(*control_);
+    request_refresh(*seed);
   }
 }
 
 // ---- routers ------------------------------------------------------------------------------
 
 void MapTracker::rebuild_router() {
+  NodeConnection* seed = control_.load(std::memory_order_relaxed);
   if (current_map_) {
-    publish(Router::for_cluster(*control_, *current_map_, ring_links_, options_.shard_aware));
+    publish(Router::for_cluster(seed, *current_map_, ring_links_, options_.shard_aware));
   } else {
-    publish(Router::for_node(*control_, *links_.front(), options_.shard_aware));
+    publish(Router::for_node(seed, *links_.front(), options_.shard_aware));
   }
 }
 

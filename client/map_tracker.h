@@ -40,6 +40,17 @@ Result<boost::asio::ip::tcp::endpoint> resolve(boost::asio::io_context& io,
 
 // Where a MapTracker gets the connections of the links it opens: the client, which owns every
 // connection (they live until it dies) and the timer that closes idle ones.
+// A seed's map, from its CLUSTER reply: the map, and the answering node's index in it (if a
+// member).
+struct SeedMap {
+  cluster::ClusterMap map;
+  std::optional<std::size_t> self;
+};
+// The map in a seed's CLUSTER reply (`from`: "HOST:PORT", for the message): nullopt for a node
+// outside any cluster, kProtocolError when it is not a valid map.
+Result<std::optional<SeedMap>> seed_map(const protocol::ClusterMapMessage& message,
+                                        std::string_view from);
+
 class ConnectionFactory {
  public:
   // A new connection to `endpoint`, not yet connecting; `expected_shard` is what its HELLO must
@@ -68,6 +79,10 @@ class MapTracker {
   // connections start connecting.
   void set_seed(NodeConnection& public_port, const boost::asio::ip::tcp::endpoint& endpoint,
                 const std::string& address);
+  // No seed answered (`why` names each and what it said): the first link is a stand-in with no
+  // connections, whose every key fails with `why` (and so goes to its failure policy), until
+  // seed_answered().
+  void set_no_seed(Status why);
   // Takes the node's limits (and, shard-aware, opens its shard connections) from the HELLO of
   // its first public connection, once that is answered. True when it did.
   bool learn_hello(NodeLink& link);
@@ -82,9 +97,11 @@ class MapTracker {
 
   // ---- any thread --------------------------------------------------------------------------
 
-  // What the seed's HELLO said, and its public connection (PING, STATS, CLUSTER go there).
-  const ServerInfo& seed_info() const { return info_; }
-  NodeConnection& control() const { return *control_; }
+  // What the seed's HELLO said (empty until a seed answered), and its public connection (PING,
+  // STATS, CLUSTER go there), or set_no_seed()'s reason while there is none.
+  ServerInfo seed_info() const;
+  Result<NodeConnection*> control() const;
+  bool seeded() const { return control_.load(std::memory_order_acquire) != nullptr; }
   // The router in force.
   std::shared_ptr<const Router> current_router() const {
     std::lock_guard lock(router_mu_);
@@ -108,6 +125,12 @@ class MapTracker {
 
   // ---- I/O side ----------------------------------------------------------------------------
 
+  // After set_no_seed(): `public_port`, the connection to seed `address`, answered HELLO and
+  // CLUSTER (`map`). It becomes the seed, as in connect(), and the client routes by its map
+  // from now on: its nodes' connections (and its shards') start connecting, and calls queue
+  // on them until they are ready. The stand-in is retired.
+  void seed_answered(NodeConnection& public_port, const std::string& address,
+                     std::optional<SeedMap> map);
   // A reply on `connection` carried `epoch`, above epoch_floor() (NodeConnection's observer).
   void on_newer_epoch(NodeConnection& connection, std::uint64_t epoch);
   // `connection`'s HELLO was answered (NodeConnection's observer).
@@ -160,9 +183,12 @@ class MapTracker {
   boost::asio::io_context& io_;
   const ClientOptions& options_;
   ConnectionFactory& connections_;
-  ServerInfo info_;                    // set by set_seed(), then read-only
-  NodeConnection* control_ = nullptr;  // the seed's public connection
-  bool closed_ = false;                // I/O side: close() ran
+  mutable std::mutex info_mu_;
+  ServerInfo info_;  // guarded by info_mu_: set by set_seed(), then read-only
+  // The seed's public connection: null until a seed answers; set once (I/O side), read anywhere.
+  std::atomic<NodeConnection*> control_{nullptr};
+  Status no_seed_;       // set_no_seed()'s reason: written before arm(), then read-only
+  bool closed_ = false;  // I/O side: close() ran
 
   mutable std::mutex router_mu_;
   std::shared_ptr<const Router> router_;  // guarded by router_mu_; never null once connected

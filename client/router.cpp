@@ -43,14 +43,14 @@ std::uint32_t Router::add_owners(const NodeLink& link, bool shard_aware) {
   return 1;
 }
 
-std::shared_ptr<const Router> Router::for_node(NodeConnection& control, const NodeLink& link,
+std::shared_ptr<const Router> Router::for_node(NodeConnection* control, const NodeLink& link,
                                                bool shard_aware) {
   std::shared_ptr<Router> router(new Router(control));
   router->add_owners(link, shard_aware);
   return router;
 }
 
-std::shared_ptr<const Router> Router::for_cluster(NodeConnection& control, cluster::ClusterMap map,
+std::shared_ptr<const Router> Router::for_cluster(NodeConnection* control, cluster::ClusterMap map,
                                                   std::span<const NodeLink* const> ring_links,
                                                   bool shard_aware) {
   std::shared_ptr<Router> router(new Router(control));
@@ -67,7 +67,10 @@ std::shared_ptr<const Router> Router::for_cluster(NodeConnection& control, clust
 }
 
 Result<NodeConnection*> Router::node_control(std::string_view id) const {
-  if (!map_) return &control_;
+  if (!map_) {
+    if (control_ != nullptr) return control_;
+    return owners_.front().unreachable;  // the stand-in's: no seed has answered yet
+  }
   const std::optional<cluster::NodeIndex> index = map_->ring().find(id);
   if (!index) {
     return Status(ErrorCode::kConnectionFailed,

@@ -59,6 +59,8 @@ struct NodeLink {
   NodeLimits limits;                                 // the seed's until its own HELLO is known
   bool hello_known = false;  // limits (and shards, when shard-aware) come from its HELLO
   bool retired = false;      // not in the map's ring: its connections close once idle
+  // Null for the stand-in of a client that no seed has answered yet (MapTracker::set_no_seed):
+  // it has no connections, and no node whose breaker could open.
   std::unique_ptr<NodeHealth> health = std::make_unique<NodeHealth>();
 };
 
@@ -68,7 +70,7 @@ struct OwnerGroup {
   NodeLimits limits;
   std::string node;              // the node's address, for messages
   Status unreachable;            // why `connections` is empty
-  NodeHealth* health = nullptr;  // its node's (the link's), never null in a router
+  NodeHealth* health = nullptr;  // its node's (the link's); null only before a seed answered
 };
 
 class Router {
@@ -77,11 +79,13 @@ class Router {
 
   // One node: shard i's connections are owner i when shard-aware and its shards are known, else
   // its public connections are the one owner.
-  static std::shared_ptr<const Router> for_node(NodeConnection& control, const NodeLink& link,
+  // `control` is null while no seed has answered: `link` is then the stand-in, which has no
+  // connections.
+  static std::shared_ptr<const Router> for_node(NodeConnection* control, const NodeLink& link,
                                                 bool shard_aware);
   // A cluster: `ring_links[i]` holds the connections of map.ring().nodes()[i]; each is routed
   // to as for_node() would.
-  static std::shared_ptr<const Router> for_cluster(NodeConnection& control, cluster::ClusterMap map,
+  static std::shared_ptr<const Router> for_cluster(NodeConnection* control, cluster::ClusterMap map,
                                                    std::span<const NodeLink* const> ring_links,
                                                    bool shard_aware);
 
@@ -108,12 +112,11 @@ class Router {
   // Among the owner's connections, the one with the fewest calls in flight (ties rotate);
   // nullptr when the owner's node is unreachable (owner(index).unreachable says why).
   NodeConnection* connection(std::size_t index) const;
-  // The connection for node-level calls (PING, STATS, CLUSTER): the seed's public port.
-  NodeConnection& control() const { return control_; }
   // The number of nodes routed to.
   std::size_t node_count() const { return map_ ? nodes_.size() : 1; }
   // The public connection of the ring's node `id` (the seed's outside a cluster), for
-  // node-level calls (STATS, RELOAD); kConnectionFailed when the client has none to it.
+  // node-level calls (STATS, RELOAD); kConnectionFailed when the client has none to it (or no
+  // seed has answered yet).
   Result<NodeConnection*> node_control(std::string_view id) const;
 
  private:
@@ -123,11 +126,11 @@ class Router {
     NodeConnection* control = nullptr;  // its first public connection
   };
 
-  explicit Router(NodeConnection& control) : control_(control) {}
+  explicit Router(NodeConnection* control) : control_(control) {}
   // Appends the link's owner groups; returns how many.
   std::uint32_t add_owners(const NodeLink& link, bool shard_aware);
 
-  NodeConnection& control_;
+  NodeConnection* control_;  // the seed's public connection; null before a seed answered
   std::optional<cluster::ClusterMap> map_;
   std::vector<NodeRoute> nodes_;  // by ring NodeIndex
   std::vector<OwnerGroup> owners_;

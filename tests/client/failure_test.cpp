@@ -36,6 +36,7 @@ TEST_CASE("connect to a node that never answers HELLO times out within bounds") 
   const auto start = SteadyClock::now();
   ClientOptions options = long_options(silent.address());
   options.connect_timeout = 200ms;  // this connect is meant to time out
+  options.require_cluster_at_connect = true;
   auto client = Client::connect(options);
   const auto elapsed = SteadyClock::now() - start;
   REQUIRE_FALSE(client.ok());
@@ -52,7 +53,9 @@ TEST_CASE("connect to a closed port fails with a connection error") {
         io, boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0));
     port = probe.local_endpoint().port();
   }
-  auto client = Client::connect(long_options("127.0.0.1:" + std::to_string(port)));
+  ClientOptions options = long_options("127.0.0.1:" + std::to_string(port));
+  options.require_cluster_at_connect = true;
+  auto client = Client::connect(options);
   REQUIRE_FALSE(client.ok());
   CHECK(client.code() == ErrorCode::kConnectionFailed);
 }

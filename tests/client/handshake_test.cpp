@@ -1,5 +1,7 @@
 // What connect() says when the peer is not a Sluice node: a TCP connect that failed, a peer
-// that accepted but sent no HELLO reply, and one that answered bytes that are not Sluice.
+// that accepted but sent no HELLO reply, and one that answered bytes that are not Sluice
+// (with require_cluster_at_connect: tests/client/no_cluster_test.cpp has a connect that
+// succeeds without a node).
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
@@ -17,6 +19,7 @@ using testing::options_for;
 ClientOptions quick_options(const std::string& address) {
   ClientOptions options = options_for(address, /*shard_aware=*/false);
   options.connect_timeout = 200ms;  // these connects are meant to fail
+  options.require_cluster_at_connect = true;
   return options;
 }
 
@@ -33,7 +36,7 @@ TEST_CASE("a peer that accepts but never answers HELLO is named as not answering
   REQUIRE_FALSE(connected.ok());
   CHECK(connected.code() == ErrorCode::kTimeout);
   CHECK(connected.status().message() ==
-        "no Sluice HELLO from " + silent.address() + " within 200 ms");
+        "no seed answered: no Sluice HELLO from " + silent.address() + " within 200 ms");
 }
 
 TEST_CASE("a peer that answers HELLO with bytes that are not Sluice is named as not Sluice") {
@@ -50,7 +53,8 @@ TEST_CASE("a refused TCP connect is reported as a failed connect") {
   const auto connected = Client::connect(quick_options(address));
   REQUIRE_FALSE(connected.ok());
   CHECK(connected.code() == ErrorCode::kConnectionFailed);
-  CHECK_THAT(connected.status().message(), Catch::StartsWith("connect to " + address + " failed"));
+  CHECK_THAT(connected.status().message(),
+             Catch::StartsWith("no seed answered: connect to " + address + " failed"));
 }
 
 TEST_CASE("IPv6 endpoints print in brackets") {
@@ -59,12 +63,13 @@ TEST_CASE("IPv6 endpoints print in brackets") {
   const auto no_hello = Client::connect(quick_options(silent.address()));
   REQUIRE_FALSE(no_hello.ok());
   CHECK(no_hello.status().message() ==
-        "no Sluice HELLO from " + silent.address() + " within 200 ms");
+        "no seed answered: no Sluice HELLO from " + silent.address() + " within 200 ms");
 
   const std::string closed = "[::1]:" + std::to_string(closed_port("::1"));
   const auto refused = Client::connect(quick_options(closed));
   REQUIRE_FALSE(refused.ok());
-  CHECK_THAT(refused.status().message(), Catch::StartsWith("connect to " + closed + " failed"));
+  CHECK_THAT(refused.status().message(),
+             Catch::StartsWith("no seed answered: connect to " + closed + " failed"));
 }
 
 }  // namespace

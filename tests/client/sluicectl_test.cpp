@@ -32,6 +32,7 @@
 #include "tests/client/test_support.h"
 #include "tests/integration/raw_client.h"
 #include "tests/support/child_process.h"
+#include "tests/support/ports.h"
 
 namespace sluice::client {
 namespace {
@@ -103,15 +104,53 @@ TEST_CASE("sluicectl exits 0 when allowed, 1 when denied, 2 on errors") {
   CHECK_THAT(invalid.output, Catch::StartsWith("sluicectl: invalid_key: "));
 }
 
-// ---- the command lines of sluicectl, sluiced and sluice-load -------------------------------
+// ---- with no node answering ------------------------------------------------------------
 
 // sluiced and sluice-load are built into the same folder as sluicectl (build/bin).
-std::filesystem::path sibling(const char* name) { return sluicectl_path().parent_path() / name; }
+std::filesystem::path sibling(const char* name);
 
 Run run_binary(const std::filesystem::path& path, const std::string& args) {
   require_binary(path);
   return run_command("'" + path.string() + "' " + args);
 }
+
+TEST_CASE(
+    "with no node answering, sluicectl and sluice-load answer from --failure-policy open or "
+    "closed, and report exits with the error naming every seed") {
+  require_sluicectl();
+  const std::string first = "127.0.0.1:" + std::to_string(test::free_port_block(1));
+  const std::string second = "127.0.0.1:" + std::to_string(test::free_port_block(1));
+  const std::string s = "--servers " + first + "," + second + " --timeout 200ms ";
+  const std::string rule = " acquire cli:key --limit 2 --period 60s";
+
+  const Run open = run(s + "--failure-policy open" + rule);
+  CHECK(open.status == 0);
+  CHECK_THAT(open.output, Catch::StartsWith("ALLOWED  cli:key\n"));
+  CHECK_THAT(open.output, Catch::Contains("  source       local_fallback\n"));
+  const Run closed = run(s + "--failure-policy closed" + rule);
+  CHECK(closed.status == 1);
+  CHECK_THAT(closed.output, Catch::StartsWith("DENIED  cli:key\n"));
+  CHECK_THAT(closed.output, Catch::Contains("  source       local_fallback\n"));
+  const Run report = run(s + "--failure-policy report" + rule);
+  CHECK(report.status == 2);
+  CHECK_THAT(report.output, Catch::StartsWith("sluicectl: connection_failed: no seed answered: "));
+  CHECK_THAT(report.output, Catch::Contains("connect to " + first + " failed: ") &&
+                                Catch::Contains("; connect to " + second + " failed: "));
+
+  const auto load = sibling("sluice-load");
+  const std::string l = "--servers " + first + "," + second + " --requests 200 -q --limit 50 ";
+  const Run fallback = run_binary(load, l + "--failure-policy open");
+  CHECK(fallback.status == 0);
+  CHECK_THAT(fallback.output, Catch::Contains("errors 0\n"));
+  CHECK_THAT(fallback.output, Catch::Contains("decided by: cluster 0 local_fallback 200 "));
+  const Run refused = run_binary(load, l);
+  CHECK(refused.status == 1);
+  CHECK_THAT(refused.output, Catch::Contains("no seed answered: connect to " + first));
+}
+
+// ---- the command lines of sluicectl, sluiced and sluice-load -------------------------------
+
+std::filesystem::path sibling(const char* name) { return sluicectl_path().parent_path() / name; }
 
 // A command line that must be refused as a usage error: exit status 2, `message` in the output.
 struct UsageError {

@@ -14,6 +14,7 @@
 #include "tests/integration/raw_client.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/sluicectl/command_line.h"
+#include "tests/support/ports.h"
 
 namespace sluice::ctl {
 namespace {
@@ -84,8 +85,46 @@ TEST_CASE("a server that does not answer is a timeout, with the reason, status 2
   const Ran timeout = run("--servers " + silent.address() + " --timeout 100ms ping");
   CHECK(timeout.status == kExitError);
   CHECK(timeout.out.empty());
-  CHECK(timeout.err ==
-        "sluicectl: timeout: no Sluice HELLO from " + silent.address() + " within 100 ms\n");
+  CHECK(timeout.err == "sluicectl: timeout: no seed answered: no Sluice HELLO from " +
+                           silent.address() + " within 100 ms\n");
+}
+
+TEST_CASE(
+    "with no node answering, acquire follows --failure-policy: open admits from the local "
+    "limiter, closed denies, report exits 2 naming every seed",
+    "[commands]") {
+  const std::string first = "127.0.0.1:" + std::to_string(test::free_port_block(1));
+  const std::string second = "127.0.0.1:" + std::to_string(test::free_port_block(1));
+  const std::string s = "--servers " + first + "," + second + " --timeout 200ms ";
+
+  const Ran open = run(s +
+                       "--failure-policy open --gateways 2 acquire cli:key --limit 4 "
+                       "--period 60s");
+  CHECK(open.status == kExitOk);
+  CHECK_THAT(open.out, Catch::StartsWith("ALLOWED  cli:key\n"));
+  CHECK_THAT(open.out, Catch::Contains("  limit        2\n"));  // 4 / 2 gateways
+  CHECK_THAT(open.out, Catch::Contains("  source       local_fallback\n"));
+  CHECK(open.err.empty());
+
+  const Ran closed = run(s +
+                         "--failure-policy closed acquire cli:key --limit 4 --period 60s "
+                         "--json");
+  CHECK(closed.status == kExitDenied);
+  CHECK_THAT(closed.out, Catch::StartsWith("{\"key\":\"cli:key\",\"allowed\":false,"));
+  CHECK_THAT(closed.out, Catch::Contains("\"source\":\"local_fallback\""));
+
+  const Ran report = run(s + "acquire cli:key --limit 4 --period 60s");
+  CHECK(report.status == kExitError);
+  CHECK(report.out.empty());
+  CHECK_THAT(report.err, Catch::StartsWith("sluicectl: connection_failed: no seed answered: "
+                                           "connect to " +
+                                           first + " failed: "));
+  CHECK_THAT(report.err, Catch::Contains("; connect to " + second + " failed: "));
+
+  // A command with no failure policy to answer it fails the same way, whatever the policy.
+  const Ran ping = run(s + "--failure-policy open ping");
+  CHECK(ping.status == kExitError);
+  CHECK_THAT(ping.err, Catch::Contains(first) && Catch::Contains(second));
 }
 
 TEST_CASE("a server that is not Sluice is named as such, status 2", "[commands]") {

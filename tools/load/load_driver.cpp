@@ -205,21 +205,26 @@ Result<LoadReport> run_load(const LoadOptions& options) {
     copts.connect_timeout = options.connect_timeout;
     copts.client_name = "sluice-load";
     copts.auth_token = options.auth_token;
+    // open or closed: a run with no node answering is decided by the policy (SluiceBackend's
+    // clients keep looking for the cluster); report fails here, naming every seed.
+    copts.require_cluster_at_connect = options.failure_policy == client::FailurePolicy::kReport;
     auto discovered = client::Client::connect(copts);
     if (!discovered.ok()) return discovered.status();
-    const client::ServerInfo& info = (*discovered)->server_info();
-    if (info.shard_ports.empty()) {
-      return Status(ErrorCode::kProtocolError, "the server reported no shard ports");
+    const client::ServerInfo info = (*discovered)->server_info();
+    if ((*discovered)->seeded()) {
+      if (info.shard_ports.empty()) {
+        return Status(ErrorCode::kProtocolError, "the server reported no shard ports");
+      }
+      if (options.batch > info.max_batch) {
+        return Status(ErrorCode::kInvalidArgument,
+                      fmt::format("--batch {} is above the server's max batch {}", options.batch,
+                                  info.max_batch));
+      }
+      if (formatter.max_length() > info.max_key) {
+        return Status(ErrorCode::kInvalidArgument, "keys are longer than the server's max key");
+      }
+      shards = static_cast<unsigned>(info.shard_ports.size());
     }
-    if (options.batch > info.max_batch) {
-      return Status(ErrorCode::kInvalidArgument,
-                    fmt::format("--batch {} is above the server's max batch {}", options.batch,
-                                info.max_batch));
-    }
-    if (formatter.max_length() > info.max_key) {
-      return Status(ErrorCode::kInvalidArgument, "keys are longer than the server's max key");
-    }
-    shards = static_cast<unsigned>(info.shard_ports.size());
     if (!options.only_node.empty()) {
       auto keys = only_node_keys(**discovered, options, formatter);
       if (!keys.ok()) return keys.status();

@@ -40,6 +40,9 @@ Status SluiceBackend::connect() {
   const bool report = o_.failure_policy == client::FailurePolicy::kReport;
   copts.breaker_failures = report ? 0 : client::ClientOptions{}.breaker_failures;
   copts.metrics = false;
+  // With no node answering, open and closed answer from the policy (and the client keeps
+  // looking for the cluster); report fails as it always did.
+  copts.require_cluster_at_connect = report;
   auto connected = client::Client::connect(copts, host_.io());
   if (!connected.ok()) return connected.status();
   client_ = std::move(connected).value();

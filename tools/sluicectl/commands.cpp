@@ -34,6 +34,11 @@ int run_nodes(const CtlOptions& o, std::FILE* out, std::FILE* err) {
   options.lease_duration = std::chrono::milliseconds(0);  // nor anything to lease
   options.metrics = false;
   if (o.failure_policy == client::FailurePolicy::kReport) options.breaker_failures = 0;
+  // With no node answering, only a decision has a failure policy to answer it: every other
+  // command, and a decision with `report`, fails (exit status 2) naming every seed.
+  const bool decides = o.command == "acquire" || o.command == "peek";
+  options.require_cluster_at_connect =
+      !decides || o.failure_policy == client::FailurePolicy::kReport;
   // Node-level commands only need the public port.
   options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats" &&
                         !o.command.starts_with("cluster") && o.command != "drain";
