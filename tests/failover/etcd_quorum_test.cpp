@@ -24,6 +24,18 @@ TEST_CASE(
     const std::string member = fmt::format("127.0.0.1:{}", etcd.member(frozen).client_port());
     auto client = connect_client(cluster, (victim + 1) % cluster.size());
     etcd.freeze(frozen);
+    // When the frozen member was etcd's leader, the other two elect another after etcd's
+    // election timeout (1 s, randomized up to 2 s); until then no lease is renewed and no read
+    // answered, and a node whose fence closes meanwhile answers UNAVAILABLE. The kill comes once
+    // a live member leads, as in the operator's run (a member frozen, then a kill seconds later).
+    const auto frozen_at = SteadyClock::now();
+    int leader = -1;
+    while ((leader = etcd.leader(frozen)) < 0 && SteadyClock::now() - frozen_at < 15s) {
+      std::this_thread::sleep_for(50ms);
+    }
+    REQUIRE(leader >= 0);
+    report(fmt::format("etcd member {} of 3 frozen: member {} leads {} ms later", frozen + 1,
+                       leader + 1, ms(SteadyClock::now() - frozen_at)));
     const KillOutcome outcome =
         kill_under_load(cluster, *client, victim, fmt::format("frozen{}:", frozen));
     report(
