@@ -127,5 +127,13 @@ TEST_CASE(
   CHECK(worst <= 1000 + ms(kSlowBuildMargin));
 }
 
+// The 20-kill loop of "Failover with etcd" against the 3-member etcd (hidden: about 2 minutes;
+// `bench/failover.sh --quorum` runs it).
+TEST_CASE("3-member etcd: twenty kills in a loop", "[.][loop]") {
+  EtcdQuorum etcd;
+  EtcdCluster cluster(3, -1, &etcd);
+  kill_loop(cluster, "3-member etcd: ");
+}
+
 }  // namespace
 }  // namespace sluice::test
