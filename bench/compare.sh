@@ -189,9 +189,12 @@ run() {
 }
 S() { run "$1" --backend sluice --servers "127.0.0.1:$SLUICE_PORT" --keys "$KEYS" "${@:2}"; }
 R() { run "$1" --backend redis --servers "127.0.0.1:$REDIS_PORT" --keys "$KEYS" "${@:2}"; }
-tput_of() { # the throughput of a finished run, 0 when it has none
-  python3 -c "import json,sys; print(int(json.load(open(sys.argv[1])).get('throughput_per_s') or 0))" \
-    "$WORK/$1.json" 2>/dev/null || echo 0
+tput_of() { # the throughput of a finished run; a run without one stops the script
+  local value
+  value=$(python3 -c "import json,sys; print(int(json.load(open(sys.argv[1])).get('throughput_per_s') or 0))" \
+    "$WORK/$1.json") || die "cannot read the throughput of $1 from $WORK/$1.json"
+  ((value > 0)) || die "$1 measured no throughput (see $WORK/$1.json)"
+  echo "$value"
 }
 
 start_redis
@@ -244,8 +247,12 @@ S W4_capacity_sluice --busy-poll --duration "${CAP_SECS}s" "${RULE[@]}"
 stop_pid "$SLUICE_PID" # a polling shard would take a core from everything after it
 R W4_capacity_redis_lua --busy-poll --duration "${CAP_SECS}s" "${RULE[@]}" \
   --redis-design lua_token_bucket
-read -r W4_RATE_SLUICE W4_RATE_REDIS < <(python3 - "$(tput_of W4_capacity_sluice)" \
-  "$(tput_of W4_capacity_redis_lua)" "$W4_FRACTION" "$W4_MODE" <<'EOF'
+# Assigned first: a failed read stops the script here (a substitution inside the arguments of
+# another command would not).
+W4_CAP_SLUICE=$(tput_of W4_capacity_sluice)
+W4_CAP_REDIS=$(tput_of W4_capacity_redis_lua)
+read -r W4_RATE_SLUICE W4_RATE_REDIS < <(python3 - "$W4_CAP_SLUICE" \
+  "$W4_CAP_REDIS" "$W4_FRACTION" "$W4_MODE" <<'EOF'
 import sys
 s, r, f, mode = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 if mode == "common":
@@ -284,7 +291,8 @@ HALF=$(((SECS + 1) / 2))
 for p in 1 16; do
   for round in 1 2 3; do
     R "incr_P${p}_sluice_load_r${round}" --duration "${HALF}s" --batch "$p" --op incr
-    n=$(($(tput_of "incr_P${p}_sluice_load_r${round}") * HALF))
+    tput=$(tput_of "incr_P${p}_sluice_load_r${round}")
+    n=$((tput * HALF))
     ((n >= 10000)) || n=10000
     log "incr_P${p}_redis_benchmark_r${round}: redis-benchmark -c $CONNS -P $p -n $n"
     "${GEN[@]}" redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$CONNS" -P "$p" -r "$KEYS" \
