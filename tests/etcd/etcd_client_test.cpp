@@ -47,27 +47,31 @@ Client::Config config_for(const test::EtcdProcess& etcd) {
 // A loopback port nothing listens on (bound, then closed).
 std::uint16_t closed_port() { return test::free_port_pair(); }
 
+// A socket listening on a free loopback port (set in `port`): its descriptor.
+int listen_on_loopback(std::uint16_t& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(fd, 16) == 0);
+  socklen_t size = sizeof address;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) == 0);
+  port = ntohs(address.sin_port);
+  return fd;
+}
+
 // A socket that listens and never accepts: the kernel completes connections into its backlog,
 // and nobody ever answers them.
 class BlackHole {
  public:
-  BlackHole() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-    REQUIRE(::listen(fd_, 16) == 0);
-    socklen_t size = sizeof address;
-    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) == 0);
-    port_ = ntohs(address.sin_port);
-  }
+  BlackHole() : fd_(listen_on_loopback(port_)) {}
   ~BlackHole() { ::close(fd_); }
   std::uint16_t port() const { return port_; }
 
  private:
+  std::uint16_t port_ = 0;  // before fd_: listen_on_loopback() sets it
   int fd_ = -1;
-  std::uint16_t port_ = 0;
 };
 
 TEST_CASE("parse_endpoints takes a comma-separated list of http://HOST:PORT and refuses the rest",
@@ -297,16 +301,8 @@ TEST_CASE("an endpoint that refuses or never answers is passed over within the c
 // or leaderless member), on a thread of its own, and counts the requests it answered.
 class CannedMember {
  public:
-  explicit CannedMember(std::string response) : response_(std::move(response)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-    REQUIRE(::listen(fd_, 16) == 0);
-    socklen_t size = sizeof address;
-    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &size) == 0);
-    port_ = ntohs(address.sin_port);
+  explicit CannedMember(std::string response)
+      : response_(std::move(response)), fd_(listen_on_loopback(port_)) {
     thread_ = std::thread([this] { serve(); });
   }
   ~CannedMember() {
@@ -345,8 +341,8 @@ class CannedMember {
   }
 
   std::string response_;
+  std::uint16_t port_ = 0;  // before fd_: listen_on_loopback() sets it
   int fd_ = -1;
-  std::uint16_t port_ = 0;
   std::atomic<int> answered_{0};
   std::thread thread_;
 };

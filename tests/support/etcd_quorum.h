@@ -58,15 +58,16 @@ class EtcdQuorum {
   // (POST /v3/maintenance/status: its "leader" against each member's own "member_id"); -1
   // when none answers.
   int leader(int except = -1) {
+    std::string status[kMembers];
     std::string leader_id;
-    for (int i = 0; i < kMembers && leader_id.empty(); ++i) {
-      if (i != except) leader_id = field(member(i).get("/v3/maintenance/status", "{}"), "leader");
+    for (int i = 0; i < kMembers; ++i) {
+      if (i == except) continue;
+      status[i] = member(i).get("/v3/maintenance/status", "{}");
+      if (leader_id.empty()) leader_id = field(status[i], "leader");
     }
     if (leader_id.empty()) return -1;
     for (int i = 0; i < kMembers; ++i) {
-      if (i == except) continue;
-      const std::string answer = member(i).get("/v3/maintenance/status", "{}");
-      if (field(answer, "member_id") == leader_id) return i;
+      if (i != except && field(status[i], "member_id") == leader_id) return i;
     }
     return -1;
   }
