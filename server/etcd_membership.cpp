@@ -74,6 +74,12 @@ void EtcdMembership::lose(const std::string& why) {
   client_.stop_watches();
 }
 
+asio::awaitable<void> EtcdMembership::pause_until(std::chrono::nanoseconds when) {
+  const auto left = when - now();
+  if (left > std::chrono::nanoseconds::zero())
+    co_await pause(std::chrono::duration_cast<milliseconds>(left));
+}
+
 asio::awaitable<void> EtcdMembership::pause(milliseconds how_long) {
   asio::steady_timer timer(io_, how_long);
   boost::system::error_code ec;
@@ -165,9 +171,7 @@ asio::awaitable<void> EtcdMembership::keepalive_loop(std::uint64_t session) {
       fence_.on_answer(sent, std::chrono::seconds(*ttl));
       publish_fence();
     }
-    const auto spent = now() - sent;
-    if (spent < interval)
-      co_await pause(std::chrono::duration_cast<milliseconds>(interval - spent));
+    co_await pause_until(sent + interval);
   }
 }
 
@@ -224,9 +228,7 @@ asio::awaitable<void> EtcdMembership::confirm_loop(std::uint64_t session) {
     } else {
       confirm(*read, sent);
     }
-    const auto spent = now() - sent;
-    if (spent < interval)
-      co_await pause(std::chrono::duration_cast<milliseconds>(interval - spent));
+    co_await pause_until(sent + interval);
   }
 }
 

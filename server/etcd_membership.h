@@ -88,6 +88,9 @@ class EtcdMembership {
   void note_member();
   boost::asio::awaitable<bool> write_state(cluster::NodeState state, std::uint64_t session);
   boost::asio::awaitable<void> pause(std::chrono::milliseconds how_long);
+  // Pauses until `when` (now() units); at once when it has passed. The loops that run every
+  // TTL/4 pace themselves with it from each round's send time.
+  boost::asio::awaitable<void> pause_until(std::chrono::nanoseconds when);
   // Joining: waits for warm_up_ (at most config_.warm_up_timeout).
   boost::asio::awaitable<void> warm(std::uint64_t session);
   bool current(std::uint64_t session) const { return !stopped_ && session == session_; }
