@@ -7,6 +7,8 @@
 
 #include "net/asio.h"  // before any other Asio header
 
+#include "net/connect.h"
+
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <charconv>
@@ -281,7 +283,8 @@ asio::awaitable<std::string> Client::connect(Connection& connection, const Endpo
   const auto found = co_await resolver.async_resolve(endpoint.host, std::to_string(endpoint.port),
                                                      net::redirect(ec));
   if (ec) co_return "resolve " + endpoint.host + ": " + ec.message();
-  co_await connection.stream.async_connect(found, net::redirect(ec));
+  ec = co_await net::connect_from(connection.stream, connection.stream.socket(), found,
+                                  config_.source_address);
   if (ec) co_return "connect: " + ec.message();
   if (config_.tcp_keepalive_idle.count() > 0) {
     // A member whose host died without a FIN: its connections break after idle + 3 probes.

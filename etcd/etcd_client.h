@@ -93,6 +93,8 @@ class Client {
     // much silence and three unanswered ones, a second apart, break the connection. A member
     // whose host died without a FIN is left after idle + 3 s. Zero: no keepalive.
     std::chrono::seconds tcp_keepalive_idle{2};
+    // The local address of every connection (ServerConfig::source_address); empty: any.
+    std::string source_address;
   };
 
   Client(boost::asio::io_context& io, Config config);

@@ -148,6 +148,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     PeerLink::Config config;
     config.host = host;
     config.port = port;
+    config.source = context().config.source_address;
     config.token = context().config.auth_token;
     config.name = std::string(kNodeClientPrefix) + context().node_id;
     config.epoch = view_->epoch();

@@ -28,6 +28,14 @@ std::chrono::nanoseconds now() {
   return std::chrono::nanoseconds(static_cast<std::int64_t>(boottime_now_ns()));
 }
 
+etcd::Client::Config etcd_config(const MembershipConfig& config) {
+  etcd::Client::Config out;
+  out.endpoints = config.endpoints;
+  out.timeout = call_timeout(config.ttl);
+  out.source_address = config.source_address;
+  return out;
+}
+
 }  // namespace
 
 EtcdMembership::EtcdMembership(asio::io_context& io, MembershipConfig config, Adopt adopt,
@@ -37,7 +45,7 @@ EtcdMembership::EtcdMembership(asio::io_context& io, MembershipConfig config, Ad
       adopt_(std::move(adopt)),
       warm_up_(std::move(warm_up)),
       deadline_(deadline),
-      client_(io, etcd::Client::Config{config_.endpoints, call_timeout(config_.ttl)}),
+      client_(io, etcd_config(config_)),
       fence_(config_.margin),
       map_confirmed_(config_.ttl, config_.margin),
       key_(cluster::member_key(config_.cluster, config_.node_id)) {}

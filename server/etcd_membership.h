@@ -35,6 +35,7 @@ struct MembershipConfig {
   std::string node_id;
   std::string address;  // HOST:PORT other nodes and clients reach this node's public port at
   std::vector<std::uint16_t> shard_ports;  // shard i's port, in the record beside the address
+  std::string source_address;              // of connections to etcd; empty: any
   std::chrono::seconds ttl{2};
   // The fence closes this long before the lease could expire (LeaseFence).
   std::chrono::milliseconds margin{250};

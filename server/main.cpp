@@ -60,7 +60,10 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   // Values are read as strings and parsed here: program_options accepts "-1" for an unsigned.
   options.add_options()("help,h", "print this help and exit")(
       "bind", po::value<std::string>()->default_value("127.0.0.1"), "address to listen on")(
-      "port", po::value<std::string>()->default_value("7420"), "public port (0 = ephemeral)")(
+      "source-address", po::value<std::string>()->default_value(""),
+      "local address of the connections this node opens, to other nodes and to etcd (default: "
+      "the kernel's choice)")("port", po::value<std::string>()->default_value("7420"),
+                              "public port (0 = ephemeral)")(
       "shard-base-port", po::value<std::string>()->default_value("0"),
       "shard i listens on base + i (0 = port + 1 + i)")(
       "shards", po::value<std::string>()->default_value("0"), "shard threads (0 = one per core)")(
@@ -128,6 +131,14 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   if (bad_address) {
     throw FlagError{fmt::format("--bind {}: expected an IP address, e.g. 127.0.0.1, 0.0.0.0, ::1",
                                 config.bind)};
+  }
+  config.source_address = text("source-address");
+  if (!config.source_address.empty()) {
+    boost::asio::ip::make_address(config.source_address, bad_address);
+    if (bad_address) {
+      throw FlagError{fmt::format("--source-address {}: expected an IP address, e.g. 127.0.0.2",
+                                  config.source_address)};
+    }
   }
   config.port = static_cast<std::uint16_t>(count_flag("port", text("port"), 0, 65535));
   config.shard_base_port =

@@ -2,6 +2,8 @@
 
 #include "net/asio.h"  // before any other Asio header
 
+#include "net/connect.h"
+
 #include <fmt/core.h>
 #include <sys/socket.h>
 #include <algorithm>
@@ -121,7 +123,7 @@ asio::awaitable<std::string> PeerLink::session() {
   const auto endpoints = co_await resolver.async_resolve(config_.host, std::to_string(config_.port),
                                                          net::redirect(ec));
   if (ec) co_return fmt::format("resolve {}: {}", where, ec.message());
-  co_await asio::async_connect(socket_, endpoints, net::redirect(ec));
+  ec = co_await net::connect_from(socket_, socket_, endpoints, config_.source);
   if (ec) co_return fmt::format("connect {}: {}", where, *timed_out ? "timed out" : ec.message());
   socket_.set_option(tcp::no_delay(true), ec);
 

@@ -25,6 +25,7 @@ class PeerLink : public std::enable_shared_from_this<PeerLink> {
   struct Config {
     std::string host;  // a name, an IPv4 address, or an IPv6 address without brackets
     std::uint16_t port = 0;
+    std::string source;            // local address to connect from (ServerConfig::source_address)
     std::string token;             // sent in HELLO; empty = none
     std::string name = "sluiced";  // HELLO client name, for the other node's logs
     std::uint64_t epoch = 0;       // in the header of every frame sent (set_epoch)

@@ -172,6 +172,7 @@ Replicator::Link& Replicator::link_for(Node& node, std::uint16_t shard) {
     PeerLink::Config config;
     config.host = node.host;
     config.port = node.control->hello().shard_ports.at(shard);
+    config.source = engine_.context().config.source_address;
     config.token = engine_.context().config.auth_token;
     config.name = std::string(kNodeClientPrefix) + engine_.context().node_id;
     config.epoch = view_ != nullptr ? view_->epoch() : 0;
@@ -198,6 +199,7 @@ void Replicator::flush(Node& node) {
     PeerLink::Config config;
     config.host = node.host;
     config.port = node.port;
+    config.source = engine_.context().config.source_address;
     config.token = engine_.context().config.auth_token;
     config.name = std::string(kNodeClientPrefix) + engine_.context().node_id;
     config.epoch = view_ != nullptr ? view_->epoch() : 0;

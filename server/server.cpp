@@ -95,6 +95,7 @@ MembershipConfig etcd_membership_config(const ServerConfig& config, std::uint16_
     throw std::invalid_argument("--node-id: " + bad);
   }
   out.node_id = config.node_id;
+  out.source_address = config.source_address;
   if (config.etcd_lease_ttl < std::chrono::seconds(2)) {
     throw std::invalid_argument("--lease-ttl must be at least 2 s (etcd's minimum)");
   }

@@ -34,6 +34,10 @@ inline constexpr std::uint32_t kMaxSlidingLogCap = LogArena::kMaxRingEntries;
 
 struct ServerConfig {
   std::string bind = "127.0.0.1";
+  // The local address of every connection this node opens (to other nodes, to etcd). Empty:
+  // the kernel's choice. Several nodes on one host, each on its own address, set it so that
+  // others (and a firewall) can tell them apart.
+  std::string source_address;
   std::uint16_t port = 7420;  // public port; 0 = ephemeral
   // Shard i listens on base + i; 0 = port + 1 + i (ephemeral if port is 0 too).
   std::uint16_t shard_base_port = 0;

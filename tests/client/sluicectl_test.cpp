@@ -216,6 +216,8 @@ TEST_CASE("bad flags are usage errors: exit 2 with the reason on stderr") {
       {sibling("sluice-load"), "--dist pareto", "--dist must be uniform, zipf:S, hot:P or seq"},
       {sluicectl_path(), "--servers 127.0.0.1 ping", "--servers 127.0.0.1: expected HOST:PORT"},
       {sibling("sluiced"), "--bind nowhere", "--bind nowhere: expected an IP address"},
+      {sibling("sluiced"), "--source-address nowhere",
+       "--source-address nowhere: expected an IP address"},
       {sibling("sluiced"), "--no-such-flag", "no-such-flag"},
       {sibling("sluiced"), "stray", "unexpected argument 'stray'"},
       {sibling("sluice-load"), "--failure-policy sideways",

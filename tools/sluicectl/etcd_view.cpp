@@ -20,7 +20,10 @@ Expected<EtcdView> fetch_etcd_view(const std::string& etcd, const std::string& c
   EtcdView view;
   std::string error;
   boost::asio::io_context io;
-  etcd::Client client(io, etcd::Client::Config{*endpoints, timeout});
+  etcd::Client::Config config;
+  config.endpoints = *endpoints;
+  config.timeout = timeout;
+  etcd::Client client(io, std::move(config));
   boost::asio::co_spawn(
       io,
       [&]() -> boost::asio::awaitable<void> {
