@@ -99,6 +99,7 @@ struct Client::Impl final : detail::ConnectionObserver, detail::ConnectionFactor
     maps.on_ready(connection);
     seeds.on_ready(connection);
   }
+  void on_failed(detail::NodeConnection& connection) override { maps.on_failed(connection); }
   void on_resend_needed(const AcquireRequest& request, std::uint64_t deadline_ns,
                         const protocol::AcquireResult& answer, std::uint64_t reply_epoch,
                         AcquireCallback* done, BatchCallback* batch_done) override {

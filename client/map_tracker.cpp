@@ -317,6 +317,13 @@ void MapTracker::on_ready(NodeConnection& connection) {
   }
 }
 
+void MapTracker::on_failed(NodeConnection& connection) {
+  if (!armed() || closed_) return;
+  if (const NodeLink* link = link_of(connection); link != nullptr && !link->retired) {
+    refresh_from_other_than(*link);
+  }
+}
+
 void MapTracker::request_refresh(NodeConnection& via) {
   if (closed_) return;
   if (refresh_via_ != nullptr) {  // one at a time: the next one goes when this one ends

@@ -135,6 +135,10 @@ class MapTracker {
   void on_newer_epoch(NodeConnection& connection, std::uint64_t epoch);
   // `connection`'s HELLO was answered (NodeConnection's observer).
   void on_ready(NodeConnection& connection);
+  // A connection of a node in the map failed: a node that answers is asked for its map, which
+  // may move the failed node's keys (a client whose every call goes to a dead node would
+  // otherwise never see the epoch that hands them to their replica).
+  void on_failed(NodeConnection& connection);
   // Asks `via` for its map (CLUSTER), unless a refresh is under way (then once it ends).
   void request_refresh(NodeConnection& via);
   // A batch waits for the refresh under way (AsyncBatch::on_map() when it ends); false (nothing

@@ -656,6 +656,7 @@ void NodeConnection::fail_connection(const Status& why) {
   connect_deadline_ns_ = 0;
   std::vector<Pending> failed = detach_failed();
   std::uint32_t oldest = 0;
+  bool closing = false;
   {
     std::lock_guard lock(mu_);
     oldest = oldest_id_;
@@ -670,6 +671,7 @@ void NodeConnection::fail_connection(const Status& why) {
       }
       state_ = State::kDisconnected;
     }
+    closing = state_ == State::kClosed;
     last_error_ = why;
     ++attempts_finished_;
     write_in_flight_ = false;
@@ -683,6 +685,7 @@ void NodeConnection::fail_connection(const Status& why) {
   std::sort(failed.begin(), failed.end(),
             [oldest](const Pending& a, const Pending& b) { return a.id - oldest < b.id - oldest; });
   complete_failed(failed, why);
+  if (config_.observer != nullptr && !closing) config_.observer->on_failed(*this);
 }
 
 bool NodeConnection::expire(std::uint64_t now_ns) {

@@ -158,6 +158,9 @@ class ConnectionObserver {
   virtual void on_newer_epoch(NodeConnection& connection, std::uint64_t epoch) = 0;
   // The connection's HELLO was answered (at every connect).
   virtual void on_ready(NodeConnection& connection) = 0;
+  // The connection failed (a connect refused or timed out, a connection lost): its node may be
+  // down, and the map that moves its keys elsewhere may be out already.
+  virtual void on_failed(NodeConnection& connection) = 0;
   // A call submitted with Completion::keep_request was answered REDIRECT or UNAVAILABLE (`answer`,
   // in a reply of epoch `reply_epoch`). The observer takes over its callback (exactly one of
   // `done` and `batch_done` is given; it is moved from) and answers it by `deadline_ns`.
