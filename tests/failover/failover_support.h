@@ -63,11 +63,16 @@ inline int node_number(const std::string& id) { return std::stoi(id.substr(5)); 
 
 // N sluiced processes "node-0" .. "node-(N-1)" in etcd mode, two shards each, and the etcd
 // they register with: a single member of its own, or the 3-member `quorum` given (every node
-// gets its three URLs in the same order). Everything is the test thread's.
+// gets its three URLs in the same order). With `own_addresses`, node i listens on 127.0.0.(i+2)
+// and opens its connections from there (--source-address), so that a firewall rule can tell
+// the nodes apart (tests/support/netns.h); else every node is on 127.0.0.1. Everything is the
+// test thread's.
 class EtcdCluster {
  public:
   // Nodes 0 .. started - 1 start now; the others when the test starts them.
-  explicit EtcdCluster(int nodes, int started = -1, EtcdQuorum* quorum = nullptr) {
+  explicit EtcdCluster(int nodes, int started = -1, EtcdQuorum* quorum = nullptr,
+                       bool own_addresses = false)
+      : own_addresses_(own_addresses) {
     if (quorum == nullptr) {
       etcd_ = std::make_unique<EtcdProcess>();
       etcd_urls_ = etcd_->url();
@@ -93,7 +98,10 @@ class EtcdCluster {
 
   int size() const { return static_cast<int>(ports_.size()); }
   std::uint16_t port(int i) const { return ports_.at(static_cast<std::size_t>(i)); }
-  std::string seed(int i) const { return fmt::format("127.0.0.1:{}", port(i)); }
+  std::string host(int i) const {
+    return own_addresses_ ? fmt::format("127.0.0.{}", i + 2) : "127.0.0.1";
+  }
+  std::string seed(int i) const { return fmt::format("{}:{}", host(i), port(i)); }
   EtcdProcess& etcd() {
     REQUIRE(etcd_ != nullptr);
     return *etcd_;
@@ -103,22 +111,26 @@ class EtcdCluster {
 
   void start(int i) {
     const auto index = static_cast<std::size_t>(i);
-    const std::vector<std::string> args = {"--bind",
-                                           "127.0.0.1",
-                                           "--port",
-                                           std::to_string(port(i)),
-                                           "--shards",
-                                           "2",
-                                           "--max-memory",
-                                           "64MiB",
-                                           "--etcd",
-                                           etcd_urls_,
-                                           "--cluster-name",
-                                           "failover",
-                                           "--node-id",
-                                           node_id(i),
-                                           "--shutdown-timeout",
-                                           "1s"};
+    std::vector<std::string> args = {"--bind",
+                                     host(i),
+                                     "--port",
+                                     std::to_string(port(i)),
+                                     "--shards",
+                                     "2",
+                                     "--max-memory",
+                                     "64MiB",
+                                     "--etcd",
+                                     etcd_urls_,
+                                     "--cluster-name",
+                                     "failover",
+                                     "--node-id",
+                                     node_id(i),
+                                     "--shutdown-timeout",
+                                     "1s"};
+    if (own_addresses_) {
+      args.push_back("--source-address");
+      args.push_back(host(i));
+    }
     children_[index] = std::make_unique<Child>(SLUICED_PATH, args, log_path(i, ++runs_[index]));
     const std::string line = children_[index]->first_line(10s);
     INFO(node_id(i) << " start-up line: " << line << "; its log: " << log(i));
@@ -137,7 +149,7 @@ class EtcdCluster {
   // The map node i serves now; nullopt when it does not answer within 1 s.
   std::optional<cluster::ClusterMap> map_of_node(int i) const {
     try {
-      RawClient raw(port(i), 1s);
+      RawClient raw(host(i), port(i), 1s);
       raw.hello();
       return map_of(raw.cluster());
     } catch (const std::exception&) {
@@ -145,10 +157,11 @@ class EtcdCluster {
     }
   }
 
-  // Waits until every node of `asked` serves one map, of one epoch, whose active nodes are
-  // exactly `active`; returns it. Fails the test after `limit`.
+  // Waits until every node of `asked` serves one map, of one epoch above `after_epoch`, whose
+  // active nodes are exactly `active`; returns it. Fails the test after `limit`.
   cluster::ClusterMap wait_for(const std::set<int>& active, const std::set<int>& asked,
-                               std::chrono::milliseconds limit = 15s) {
+                               std::chrono::milliseconds limit = 15s,
+                               std::uint64_t after_epoch = 0) {
     const auto until = SteadyClock::now() + limit;
     std::string last;
     for (;;) {
@@ -163,7 +176,8 @@ class EtcdCluster {
         }
         std::set<int> in_ring;
         for (const std::string& id : map->ring().nodes()) in_ring.insert(node_number(id));
-        if (in_ring != active || (agreed && agreed->epoch() != map->epoch())) {
+        if (in_ring != active || map->epoch() <= after_epoch ||
+            (agreed && agreed->epoch() != map->epoch())) {
           last = fmt::format("{} serves epoch {} with {} active", node_id(i), map->epoch(),
                              in_ring.size());
           ok = false;
@@ -177,10 +191,11 @@ class EtcdCluster {
       std::this_thread::sleep_for(20ms);
     }
   }
-  cluster::ClusterMap wait_for_all(std::chrono::milliseconds limit = 15s) {
+  cluster::ClusterMap wait_for_all(std::chrono::milliseconds limit = 15s,
+                                   std::uint64_t after_epoch = 0) {
     std::set<int> all;
     for (int i = 0; i < size(); ++i) all.insert(i);
-    return wait_for(all, all, limit);
+    return wait_for(all, all, limit, after_epoch);
   }
 
  private:
@@ -188,6 +203,7 @@ class EtcdCluster {
     return (dir_ / fmt::format("{}.run{}.log", node_id(i), run)).string();
   }
 
+  bool own_addresses_ = false;
   std::unique_ptr<EtcdProcess> etcd_;  // null with a quorum
   std::string etcd_urls_;
   std::filesystem::path dir_;
@@ -199,9 +215,13 @@ class EtcdCluster {
 // `timeout` is each call's deadline: a failover's calls fail fast (connection refused), but a
 // hand-over's wait (UNAVAILABLE while a pull runs, a REDIRECT until every node has the new map)
 // counts against it, and a sanitized Debug build pulls several times slower.
+// With `leases` false every admission is one the cluster decided (none paid from a lease), so
+// that a count lost is a count of admissions.
 inline std::unique_ptr<client::Client> connect_client(
-    const EtcdCluster& cluster, int seed, std::chrono::milliseconds timeout = kCallDeadline) {
+    const EtcdCluster& cluster, int seed, std::chrono::milliseconds timeout = kCallDeadline,
+    bool leases = true) {
   client::ClientOptions options;
+  if (!leases) options.lease_duration = 0ms;
   options.servers = {cluster.seed(seed)};
   options.timeout = timeout;
   options.connect_timeout = 500ms;
@@ -372,7 +392,7 @@ inline KillOutcome kill_under_load(EtcdCluster& cluster, client::Client& client,
       CHECK(log.errors == 0);
       if (limited && log.admitted > kLimit) {
         // Diagnosis: what the primary's table holds now (a peek straight at it).
-        RawClient raw(cluster.port(log.primary), 2s);
+        RawClient raw(cluster.host(log.primary), cluster.port(log.primary), 2s);
         raw.hello();
         const protocol::AcquireItem item{keys[k], rules[k], 1, true};
         const auto r = raw.acquire(std::span(&item, 1)).at(0);

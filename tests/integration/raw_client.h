@@ -35,8 +35,12 @@ class RawClient {
 
   explicit RawClient(std::uint16_t port,
                      std::chrono::milliseconds timeout = std::chrono::seconds(5))
+      : RawClient("127.0.0.1", port, timeout) {}
+  // To a node on another address (the partition tests give each node its own 127.0.0.x).
+  RawClient(const std::string& host, std::uint16_t port,
+            std::chrono::milliseconds timeout = std::chrono::seconds(5))
       : socket_(io_), timeout_(timeout) {
-    const boost::asio::ip::tcp::endpoint endpoint(boost::asio::ip::make_address("127.0.0.1"), port);
+    const boost::asio::ip::tcp::endpoint endpoint(boost::asio::ip::make_address(host), port);
     boost::system::error_code result;
     bool done = false;
     socket_.async_connect(endpoint, [&](const boost::system::error_code& ec) {
