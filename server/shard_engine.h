@@ -55,9 +55,9 @@ struct ReplicaLag {
   std::uint64_t queued = 0;     // records waiting to be sent
   std::uint64_t unacked = 0;    // records sent, not yet acknowledged
   std::uint64_t oldest_ms = 0;  // age of the oldest of those (queued or unacked)
+  bool up = false;              // every link it needs is up
   std::uint64_t bytes = 0;      // REPLICATE frames sent, not yet acknowledged
   std::uint64_t dropped = 0;    // records dropped toward it, while in the view
-  bool up = false;              // every link it needs is up
 };
 
 class ShardEngine {
