@@ -89,6 +89,12 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "at once; a second signal closes at once)")("sliding-log-cap",
                                                   po::value<std::string>()->default_value("10000"),
                                                   "largest limit a sliding_log rule may have")(
+      "replication-window", po::value<std::string>()->default_value("1MiB"),
+      "bytes of replication sent to one shard of a replica and not yet acknowledged, at most "
+      "(64KiB..1GiB); beyond, changes wait in a queue of 65,536 records per replica and shard")(
+      "replication-stall-after", po::value<std::string>()->default_value("1s"),
+      "a replica whose oldest unacknowledged change is older than this is reported stalled "
+      "(log, STATS); the node keeps serving")(
       "node-id", po::value<std::string>()->default_value(""),
       "node name (default bind:port); with --cluster, its id in the cluster file")(
       "cluster", po::value<std::string>()->default_value(""),
@@ -168,6 +174,11 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       duration_flag("shutdown-timeout", text("shutdown-timeout"), 0, 3'600'000));
   config.sliding_log_cap = static_cast<std::uint32_t>(
       count_flag("sliding-log-cap", text("sliding-log-cap"), 1, sluice::server::kMaxSlidingLogCap));
+  config.replication_window_bytes =
+      size_flag("replication-window", text("replication-window"),
+                sluice::server::kMinReplicationWindow, sluice::server::kMaxReplicationWindow);
+  config.replication_stall_after = std::chrono::milliseconds(
+      duration_flag("replication-stall-after", text("replication-stall-after"), 1, 3'600'000));
   config.node_id = text("node-id");
   config.cluster_file = text("cluster");
   if (!config.cluster_file.empty() && config.node_id.empty()) {

@@ -66,6 +66,14 @@ void PeerLink::flush() {
     if (sent > 0) out_queued_.erase(out_queued_.begin(), out_queued_.begin() + sent);
     if (out_queued_.empty()) return;
   }
+  if (pending_output() > config_.max_output_bytes) {
+    // The peer does not read: drop the connection (its owner queues again what was in flight)
+    // rather than let the output grow.
+    output_overflowed_ = true;
+    out_queued_.clear();
+    fail_session();
+    return;
+  }
   write_signal_.cancel();
 }
 
@@ -79,7 +87,12 @@ asio::awaitable<void> PeerLink::run() {
   auto self = shared_from_this();  // alive while the loop runs
   int failures = 0;
   while (!closed_) {
-    const std::string why = co_await session();
+    std::string why = co_await session();
+    if (output_overflowed_) {
+      output_overflowed_ = false;
+      why = fmt::format("{}:{} does not read: over {} bytes of output waiting", config_.host,
+                        config_.port, config_.max_output_bytes);
+    }
     const bool was_up = up_;
     up_ = false;
     fail_session();

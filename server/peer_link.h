@@ -32,6 +32,11 @@ class PeerLink : public std::enable_shared_from_this<PeerLink> {
     std::chrono::milliseconds connect_timeout{1000};  // resolve + connect + HELLO
     std::chrono::milliseconds retry_min{20};
     std::chrono::milliseconds retry_max{1000};
+    // Output (queued and being written) at most: a flush() that finds more closes the
+    // connection ("not reading"), and it is retried as after any failure. The owner keeps
+    // below it (the replicator's window); this is the backstop against a peer that stops
+    // reading.
+    std::size_t max_output_bytes = std::size_t{64} << 20;
   };
   using ReplyHandler = std::function<void(const protocol::Frame&)>;
   // Called with true once HELLO is answered, with false when an up link goes down (and with
@@ -54,7 +59,8 @@ class PeerLink : public std::enable_shared_from_this<PeerLink> {
   const protocol::HelloReply& hello() const { return hello_; }
 
   // Requests are appended here (in framing().version) and sent by flush(). Bytes appended while
-  // the link is down are dropped when it comes up: a request must be made while up().
+  // the link is down are dropped when it comes up: a request must be made while up(). More
+  // than config.max_output_bytes waiting at a flush() ends the session.
   protocol::Bytes& output() { return out_queued_; }
   void flush();
   // Output waiting to be sent, queued and in flight.
@@ -88,6 +94,7 @@ class PeerLink : public std::enable_shared_from_this<PeerLink> {
   bool closed_ = false;
   bool up_ = false;
   bool writing_ = false;
+  bool output_overflowed_ = false;  // the session ended at max_output_bytes
 };
 
 }  // namespace sluice::server

@@ -2,9 +2,16 @@
 // changes as a primary is queued for its partition's replica and sent in batches, every
 // ServerConfig::replication_interval or at replication_batch records, as REPLICATE frames with
 // the record's full state as it is when the batch is built. One PeerLink per replica node and
-// per shard of it that owns records (usually the one with this shard's index). A batch in
-// flight when its link fails is queued again, so a link that comes back loses nothing; beyond
-// kMaxPendingRecords queued records per node, the oldest are dropped (and counted).
+// per shard of it that owns records (usually the one with this shard's index).
+//
+// Back-pressure: a link holds at most ServerConfig::replication_window_bytes of frames sent and
+// not yet acknowledged (and kMaxBatchesInFlight batches); at that bound changes stay queued, not
+// encoded. The queue holds kMaxPendingRecords records per node; beyond, the oldest is dropped in
+// O(1) and counted (replication_dropped), as are the records of a node that leaves the view. A
+// batch in flight when its link fails is queued again; a batch the replica refuses (its view
+// differs) is queued again too, and the node is sent nothing for a back-off that doubles from
+// 10 ms to 1 s, or until this node's view changes. A replica that is slow, stopped or cut off
+// therefore costs a bounded amount of memory, and what it can miss is bounded by the queue.
 // The shard's engine reports its changes here (ChangeSink). Shard thread only.
 #pragma once
 
@@ -18,6 +25,7 @@
 
 #include "core/key_hash.h"
 #include "protocol/messages.h"
+#include "server/key_ring.h"
 #include "server/peer_link.h"
 #include "server/shard_engine.h"
 
@@ -28,6 +36,10 @@ struct ClusterView;
 class Replicator final : public ChangeSink {
  public:
   static constexpr std::size_t kMaxPendingRecords = 1u << 16;
+  // Batches sent on one link and not yet acknowledged, at most (besides the window in bytes).
+  static constexpr std::size_t kMaxBatchesInFlight = 1024;
+  static constexpr std::chrono::milliseconds kMinRefusalBackoff{10};
+  static constexpr std::chrono::milliseconds kMaxRefusalBackoff{1000};
 
   // Streams the records `engine` changes, over links on `io` (the shard's).
   Replicator(boost::asio::io_context& io, ShardEngine& engine);
@@ -59,11 +71,14 @@ class Replicator final : public ChangeSink {
   struct Batch {
     std::uint32_t request_id = 0;
     std::vector<KeyHash> keys;
+    std::size_t bytes = 0;  // the REPLICATE frame's size
     std::chrono::steady_clock::time_point sent;
   };
   struct Link {
     std::shared_ptr<PeerLink> link;
-    std::vector<Batch> in_flight;  // oldest first; a few at most
+    std::vector<Batch> in_flight;     // oldest first; at most kMaxBatchesInFlight
+    std::size_t in_flight_bytes = 0;  // the frames of in_flight: <= the window
+    bool full = false;                // at its window, for the flush under way
   };
   struct Node {
     std::string id;
@@ -71,12 +86,29 @@ class Replicator final : public ChangeSink {
     std::uint16_t port = 0;
     std::shared_ptr<PeerLink> control;  // to the public port: learns the shard ports
     std::vector<Link> shards;           // by the node's shard index, created when needed
-    std::vector<KeyHash> pending;
+    KeyRing pending{kMaxPendingRecords};
+    // When `pending` last went from empty to not: no later than its oldest record was queued.
     std::chrono::steady_clock::time_point pending_since{};
+    std::uint64_t dropped = 0;  // records dropped toward this node while in the view
+    // After a refused batch, nothing is sent to the node before this (or a new view).
+    std::chrono::steady_clock::time_point hold_until{};
+    std::chrono::milliseconds refusal_backoff{0};
+    // A record was queued (since the last full flush) for a shard of the node that has no link
+    // yet, or the node's shard count was not known then.
+    bool needs_link = true;
     bool seen = false;  // in the current view
   };
 
   void queue(Node& node, const KeyHash& hash);
+  // Appends to node.pending, counting the record dropped when it is full.
+  void push_pending(Node& node, const KeyHash& hash);
+  void count_dropped(Node& node, std::uint64_t records);
+  // True when this node is the key's primary in the current view: only those are replicated.
+  bool primary_here(const KeyHash& hash) const;
+  // True when every link of `node` is down or at its window and no queued record needs a link
+  // not made yet: nothing could be sent now.
+  bool all_links_blocked(const Node& node) const;
+  bool at_window(const Link& link) const;
   // The Node for `id` at `address` in the current view, made if need be.
   Node* track(const std::string& id, const std::string& address);
   void flush_all();

@@ -319,6 +319,14 @@ Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
   if (context.config.sliding_log_cap == 0 || context.config.sliding_log_cap > kMaxSlidingLogCap) {
     throw std::invalid_argument(fmt::format("sliding_log_cap must be 1..{}", kMaxSlidingLogCap));
   }
+  if (context.config.replication_window_bytes < kMinReplicationWindow ||
+      context.config.replication_window_bytes > kMaxReplicationWindow) {
+    throw std::invalid_argument(fmt::format("replication_window_bytes must be {}..{}",
+                                            kMinReplicationWindow, kMaxReplicationWindow));
+  }
+  if (context.config.replication_stall_after.count() <= 0) {
+    throw std::invalid_argument("replication_stall_after must be at least 1 ms");
+  }
   // 0 would pause every reader for good: nothing is queued, so no write would wake it.
   if (context.config.max_queued_output == 0) {
     throw std::invalid_argument("max_queued_output must be at least 1");

@@ -32,6 +32,12 @@ inline constexpr std::uint32_t kMaxFramesPending = 4096;
 // The largest sliding_log_cap: the longest ring the log arena can store.
 inline constexpr std::uint32_t kMaxSlidingLogCap = LogArena::kMaxRingEntries;
 
+// Replication's window per link (ServerConfig::replication_window_bytes). The default covers
+// tens of thousands of records per round trip; a node holds up to shards x (nodes - 1) links.
+inline constexpr std::size_t kDefaultReplicationWindow = std::size_t{1} << 20;
+inline constexpr std::size_t kMinReplicationWindow = std::size_t{64} << 10;
+inline constexpr std::size_t kMaxReplicationWindow = std::size_t{1} << 30;
+
 struct ServerConfig {
   std::string bind = "127.0.0.1";
   // The local address of every connection this node opens (to other nodes, to etcd). Empty:
@@ -86,6 +92,14 @@ struct ServerConfig {
   // at once when this many are queued for one node.
   std::chrono::microseconds replication_interval{1000};
   std::size_t replication_batch = 256;
+  // Bytes of REPLICATE frames sent toward one shard of a replica and not yet acknowledged, at
+  // most (kMinReplicationWindow..kMaxReplicationWindow; one record larger than this still goes
+  // alone): while a link is at this bound, changes wait in the shard's bounded queue instead of
+  // being encoded (docs/ARCHITECTURE.md, "Replication").
+  std::size_t replication_window_bytes = kDefaultReplicationWindow;
+  // A replica whose oldest change not yet acknowledged is older than this is "stalled": said
+  // once in the log and in STATS (replication.<node>.stalled). The node keeps serving.
+  std::chrono::milliseconds replication_stall_after{1000};
   // The shared secret (auth/token.h reads it from --auth-token-file). Empty: no authentication.
   // Else every connection must send a HELLO carrying it before anything else (server/auth.h).
   std::string auth_token;

@@ -342,6 +342,7 @@ asio::awaitable<void> Shard::sweep_loop() {
       // memory.
       replicator_.lag(lag_scratch_);
       engine_.publish_lag(lag_scratch_);
+      if (index_ == 0) engine_.log_replica_states();
     }
   }
 }

@@ -66,6 +66,7 @@ enum class ShardStat : std::size_t {
   kGiveBacks,
   kCreditedUnits,
   kStaleFences,
+  kReplicationRefused,
   kCount,
 };
 
@@ -105,6 +106,7 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(ShardStat
         "give_backs",
         "credited_units",
         "stale_fences",
+        "replication_refused",
 };
 
 // Padded so that two shards' counters never share a cache line.

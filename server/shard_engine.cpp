@@ -175,6 +175,56 @@ std::vector<ReplicaLag> ShardEngine::published_lag() const {
   return published_lag_;
 }
 
+std::vector<ReplicaLag> ShardEngine::node_lag() const {
+  std::vector<ReplicaLag> lag;
+  for (unsigned i = 0; i < context_.shard_count; ++i) {
+    for (const ReplicaLag& peer : context_.engines[i]->published_lag()) {
+      auto it = std::find_if(lag.begin(), lag.end(),
+                             [&](const ReplicaLag& l) { return l.node == peer.node; });
+      if (it == lag.end()) {
+        lag.push_back(peer);
+        continue;
+      }
+      it->queued += peer.queued;
+      it->unacked += peer.unacked;
+      it->bytes += peer.bytes;
+      it->dropped += peer.dropped;
+      it->oldest_ms = std::max(it->oldest_ms, peer.oldest_ms);
+      it->up = it->up && peer.up;
+    }
+  }
+  return lag;
+}
+
+void ShardEngine::log_replica_states() {
+  const auto stall_ms = static_cast<std::uint64_t>(context_.config.replication_stall_after.count());
+  const std::vector<ReplicaLag> lag = node_lag();
+  for (const ReplicaLag& peer : lag) {
+    const auto it = std::find(stalled_replicas_.begin(), stalled_replicas_.end(), peer.node);
+    const bool was = it != stalled_replicas_.end();
+    const bool is = peer.oldest_ms >= stall_ms;
+    if (is && !was) {
+      stalled_replicas_.push_back(peer.node);
+      fmt::print(stderr,
+                 "sluiced: replica {} stalled: {} records not acknowledged, the oldest {} ms old "
+                 "({}); serving on, {} records dropped toward it so far\n",
+                 peer.node, peer.queued + peer.unacked, peer.oldest_ms,
+                 peer.up ? "connected" : "not connected", peer.dropped);
+    } else if (!is && was) {
+      stalled_replicas_.erase(it);
+      fmt::print(stderr,
+                 "sluiced: replica {} caught up: {} records not acknowledged, the oldest {} ms "
+                 "old; {} records dropped toward it so far\n",
+                 peer.node, peer.queued + peer.unacked, peer.oldest_ms, peer.dropped);
+    }
+  }
+  // A node that left the view is no longer stalled: forget it without a line.
+  std::erase_if(stalled_replicas_, [&](const std::string& node) {
+    return std::none_of(lag.begin(), lag.end(),
+                        [&](const ReplicaLag& peer) { return peer.node == node; });
+  });
+}
+
 void ShardEngine::append_stats_reply(protocol::Bytes& out, std::uint32_t request_id,
                                      const protocol::Framing& framing) {
   const std::uint64_t now_ns = context_.clock->now_ns();
@@ -212,26 +262,16 @@ void ShardEngine::rebuild_stats_snapshot(std::uint64_t now_ns) {
   // Replication lag per replica node, over every shard: "replication.<node>.<name>".
   stats_entries_.resize((shards + 1) * kStats);
   if (view_ != nullptr) {
-    std::vector<ReplicaLag> lag;
-    for (unsigned i = 0; i < shards; ++i) {
-      for (const ReplicaLag& peer : context_.engines[i]->published_lag()) {
-        auto it = std::find_if(lag.begin(), lag.end(),
-                               [&](const ReplicaLag& l) { return l.node == peer.node; });
-        if (it == lag.end()) {
-          lag.push_back(peer);
-          continue;
-        }
-        it->queued += peer.queued;
-        it->unacked += peer.unacked;
-        it->oldest_ms = std::max(it->oldest_ms, peer.oldest_ms);
-        it->up = it->up && peer.up;
-      }
-    }
-    for (const ReplicaLag& peer : lag) {
+    const auto stall_ms =
+        static_cast<std::uint64_t>(context_.config.replication_stall_after.count());
+    for (const ReplicaLag& peer : node_lag()) {
       const std::string prefix = "replication." + peer.node + ".";
       stats_entries_.push_back({prefix + "records", peer.queued + peer.unacked});
       stats_entries_.push_back({prefix + "lag_ms", peer.oldest_ms});
       stats_entries_.push_back({prefix + "up", peer.up ? 1u : 0u});
+      stats_entries_.push_back({prefix + "bytes", peer.bytes});
+      stats_entries_.push_back({prefix + "dropped", peer.dropped});
+      stats_entries_.push_back({prefix + "stalled", peer.oldest_ms >= stall_ms ? 1u : 0u});
     }
   }
   stats_body_.clear();

@@ -56,6 +56,8 @@ struct ReplicaLag {
   std::uint64_t unacked = 0;    // records sent, not yet acknowledged
   std::uint64_t oldest_ms = 0;  // age of the oldest of those (queued or unacked)
   bool up = false;              // every link it needs is up
+  std::uint64_t bytes = 0;      // REPLICATE frames sent, not yet acknowledged
+  std::uint64_t dropped = 0;    // records dropped toward it, while in the view
 };
 
 class ShardEngine {
@@ -148,6 +150,12 @@ class ShardEngine {
   // publish_lag() swaps `lag` with the published vector, so both keep their memory.
   void publish_lag(std::vector<ReplicaLag>& lag);
   std::vector<ReplicaLag> published_lag() const;  // any thread
+  // Every shard's published lag, summed per replica node (oldest_ms: the largest). Any thread.
+  std::vector<ReplicaLag> node_lag() const;
+  // Says in the log when a replica node turns stalled (its oldest change not acknowledged is
+  // older than config.replication_stall_after) and when it catches up again, once per change
+  // of state. One shard calls it (shard 0), after publish_lag().
+  void log_replica_states();
   // Appends a STATS reply. Its body is this shard's snapshot of every shard's counters, rebuilt
   // only when it is config.stats_refresh old or older; otherwise the same bytes are copied.
   void append_stats_reply(protocol::Bytes& out, std::uint32_t request_id,
@@ -179,6 +187,8 @@ class ShardEngine {
 
   mutable std::mutex lag_mutex_;
   std::vector<ReplicaLag> published_lag_;  // under lag_mutex_
+  // log_replica_states(): the replica nodes last said to be stalled. Shard thread.
+  std::vector<std::string> stalled_replicas_;
 
   // The STATS snapshot (append_stats_reply): the encoded reply body and when it was built.
   std::vector<protocol::StatEntry> stats_entries_;  // names made once, values refreshed

@@ -75,6 +75,41 @@ TEST_CASE("a peer link says HELLO, learns the node's shard ports and carries req
   CHECK(replies.size() == 3);
 }
 
+TEST_CASE("a peer link whose output passes its bound drops the connection and comes back up",
+          "[peer_link]") {
+  test::TestServer node(test::test_config(1));
+  boost::asio::io_context io;
+  std::vector<std::string> downs;
+  int ups = 0;
+  PeerLink::Config config;
+  config.host = "127.0.0.1";
+  config.port = node.port();
+  config.max_output_bytes = 64 * 1024;
+  auto link = std::make_shared<PeerLink>(
+      io, config, [](const protocol::Frame&) {},
+      [&](bool up, const std::string& why) {
+        if (up) {
+          ++ups;
+        } else {
+          downs.push_back(why);
+        }
+      });
+  link->start();
+  REQUIRE(run_until(io, [&] { return link->up(); }));
+  // 48 MiB at once: no socket takes that much without the other side reading, so most of it
+  // is still waiting after flush(), far past the bound.
+  const std::vector<std::uint8_t> payload(48 * 1024, 7);
+  for (int i = 0; i < 1024; ++i) {
+    protocol::encode_ping(link->output(), link->next_id(), payload, false, link->framing());
+  }
+  link->flush();
+  CHECK(link->pending_output() == 0);  // dropped with the connection, not kept
+  REQUIRE(run_until(io, [&] { return !downs.empty() && ups == 2; }));
+  CHECK(downs.front().find("does not read") != std::string::npos);
+  CHECK(link->up());
+  link->close();
+}
+
 TEST_CASE("a peer link retries with backoff while nobody listens, and stops at close()",
           "[peer_link]") {
   boost::asio::io_context io;

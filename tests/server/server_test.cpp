@@ -33,6 +33,22 @@ TEST_CASE("an impossible configuration is refused up front", "[server]") {
   CHECK_THROWS_AS(Server(no_output), std::invalid_argument);
 }
 
+TEST_CASE("the replication window is refused below 64 KiB and above 1 GiB and taken at both edges",
+          "[server]") {
+  ServerConfig config = local_config(1);
+  config.replication_window_bytes = kMinReplicationWindow;
+  CHECK_NOTHROW(Server(config));
+  config.replication_window_bytes = kMaxReplicationWindow;
+  CHECK_NOTHROW(Server(config));
+  config.replication_window_bytes = kMinReplicationWindow - 1;
+  CHECK_THROWS_AS(Server(config), std::invalid_argument);
+  config.replication_window_bytes = kMaxReplicationWindow + 1;
+  CHECK_THROWS_AS(Server(config), std::invalid_argument);
+  ServerConfig no_stall = local_config(1);
+  no_stall.replication_stall_after = std::chrono::milliseconds(0);
+  CHECK_THROWS_AS(Server(no_stall), std::invalid_argument);
+}
+
 TEST_CASE("start() binds a distinct port per shard plus the public one", "[server]") {
   ManualClock clock;
   ServerConfig config = local_config(3);

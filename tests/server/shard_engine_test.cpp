@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -272,8 +273,35 @@ TEST_CASE("the lag a shard publishes is what STATS reports for its replica") {
     if (e.name.rfind("replication.", 0) == 0) replication.emplace_back(e.name, e.value);
   }
   CHECK(replication ==
-        std::vector<std::pair<std::string, std::uint64_t>>{
-            {"replication.b.records", 7}, {"replication.b.lag_ms", 40}, {"replication.b.up", 1}});
+        std::vector<std::pair<std::string, std::uint64_t>>{{"replication.b.records", 7},
+                                                           {"replication.b.lag_ms", 40},
+                                                           {"replication.b.up", 1},
+                                                           {"replication.b.bytes", 0},
+                                                           {"replication.b.dropped", 0},
+                                                           {"replication.b.stalled", 0}});
+}
+
+TEST_CASE("STATS says a replica is stalled once its oldest unacknowledged change is that old") {
+  Node node;
+  node.engine().set_view(two_node_view("a"));
+  const auto stall_ms =
+      static_cast<std::uint64_t>(node.engine().context().config.replication_stall_after.count());
+  for (const std::uint64_t oldest_ms : {stall_ms - 1, stall_ms}) {
+    std::vector<ReplicaLag> lag{{"b", 65'536, 900, oldest_ms, true, 65'000, 12}};
+    node.engine().publish_lag(lag);
+    protocol::Bytes reply;
+    node.engine().append_stats_reply(reply, 1, protocol::Framing{});
+    const protocol::DecodeResult decoded = protocol::FrameDecoder(1u << 24).decode(reply);
+    REQUIRE(decoded.status == protocol::DecodeStatus::kOk);
+    std::vector<protocol::StatEntry> entries;
+    REQUIRE(protocol::parse_stats_reply(decoded.frame.body, entries));
+    std::map<std::string, std::uint64_t> stats;
+    for (const protocol::StatEntry& e : entries) stats[e.name] = e.value;
+    CHECK(stats.at("replication.b.records") == 66'436);
+    CHECK(stats.at("replication.b.bytes") == 65'000);
+    CHECK(stats.at("replication.b.dropped") == 12);
+    CHECK(stats.at("replication.b.stalled") == (oldest_ms >= stall_ms ? 1u : 0u));
+  }
 }
 
 }  // namespace
