@@ -184,6 +184,14 @@ void Client::Impl::arm_timer() {
     bool busy = false;
     for (NodeConnection* c : snapshot()) busy = c->expire(now) || busy;
     busy = maps.close_retired() || busy;
+    if (maps.ringless()) {
+      // No active node to route to: ask for a newer map every kRinglessRefresh until one has.
+      if (now >= next_ringless_refresh_ns) {
+        maps.refresh_from_any();
+        next_ringless_refresh_ns = now + kRinglessRefreshNs;
+      }
+      busy = true;
+    }
     if (busy) arm_timer();  // not after a callback's close(): see arm_timer()
   }));
 }

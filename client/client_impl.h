@@ -122,7 +122,10 @@ struct Client::Impl final : detail::ConnectionObserver, detail::ConnectionFactor
   boost::asio::io_context& io;
   boost::asio::steady_timer timer;
   bool timer_armed = false;  // I/O thread
-  bool closed = false;       // I/O thread: shut_down() ran; the timer stays off
+  // I/O thread: while the map has no active node, the next time the timer asks for a new one.
+  std::uint64_t next_ringless_refresh_ns = 0;
+  static constexpr std::uint64_t kRinglessRefreshNs = 100'000'000;
+  bool closed = false;  // I/O thread: shut_down() ran; the timer stays off
   net::HandlerSlot timer_slot;
   std::chrono::milliseconds tick{10};
   detail::BatchPool batches;        // outlives the connections: failing them completes batches

@@ -243,7 +243,7 @@ bool MapTracker::adopt(cluster::ClusterMap map, NodeConnection* via,
   if (epoch_floor_.load(std::memory_order_relaxed) < epoch) {
     epoch_floor_.store(epoch, std::memory_order_relaxed);
   }
-  if (retired_pending_ && armed()) connections_.arm_timer();
+  if ((retired_pending_ || ringless()) && armed()) connections_.arm_timer();
   return true;
 }
 
@@ -346,6 +346,17 @@ void MapTracker::refresh_from_other_than(const NodeLink& down) {
       continue;
     }
     request_refresh(*other->publics.front());
+    return;
+  }
+}
+
+void MapTracker::refresh_from_any() {
+  if (!current_map_) return;
+  NodeConnection* control = control_.load(std::memory_order_relaxed);
+  if (control != nullptr && control->ready()) return request_refresh(*control);
+  for (auto& link : links_) {
+    if (link->publics.empty() || !link->publics.front()->ready()) continue;
+    request_refresh(*link->publics.front());
     return;
   }
 }

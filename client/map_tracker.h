@@ -151,6 +151,11 @@ class MapTracker {
   // Asks a node other than `down` that answers for its map (a quiet client's breaker probe:
   // docs/CLIENT.md section 10). Nothing when none does.
   void refresh_from_other_than(const NodeLink& down);
+  // Whether the map in force has no active node (every node's lease lost, say): it routes no
+  // key, so no reply brings a newer epoch, and the client's timer asks for one instead.
+  bool ringless() const { return current_map_ && current_map_->ring().nodes().empty(); }
+  // Asks any node that answers (the seed's connection first) for its map.
+  void refresh_from_any();
   // On the client's timer: closes the idle connections of retired links. True while some are
   // still busy (the timer must keep ticking).
   bool close_retired();

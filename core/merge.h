@@ -1,7 +1,12 @@
-// Which of two copies of one key's state is the later. A primary streams the records it changes
-// to a replica and nodes pull records from each other (docs/ARCHITECTURE.md, "Replication"), so a
-// copy may arrive twice or after a newer one: the receiver keeps the later of the two. Records do
-// not store their rule, so the order is read from the state alone. Pure functions, no I/O.
+// Which of two copies of one key's state a node keeps. A primary streams the records it changes
+// to a replica and nodes pull records from each other (docs/ARCHITECTURE.md, "Replication"), so
+// a copy may arrive twice or after a newer one; and after a split, or a lease loss of every node,
+// two nodes may each have decided the same key, so two copies may have diverged. The receiver
+// keeps the copy that has used more of the key's limit at a common time: of two states of one
+// writer's history that is always the later one (merge.cpp proves it per algorithm), so
+// replication never stalls; of two diverged copies it is the more consumed one, which errs
+// towards denying. Records do not store their rule, so the order reads the state and what a
+// record has beside it (its expiry). Pure functions, no I/O.
 #pragma once
 
 #include <cstdint>
@@ -12,26 +17,44 @@
 
 namespace sluice {
 
-// Of two states of one key under `algorithm`, the one that is later in any single writer's
-// history (`a` when they are equal). Every store an algorithm makes moves its state strictly
-// forward in one fixed order, whatever the rule, the cost and the time of the request, so no
-// rule is needed (merge.cpp proves it per algorithm); the zeroed (fresh) state is the earliest.
-//  - fixed window, sliding window: (a, b) lexicographically;
-//  - token bucket: (last_ns, frac, used);
-//  - GCRA: the theoretical arrival time (hi32(b), a, lo32(b)).
-// For kSlidingLog, whose CounterState is a table's ring handle, use newer_log(); any value other
-// than the four state algorithms is ordered as (a, b).
-CounterState newer_state(Algorithm algorithm, const CounterState& a, const CounterState& b);
+// A copy of one key's state as a table holds it: the state, and when it answers as a fresh key
+// (idle_at_ns() under the rule that stored it, or any non-decreasing function of it such as the
+// table's expiry, rounded up).
+struct StateCopy {
+  CounterState state;
+  std::uint64_t idle_at_ns = 0;
+};
 
-// Whether sliding log `a` is strictly later than `b` in a single writer's history (false when
-// they are equal). Each is the log's live timestamps, oldest first. The later log has the later
-// newest timestamp; with the same newest timestamp, more entries at that timestamp (a request
-// admitted then), and then fewer entries before it (older entries dropped as they expired, which
-// a denied request or an export does). The empty log is the earliest: it is a fresh key's, and a
-// log only becomes empty again once all its entries have expired, when it answers as a fresh
-// one anyway.
-bool newer_log(std::span<const std::uint64_t> a, std::span<const std::uint64_t> b);
-// The same, with `b` read where it lies in its ring (`count` entries from `head`, wrapping).
-bool newer_log(std::span<const std::uint64_t> a, const SlidingLog& b);
+// Whether copy `x` is to be kept over copy `y` of one key under `algorithm` (false when neither
+// is preferred: keep the one held). "More consumed at a common time":
+//  - fixed window: the later window, then the higher count (a, b);
+//  - sliding window: the later window, then in the same window the higher count at its start
+//    (current + previous), then the higher current count, then the previous one;
+//  - token bucket: the later time it is full again (idle_at_ns: both refill at the rule's rate,
+//    so the later one holds fewer tokens at every instant before it), then (last_ns, frac, used);
+//  - GCRA: the later theoretical arrival time (hi32(b), a, lo32(b)), full again at the TAT.
+// The zeroed (fresh) state is never preferred over another. For kSlidingLog use prefer_log();
+// any value other than the four state algorithms is ordered as (a, b).
+bool prefer_state(Algorithm algorithm, const StateCopy& x, const StateCopy& y);
+// The copy to keep of `a` and `b`: `b` if prefer_state(algorithm, b, a), else `a`.
+const StateCopy& kept_state(Algorithm algorithm, const StateCopy& a, const StateCopy& b);
+
+// A sliding log's copy: its live timestamps, oldest first, and a lower bound of the instant it
+// answers as a fresh key (its newest entry plus the period; the table's expiry, rounded up, less
+// the rounding), from which the period is read.
+struct LogCopy {
+  std::span<const std::uint64_t> entries;
+  std::uint64_t idle_floor_ns = 0;
+};
+
+// Whether sliding log `x` is to be kept over `y` at `now_ns` (false when neither is preferred).
+// The one with more entries still live at t = max(now_ns, both newest entries), by the shorter
+// of the two periods read from the copies, is kept; with as many, the later in a single writer's
+// history: the later newest timestamp, then more entries at that timestamp, then fewer entries
+// before it. The empty log is never preferred.
+bool prefer_log(const LogCopy& x, const LogCopy& y, std::uint64_t now_ns);
+// The same, with `y` read where it lies in its ring (`count` entries from `head`, wrapping).
+bool prefer_log(const LogCopy& x, const SlidingLog& y, std::uint64_t y_idle_floor_ns,
+                std::uint64_t now_ns);
 
 }  // namespace sluice

@@ -23,6 +23,9 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr std::uint16_t kPullPageRecords = 512;
+constexpr std::size_t kMaxPullPartitions = 65'535;
+// A gathering pull asks a source that answered with an error again after this long.
+constexpr std::chrono::milliseconds kAskAgainAfter{200};
 // A pull since a warm-up asks from this long before the warm-up's clock: the source's clock is
 // the wall clock (its records' stamps are on it), and a step back of up to this much between the
 // warm-up and the pull must not hide a change made after the warm-up read the record.
@@ -35,7 +38,8 @@ const std::string* node_id(const cluster::Ring& ring, cluster::NodeIndex index) 
 }  // namespace
 
 std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster::ClusterMap& to,
-                                 const std::string& self) {
+                                 const std::string& self,
+                                 const std::vector<PullPlan::Source>& absent) {
   const cluster::Ring& ring = to.ring();
   const std::optional<cluster::NodeIndex> me = ring.find(self);
   if (!me) return {};
@@ -58,6 +62,32 @@ std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster:
     plan.partitions.push_back(partition);
   };
   const cluster::Ring* old = from != nullptr ? &from->ring() : nullptr;
+  // Every other member, and those `from` did not have, in the order of `to`.
+  std::vector<PullPlan::Source> others;
+  std::vector<PullPlan::Source> newcomers;
+  if (from != nullptr) {
+    for (const cluster::ClusterNode& node : to.nodes()) {
+      if (node.id == self || node.state == cluster::NodeState::kDown) continue;
+      others.push_back({node.id, node.address, true});
+      if (from->find(node.id) == nullptr) newcomers.push_back({node.id, node.address, false});
+    }
+    for (const PullPlan::Source& node : absent) {
+      if (node.node == self || to.find(node.node) != nullptr) continue;
+      others.push_back({node.node, node.address, true});
+    }
+  }
+  const auto add_gathered = [&](std::uint32_t partition, std::vector<PullPlan::Source> sources,
+                                bool serving) {
+    if (sources.empty()) return;
+    std::string key = serving ? "s" : "g";
+    for (const PullPlan::Source& s : sources) key += "|" + s.node;
+    PullPlan& plan = plans[key];
+    plan.primary = true;
+    plan.gather = true;
+    plan.serving = serving;
+    plan.sources = std::move(sources);
+    plan.partitions.push_back(partition);
+  };
   for (std::uint32_t p = 0; p < ring.partition_count(); ++p) {
     const cluster::PartitionOwners& now = ring.owners(p);
     const bool primary = now.primary == *me;
@@ -75,12 +105,21 @@ std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster:
       if (primary || !sources.empty()) add(p, primary, std::move(sources));
       continue;
     }
-    const cluster::PartitionOwners& before = old->owners(p);
+    const cluster::PartitionOwners before =
+        p < old->partition_count() ? old->owners(p) : cluster::PartitionOwners{};
     const std::string* old_primary = node_id(*old, before.primary);
     const std::string* old_replica = node_id(*old, before.replica);
     const bool was_primary = old_primary != nullptr && *old_primary == self;
     const bool was_replica = old_replica != nullptr && *old_replica == self;
-    if (primary && !was_primary) {
+    if (primary && before.primary == cluster::kNoNode) {
+      // Nobody was active: whoever holds the partition is a member again (joining, most
+      // likely) or not back yet. Ask every member; none answering, serve what is here.
+      if (others.empty()) {
+        add(p, true, {});
+      } else {
+        add_gathered(p, others, false);
+      }
+    } else if (primary && !was_primary) {
       // The old primary has the newest counts and may still serve them: fence it and pull. If
       // it is gone, the replica's copy is the best there is (this node's own, if it was it).
       if (auto s = source(old_primary, true)) sources.push_back(*s);
@@ -88,6 +127,8 @@ std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster:
         if (auto s = source(old_replica, false)) sources.push_back(*s);
       }
       add(p, true, std::move(sources));
+    } else if (primary && !newcomers.empty()) {
+      add_gathered(p, newcomers, true);
     } else if (replica && !was_replica && !was_primary) {
       if (auto s = source(node_id(ring, now.primary), false)) {
         sources.push_back(*s);
@@ -95,9 +136,19 @@ std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster:
       }
     }
   }
+  // A PULL names at most 65,535 partitions (docs/PROTOCOL.md 10.5): a node that is primary of
+  // every partition (the first active after every lease expired) pulls them in two requests.
   std::vector<PullPlan> out;
   out.reserve(plans.size());
-  for (auto& [key, plan] : plans) out.push_back(std::move(plan));
+  for (auto& [key, plan] : plans) {
+    while (plan.partitions.size() > kMaxPullPartitions) {
+      PullPlan part = plan;
+      part.partitions.assign(plan.partitions.end() - kMaxPullPartitions, plan.partitions.end());
+      plan.partitions.resize(plan.partitions.size() - kMaxPullPartitions);
+      out.push_back(std::move(part));
+    }
+    out.push_back(std::move(plan));
+  }
   return out;
 }
 
@@ -112,6 +163,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
         plan_(std::move(plan)),
         done_(std::move(done)),
         timer_(owner.io_),
+        retry_timer_(owner.io_),
         started_(std::chrono::steady_clock::now()) {
     request_.max_records = kPullPageRecords;
     request_.partitions.assign(plan_.partitions.begin(), plan_.partitions.end());
@@ -123,6 +175,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     stopped_ = true;
     close_links();
     timer_.cancel();
+    retry_timer_.cancel();
   }
 
  private:
@@ -158,7 +211,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
   void next_source() {
     close_links();
     if (stopped_) return;
-    if (source_index_ >= plan_.sources.size()) return finish(false);
+    if (source_index_ >= plan_.sources.size()) return finish(!answered_.empty());
     const PullPlan::Source& source = plan_.sources[source_index_++];
     const auto address = cluster::parse_node_address(source.address);
     if (!address) return next_source();
@@ -173,9 +226,15 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     clock_complete_ = true;
     since_used_ = false;
     fenced_source_ = false;
+    connect(*address);
+    arm_progress_timer();
+  }
+
+  // Opens the control link to the current source; its HELLO opens the shards' links.
+  void connect(const cluster::NodeAddress& address) {
     auto self = shared_from_this();
     control_ = std::make_shared<PeerLink>(
-        owner_.io_, link_config(address->host, address->port), [](const protocol::Frame&) {},
+        owner_.io_, link_config(address.host, address.port), [](const protocol::Frame&) {},
         [self](bool up, const std::string& why) {
           if (up) {
             self->open_shards();
@@ -184,7 +243,20 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
           }
         });
     control_->start();
-    arm_progress_timer();
+  }
+
+  // A gathering pull asks a source that answered with an error again (it may not have adopted
+  // the map that lists this node yet), until the progress timer gives it up.
+  void ask_again() {
+    close_links();
+    retry_timer_.expires_after(kAskAgainAfter);
+    auto self = shared_from_this();
+    const std::size_t attempt = source_index_;
+    retry_timer_.async_wait([self, attempt](const boost::system::error_code& ec) {
+      if (ec || self->stopped_ || self->finished_ || attempt != self->source_index_) return;
+      const auto address = cluster::parse_node_address(self->plan_.sources[attempt - 1].address);
+      if (address) self->connect(*address);
+    });
   }
 
   void open_shards() {
@@ -231,7 +303,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
         !protocol::parse_pull_reply(frame.body, header, records_)) {
       last_error_ = frame.header.opcode == protocol::Opcode::kError ? "an error reply"
                                                                     : "a malformed PULL reply";
-      return leave_source();
+      return plan_.gather ? ask_again() : leave_source();
     }
     arm_progress_timer();
     fenced_source_ = fenced_source_ || header.fenced;
@@ -283,10 +355,10 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
             std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(at)),
             std::make_move_iterator(all.begin() + static_cast<std::ptrdiff_t>(end)));
         ++applying_;
-        asio::post(shard->io(), [self, shard, chunk = std::move(chunk)]() {
+        asio::post(shard->io(), [self, shard, serving = plan_.serving, chunk = std::move(chunk)]() {
           const std::uint64_t now_ns = shard->context().clock->now_ns();
           for (const Owned& owned : chunk) {
-            shard->engine().apply_record(owned.record, owned.log, now_ns);
+            shard->engine().apply_record(owned.record, owned.log, now_ns, serving);
           }
           shard->engine().counters()[ShardStat::kPulledRecords].add(chunk.size());
           asio::post(self->owner_.io_, [self] {
@@ -303,6 +375,10 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     if (stopped_ || finished_ || shards_.empty()) return;
     for (const ShardPull& s : shards_) {
       if (!s.done) return;
+    }
+    if (plan_.gather) {
+      answered_.push_back(plan_.sources[source_index_ - 1].node);
+      if (source_index_ < plan_.sources.size()) return next_source();
     }
     finish(true);
   }
@@ -361,8 +437,11 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     if (finished_) return;
     finished_ = true;
     timer_.cancel();
+    retry_timer_.cancel();
     close_links();
-    if (pulled) {
+    if (pulled && plan_.gather) {
+      for (const std::string& node : answered_) from_ += (from_.empty() ? "" : ", ") + node;
+    } else if (pulled) {
       from_ = plan_.sources[source_index_ - 1].node;
       // Every page of every shard came with the source's clock: the warm copy is what the
       // source held at the earliest of them, and a pull since then brings the rest.
@@ -375,7 +454,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
 
   void complete() {
     if (stopped_) return;
-    if (plan_.primary && !plan_.warm) {
+    if (plan_.primary && !plan_.warm && !plan_.serving) {
       for (const std::uint32_t p : plan_.partitions) {
         view_->states->serve_pulled(p, view_->epoch());
       }
@@ -384,6 +463,8 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
         std::chrono::steady_clock::now() - started_);
     const char* kind = plan_.warm      ? "warm-up while joining"
                        : since_used_   ? "only what changed since the warm-up"
+                       : plan_.serving ? "a returning node's copies, merged while serving"
+                       : plan_.gather  ? "from every member, none having been active"
                        : plan_.primary ? "to serve as primary"
                                        : "as replica";
     if (from_.empty()) {
@@ -406,6 +487,7 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
   std::function<void(std::size_t)> done_;
   protocol::PullRequest request_;
   asio::steady_timer timer_;
+  asio::steady_timer retry_timer_;  // gather: ask_again()
   std::chrono::steady_clock::time_point started_;
   std::optional<std::uint64_t> since_;  // what to ask the current source for
   std::optional<std::uint64_t> clock_;  // the earliest clock in its pages
@@ -413,7 +495,8 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
   bool since_used_ = false;             // a page was asked for what changed since a warm-up
   bool fenced_source_ = false;          // the current source answered a fencing page
   std::size_t pulled_ = 0;              // records received
-  std::string from_;                    // the source that gave every page
+  std::string from_;                    // the source that gave every page (gather: each)
+  std::vector<std::string> answered_;   // gather: the sources that gave every page
   std::shared_ptr<PeerLink> control_;
   std::vector<ShardPull> shards_;
   struct Owned {
@@ -502,8 +585,9 @@ void Coordinator::warmed(const std::string& source, std::uint64_t since_ns,
 }
 
 void Coordinator::use_warm_copies(PullPlan& plan, std::vector<PullPlan>& out) {
-  const auto copy =
-      plan.warm || plan.sources.empty() ? warm_.end() : warm_.find(plan.sources.front().node);
+  const auto copy = plan.warm || plan.gather || plan.sources.empty()
+                        ? warm_.end()
+                        : warm_.find(plan.sources.front().node);
   if (copy == warm_.end()) {
     out.push_back(std::move(plan));
     return;

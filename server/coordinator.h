@@ -47,11 +47,27 @@ struct PullPlan {
   // Only the records changed at or after this instant of the first source's clock (protocol 5;
   // the other sources, and a source of an older version, send every record).
   std::optional<std::uint64_t> since_ns;
+  // Every source in turn, each copy merged (core/merge.h keeps the more consumed), instead of
+  // the first that answers: for partitions whose holders are not known (every lease expired).
+  // A source that answers with an error is asked again until kSourceTimeout without progress.
+  bool gather = false;
+  // The partitions stay served while the records come in, and what they change here is
+  // streamed to the replicas: a returning node's copies merged into a primary's.
+  bool serving = false;
 };
 
-// What to pull when the node goes from map `from` (null at start-up) to map `to`.
+// What to pull when the node goes from map `from` (null at start-up) to map `to`. Beside the
+// hand-overs (docs/ARCHITECTURE.md, "Moving partitions"):
+//  - a partition this node is to be primary of that has no owner in `from` (no member was
+//    active: every lease expired, or the cluster is new) is gathered, fenced, from every other
+//    member of `to`, joining ones included, then from the nodes of `absent` (nodes this one
+//    knew that are not members now: they may be back but not registered yet), before it is
+//    served;
+//  - a partition it serves as primary in both maps is gathered, unfenced and while served, from
+//    the members of `to` that `from` did not have: a node that comes back brings its copies.
 std::vector<PullPlan> plan_pulls(const cluster::ClusterMap* from, const cluster::ClusterMap& to,
-                                 const std::string& self);
+                                 const std::string& self,
+                                 const std::vector<PullPlan::Source>& absent = {});
 
 class Coordinator {
  public:

@@ -112,7 +112,10 @@ asio::awaitable<void> EtcdMembership::run() {
     // The key may outlive a lease etcd still holds (a watch that broke, say): give it up, so
     // that registering again does not wait for it to expire.
     if (ended != 0) co_await client_.revoke(ended);
-    co_await pause(config_.retry);
+    // A lease etcd said was lost (expired, or its key deleted) is replaced at once: etcd
+    // answers, and while this node is not registered, the primaries cannot merge the copies it
+    // holds (issue 23). Only a failure to reach etcd waits before the next attempt.
+    if (!lost_) co_await pause(config_.retry);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <system_error>
@@ -148,6 +149,8 @@ struct Server::Impl {
   // Adopts `map` (checked by the caller) as the one in force: marks what must be pulled,
   // publishes it, starts the pulls. REQUIRES reload_mutex.
   void adopt_locked(const cluster::ClusterMap& map);
+  // Every node id seen in a map adopted so far, with its last address (under reload_mutex).
+  std::map<std::string, std::string> known_nodes;
   // etcd mode: the membership agent's maps, on the coordinator's thread.
   void adopt_from_etcd(const cluster::ClusterMap& map);
   // etcd mode, joining: fetches the partitions this node will own once active
@@ -219,9 +222,24 @@ void Server::Impl::adopt_locked(const cluster::ClusterMap& map) {
   }
   // The partitions this node is to serve but must fetch first are `pulling` before any shard
   // decides by the new map (docs/ARCHITECTURE.md, "Moving partitions").
-  std::vector<PullPlan> plans = plan_pulls(view != nullptr ? &view->map : nullptr, map, self);
+  // Every node this process has seen in a map, but for those that drained away: after every
+  // lease expired, one of them that is back but not registered yet may hold what nobody else
+  // does.
+  for (const cluster::ClusterNode& node : map.nodes()) {
+    if (node.state == cluster::NodeState::kDraining) {
+      known_nodes.erase(node.id);
+    } else {
+      known_nodes[node.id] = node.address;
+    }
+  }
+  std::vector<PullPlan::Source> absent;
+  for (const auto& [id, address] : known_nodes) {
+    if (map.find(id) == nullptr) absent.push_back({id, address, true});
+  }
+  std::vector<PullPlan> plans =
+      plan_pulls(view != nullptr ? &view->map : nullptr, map, self, absent);
   for (const PullPlan& plan : plans) {
-    if (!plan.primary) continue;
+    if (!plan.primary || plan.serving) continue;
     for (const std::uint32_t p : plan.partitions) {
       partition_states->set(p, PartitionServing::kPulling, map.epoch());
     }
@@ -258,6 +276,8 @@ void Server::Impl::warm_up(std::function<void(std::size_t)> done) {
     // node will be primary or replica of there, from those who hold it now.
     if (current != nullptr && current->joined) {
       plans = plan_pulls(&current->map, *current->joined, context.node_id);
+      // Gathers are planned again at the activation, whose map says who is there.
+      std::erase_if(plans, [](const PullPlan& plan) { return plan.gather; });
     }
   }
   if (current == nullptr || coordinator == nullptr) return done(0);

@@ -120,8 +120,12 @@ protocol::ResetStatus ShardEngine::reset(const KeyHash& hash, std::uint64_t now_
 }
 
 void ShardEngine::apply_record(const protocol::WireRecord& record,
-                               std::span<const std::uint64_t> log, std::uint64_t now_ns) {
-  table_.apply_record(from_wire(record), log, now_ns);
+                               std::span<const std::uint64_t> log, std::uint64_t now_ns,
+                               bool stream) {
+  const RecordImage image = from_wire(record);
+  if (table_.apply_record(image, log, now_ns) == ApplyOutcome::kApplied && stream) {
+    noted(image.key);
+  }
 }
 
 void ShardEngine::pull_page(protocol::Bytes& out, std::uint32_t request_id,

@@ -127,9 +127,10 @@ class ShardEngine {
   }
   // Hint: start loading the key's record into cache (CounterTable::prefetch).
   void prefetch_record(const KeyHash& hash) const { table_.prefetch(hash); }
-  // Merges a record from another node into this shard's table.
+  // Merges a record from another node into this shard's table; with `stream`, a record that
+  // changed ours is streamed to the key's replica as a decision's would be.
   void apply_record(const protocol::WireRecord& record, std::span<const std::uint64_t> log,
-                    std::uint64_t now_ns);
+                    std::uint64_t now_ns, bool stream = false);
   // Applies a batch of records (a replica's REPLICATE) with their slots prefetched ahead.
   template <typename HashAt, typename Apply>
   void apply_prefetched(std::size_t n, HashAt hash_at, Apply apply) {

@@ -58,6 +58,8 @@ std::uint64_t expiry_bits(std::uint64_t idle_at_ns) {
   if (idle_at_ns > kExpiryMask) return kExpiryMask;
   return (idle_at_ns + ~kExpiryMask) & kExpiryMask;
 }
+// The earliest idle_at_ns that expiry_bits() rounds up to `expiry` (a multiple of 2^19).
+std::uint64_t idle_floor(std::uint64_t expiry) { return expiry == 0 ? 0 : expiry - ~kExpiryMask; }
 // The meta word after a request that was not a peek and left `decision` behind.
 std::uint64_t make_meta(std::uint8_t tag, std::uint64_t now_ns, std::uint64_t idle_at_ns,
                         const Verdict& decision) {
@@ -1004,9 +1006,14 @@ ApplyOutcome CounterTable::apply_once(const RecordImage& image, std::span<const 
   Record& r = at(seg, probe.pos);
   const bool live = !is_expired(r.meta, now_ns);
   if (live && tag_of(r.meta) == image.algorithm) {
-    const bool image_later = is_log ? newer_log(log, decode_log(r.state).log)
-                                    : !(newer_state(static_cast<Algorithm>(image.algorithm),
-                                                    r.state, image.state) == r.state);
+    // Of two copies, the more consumed one at a common time (core/merge.h). Both expiries are
+    // rounded up alike; a log's period is read from its expiry less that rounding.
+    const std::uint64_t ours_expiry = r.meta & kExpiryMask;
+    const bool image_later =
+        is_log ? prefer_log(LogCopy{log, idle_floor(expiry)}, decode_log(r.state).log,
+                            idle_floor(ours_expiry), now_ns)
+               : prefer_state(static_cast<Algorithm>(image.algorithm),
+                              StateCopy{image.state, expiry}, StateCopy{r.state, ours_expiry});
     if (!image_later) return ApplyOutcome::kKept;
   }
   // The image wins: it is later than ours, of another algorithm, or ours has expired.

@@ -111,12 +111,12 @@ class CounterTable {
                      std::vector<std::uint64_t>& log) const;
   // Merges a record from another node. Absent here (or expired): stored as given, which may
   // evict at the cap as an insert does, and a failure counts in failed_inserts. Present: keeps
-  // the later of the two by newer_state() (newer_log() for sliding logs); under a different
-  // algorithm the image wins. Algorithm 0 erases the key. An image expired at now_ns (or holding
-  // a fresh state) is not stored, but still erases an older record of ours. An applied record
-  // takes the image's expiry and capacity class and the stamp of now_ns; a sliding log gets a
-  // ring of the smallest class that holds it (the next request that needs more moves it).
-  // REQUIRES: a log's timestamps are sorted, oldest first.
+  // the copy more consumed at now_ns by prefer_state() (prefer_log() for sliding logs), which of
+  // one writer's states is the later; under a different algorithm the image wins. Algorithm 0
+  // erases the key. An image expired at now_ns (or holding a fresh state) is not stored, but still
+  // erases an older record of ours. An applied record takes the image's expiry and capacity class
+  // and the stamp of now_ns; a sliding log gets a ring of the smallest class that holds it (the
+  // next request that needs more moves it). REQUIRES: a log's timestamps are sorted, oldest first.
   ApplyOutcome apply_record(const RecordImage& image, std::span<const std::uint64_t> log,
                             std::uint64_t now_ns);
   // A scan for PULL. Visits, in the table's order from `cursor` (0 = the beginning), the records

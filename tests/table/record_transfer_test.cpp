@@ -221,6 +221,23 @@ TEST_CASE("an image of another algorithm replaces the stored record, ring and al
   CHECK(target.TEST_check_invariants());  // the log's ring was released, the new one is owned
 }
 
+TEST_CASE("of two diverged copies the table keeps the more consumed, not the later touched") {
+  for (const Rule& rule : kRules) {
+    INFO(algorithm_name(rule.algorithm));
+    // Node A used the key's whole capacity; node B, which never held it, started it afresh
+    // 400 ms later (one unit), in the same window.
+    CounterTable a(config(1 << 20));
+    CounterTable b(config(1 << 20));
+    decide_ok(a, key(1), rule, Request{kT0, static_cast<std::uint32_t>(rule.capacity())});
+    decide_ok(b, key(1), rule, Request{kT0 + 400 * kMs, 1});
+    const std::uint64_t now = kT0 + 400 * kMs;
+    const Exported from_a = export_of(a, key(1), now);
+    CHECK(apply(a, export_of(b, key(1), now), now) == ApplyOutcome::kKept);
+    CHECK(apply(b, from_a, now) == ApplyOutcome::kApplied);
+    CHECK(same(export_of(b, key(1), now), from_a));
+  }
+}
+
 TEST_CASE("an expired or fresh image is not stored, and it erases an older copy") {
   CounterTable table(config(1 << 20));
   RecordImage image;
@@ -238,17 +255,21 @@ TEST_CASE("an expired or fresh image is not stored, and it erases an older copy"
   CHECK(table.apply_record(fresh, {}, kT0) == ApplyOutcome::kKept);
   CHECK(table.size() == 0);
 
-  // Ours is older and live; the newer image says the key is fresh by now.
-  RecordImage ours = image;
+  // Ours is older and live (window 5 of a fixed window, stored under a rule with a longer
+  // period); the image of window 6 says the key is fresh by now.
+  RecordImage older = image;
+  older.algorithm = static_cast<std::uint8_t>(Algorithm::kFixedWindow);
+  older.state = {5, 1};
+  RecordImage ours = older;
   ours.idle_at_ns = kT0 + kHourMs * kMs;
   REQUIRE(table.apply_record(ours, {}, kT0) == ApplyOutcome::kApplied);
-  RecordImage later = image;
-  later.state = {kT0 + kMs, 1};
+  RecordImage later = older;
+  later.state = {6, 1};
   CHECK(table.apply_record(later, {}, kT0 + 2 * kSec) == ApplyOutcome::kApplied);
   CHECK(table.size() == 0);
   // An older expired image leaves ours alone.
   REQUIRE(table.apply_record(later, {}, kT0) == ApplyOutcome::kApplied);
-  CHECK(table.apply_record(image, {}, kT0) == ApplyOutcome::kKept);
+  CHECK(table.apply_record(older, {}, kT0) == ApplyOutcome::kKept);
   CHECK(table.contains(key(1), kT0));
   CHECK(table.TEST_check_invariants());
 }
