@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string_view>
 
 namespace sluice::cluster {
 
@@ -70,5 +71,38 @@ class MapConfirmation {
   Nanos trust_;
   Nanos deadline_{0};
 };
+
+// Why a node in etcd mode serves nothing as primary now, as STATS ("node.fence_reason") and
+// the log give it; the values are part of STATS (docs/OPERATIONS.md, "Statistics").
+enum class FenceReason : std::uint8_t {
+  kNone = 0,            // the fence is open
+  kLeaseLapsed = 1,     // no keepalive answered in time: the etcd lease may have expired
+  kMapUnconfirmed = 2,  // no read of the member set confirmed the map in time
+  kNoLease = 3,         // no etcd lease: lost, or a session is being opened
+};
+
+// Where `now` stands against the two bounds a node serves under (the earlier one closes the
+// fence): the lease first, since a lapsed lease also stops the reads that confirm the map.
+inline FenceReason fence_reason(std::chrono::nanoseconds now, const LeaseFence& lease,
+                                const MapConfirmation& map) {
+  if (lease.deadline() == std::chrono::nanoseconds::zero()) return FenceReason::kNoLease;
+  if (!lease.alive_at(now)) return FenceReason::kLeaseLapsed;
+  if (now >= map.deadline()) return FenceReason::kMapUnconfirmed;
+  return FenceReason::kNone;
+}
+
+inline std::string_view fence_reason_text(FenceReason reason) {
+  switch (reason) {
+    case FenceReason::kNone:
+      return "serving";
+    case FenceReason::kLeaseLapsed:
+      return "lease may have lapsed";
+    case FenceReason::kMapUnconfirmed:
+      return "map not confirmed";
+    case FenceReason::kNoLease:
+      return "no lease";
+  }
+  return "unknown";
+}
 
 }  // namespace sluice::cluster

@@ -147,6 +147,8 @@ class Client {
 
   // "HOST:PORT" of the member calls start at: the one that answered last.
   std::string current_endpoint() const;
+  // Its index in Config::endpoints.
+  std::size_t current_endpoint_index() const { return start_index(); }
   // "HOST:PORT" of the member the last watch was made on ("" before any).
   std::string watch_endpoint() const;
   // The next watch (and call) starts at the member after the last watch's, which the caller

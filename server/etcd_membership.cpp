@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "cluster/etcd_members.h"
+#include "core/utc_time.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -39,12 +41,17 @@ etcd::Client::Config etcd_config(const MembershipConfig& config) {
 }  // namespace
 
 EtcdMembership::EtcdMembership(asio::io_context& io, MembershipConfig config, Adopt adopt,
-                               WarmUp warm_up, std::atomic<std::uint64_t>& deadline)
+                               WarmUp warm_up, std::atomic<std::uint64_t>& deadline,
+                               std::atomic<std::uint8_t>& fence_reason,
+                               std::atomic<std::uint32_t>& etcd_endpoint)
     : io_(io),
       config_(std::move(config)),
       adopt_(std::move(adopt)),
       warm_up_(std::move(warm_up)),
       deadline_(deadline),
+      fence_reason_(fence_reason),
+      etcd_endpoint_(etcd_endpoint),
+      fence_timer_(io),
       client_(io, etcd_config(config_)),
       fence_(config_.margin),
       map_confirmed_(config_.ttl, config_.margin),
@@ -55,15 +62,57 @@ void EtcdMembership::start() { asio::co_spawn(io_, run(), asio::detached); }
 void EtcdMembership::say(const std::string& message) {
   if (message == last_said_) return;
   last_said_ = message;
-  fmt::print(stderr, "sluiced: etcd: {}\n", message);
+  fmt::print(stderr, "sluiced: etcd: {} {}\n", format_utc_ms(std::chrono::system_clock::now()),
+             message);
 }
 
 void EtcdMembership::publish_fence() {
   const auto deadline = std::min(fence_.deadline(), map_confirmed_.deadline());
   deadline_.store(static_cast<std::uint64_t>(deadline.count()));
+  note_fence();
+}
+
+void EtcdMembership::note_fence() {
+  const auto at = now();
+  const cluster::FenceReason reason = cluster::fence_reason(at, fence_, map_confirmed_);
+  fence_reason_.store(static_cast<std::uint8_t>(reason));
+  if (reason != noted_reason_) {
+    const cluster::FenceReason was = std::exchange(noted_reason_, reason);
+    if (reason == cluster::FenceReason::kNone) {
+      say(ever_open_ ? "serving as primary again" : "fence open: serving as primary");
+      ever_open_ = true;
+    } else if (reason == cluster::FenceReason::kLeaseLapsed) {
+      say(
+          fmt::format("fenced: no keepalive answered since one sent at {} (lease may have "
+                      "lapsed): serving nothing as primary",
+                      format_utc_ms(last_answered_)));
+    } else if (reason == cluster::FenceReason::kMapUnconfirmed &&
+               was != cluster::FenceReason::kNoLease) {
+      say("fenced: no read of the member set confirmed the map in time (map not confirmed): "
+          "serving nothing as primary");
+    }
+    // kNoLease: lose() and stop() say why; a map not yet confirmed in a new session is the
+    // normal way to open one.
+  }
+  // The reason changes by itself only when a bound passes: look again then.
+  std::chrono::nanoseconds next{0};
+  for (const auto bound : {fence_.deadline(), map_confirmed_.deadline()}) {
+    if (bound > at && (next == std::chrono::nanoseconds::zero() || bound < next)) next = bound;
+  }
+  if (next == fence_timer_at_ || stopped_) return;
+  fence_timer_at_ = next;
+  fence_timer_.cancel();
+  if (next == std::chrono::nanoseconds::zero()) return;
+  fence_timer_.expires_after(next - at);
+  fence_timer_.async_wait([this, next](const boost::system::error_code& ec) {
+    if (ec || next != fence_timer_at_) return;
+    fence_timer_at_ = std::chrono::nanoseconds::zero();
+    note_fence();
+  });
 }
 
 void EtcdMembership::note_member() {
+  etcd_endpoint_.store(static_cast<std::uint32_t>(client_.current_endpoint_index()));
   const std::string member = client_.current_endpoint();
   if (member == member_) return;
   say(member_.empty() ? "calls go to etcd member " + member
@@ -121,6 +170,7 @@ asio::awaitable<void> EtcdMembership::run() {
 
 asio::awaitable<bool> EtcdMembership::open_session() {
   const auto sent = now();
+  const auto wall_sent = std::chrono::system_clock::now();
   const auto lease = co_await client_.grant(config_.ttl);
   if (!lease) {
     say("cannot grant a lease: " + lease.error());
@@ -131,6 +181,7 @@ asio::awaitable<bool> EtcdMembership::open_session() {
     co_return false;
   }
   etcd_lease_ = lease->id;
+  last_answered_ = wall_sent;
   fence_.on_answer(sent, std::chrono::seconds(lease->ttl_s));
   publish_fence();
   asio::co_spawn(io_, keepalive_loop(session_), asio::detached);
@@ -169,6 +220,7 @@ asio::awaitable<void> EtcdMembership::keepalive_loop(std::uint64_t session) {
       std::chrono::duration_cast<milliseconds>(config_.ttl) / 4;  // --lease-ttl / 4
   while (current(session) && !lost_) {
     const auto sent = now();
+    const auto wall_sent = std::chrono::system_clock::now();
     const auto ttl = co_await client_.keepalive(etcd_lease_);
     if (!current(session)) break;
     note_member();
@@ -179,6 +231,7 @@ asio::awaitable<void> EtcdMembership::keepalive_loop(std::uint64_t session) {
       lose("etcd says it has expired");
       break;
     } else {
+      last_answered_ = wall_sent;
       fence_.on_answer(sent, std::chrono::seconds(*ttl));
       publish_fence();
     }
@@ -426,6 +479,7 @@ void EtcdMembership::stop(std::function<void()> done) {
   if (cancel_warm_) cancel_warm_();
   fence_.lose();
   publish_fence();
+  fence_timer_.cancel();
   client_.stop_watches();
   const std::int64_t lease = std::exchange(etcd_lease_, 0);
   if (lease == 0) {

@@ -50,13 +50,16 @@ class EtcdMembership {
  public:
   // `adopt` gets each member set read from etcd as a map (on the io thread; it may block while
   // the shards take it). `deadline` is where the fence deadline is published (boottime_now_ns()
-  // units; 0 = not primary), read by every shard.
+  // units; 0 = not primary), read by every shard; `fence_reason` is why the fence is closed
+  // (cluster::FenceReason, kNone while open) and `etcd_endpoint` the index in
+  // MembershipConfig::endpoints of the etcd member calls go to, both for STATS.
   using Adopt = std::function<void(const cluster::ClusterMap&)>;
   // `warm_up(done)`: the node, joining in the map last adopted, fetches the partitions it will
   // own once active and calls done(records) on the io thread (Coordinator::warm_up).
   using WarmUp = std::function<void(std::function<void(std::size_t records)> done)>;
   EtcdMembership(boost::asio::io_context& io, MembershipConfig config, Adopt adopt, WarmUp warm_up,
-                 std::atomic<std::uint64_t>& deadline);
+                 std::atomic<std::uint64_t>& deadline, std::atomic<std::uint8_t>& fence_reason,
+                 std::atomic<std::uint32_t>& etcd_endpoint);
   EtcdMembership(const EtcdMembership&) = delete;
   EtcdMembership& operator=(const EtcdMembership&) = delete;
 
@@ -97,11 +100,14 @@ class EtcdMembership {
   bool current(std::uint64_t session) const { return !stopped_ && session == session_; }
   void lose(const std::string& why);
   void publish_fence();
+  // Logs a change of the fence (closed and why, or open again) once, publishes its reason, and
+  // sets fence_timer_ to look again when the next bound passes.
+  void note_fence();
   // Hands members_ to the server as the map of `revision` (adopted_ becomes members_); false
   // when they make no map.
   bool adopt_members(std::int64_t revision);
-  // Says `message` on stderr unless it was the last thing said (etcd down: one line, not one
-  // every retry).
+  // Says `message` on stderr, after the UTC time, unless it was the last thing said (etcd
+  // down: one line, not one every retry).
   void say(const std::string& message);
 
   boost::asio::io_context& io_;
@@ -110,6 +116,14 @@ class EtcdMembership {
   WarmUp warm_up_;
   std::function<void()> cancel_warm_;  // while warm() waits: ends the wait (stop())
   std::atomic<std::uint64_t>& deadline_;
+  std::atomic<std::uint8_t>& fence_reason_;
+  std::atomic<std::uint32_t>& etcd_endpoint_;
+  boost::asio::steady_timer fence_timer_;
+  std::chrono::nanoseconds fence_timer_at_{0};  // now() units; 0: not set
+  cluster::FenceReason noted_reason_ = cluster::FenceReason::kNoLease;
+  bool ever_open_ = false;
+  // The wall-clock time the last keepalive (or grant) that was answered was sent.
+  std::chrono::system_clock::time_point last_answered_{};
   etcd::Client client_;
   cluster::LeaseFence fence_;
   // The last read that confirmed the map in force; reset at each session, so that a session

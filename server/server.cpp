@@ -481,7 +481,7 @@ void Server::start() {
         impl->coordinator->io(), std::move(*membership),
         [impl](const cluster::ClusterMap& map) { impl->adopt_from_etcd(map); },
         [impl](std::function<void(std::size_t)> done) { impl->warm_up(std::move(done)); },
-        context.fence_deadline_ns);
+        context.fence_deadline_ns, context.fence_reason, context.etcd_endpoint);
     EtcdMembership* agent = impl->membership.get();
     impl->coordinator->run([agent] { agent->start(); });
     context.drain_node = [impl, agent](std::function<void(std::uint64_t, std::string)> done) {

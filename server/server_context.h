@@ -50,6 +50,10 @@ struct ServerContext {
   // lost. `fenced`: the node runs under a fence (set before the shard threads start).
   bool fenced = false;
   std::atomic<std::uint64_t> fence_deadline_ns{0};
+  // etcd mode, for STATS ("node.*"): why the fence is closed (cluster::FenceReason, 0 while
+  // open), and the index in --etcd of the member the node's calls go to.
+  std::atomic<std::uint8_t> fence_reason{3};
+  std::atomic<std::uint32_t> etcd_endpoint{0};
 
   std::atomic<std::uint32_t> connections{0};  // open connections on all shards (max_connections)
 

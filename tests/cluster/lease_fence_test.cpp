@@ -65,3 +65,22 @@ TEST_CASE(
   map.reset();
   CHECK(map.deadline() == MapConfirmation::Nanos::zero());
 }
+
+TEST_CASE("a fence reason names the bound that passed first", "[lease-fence]") {
+  using sluice::cluster::fence_reason;
+  using sluice::cluster::FenceReason;
+  LeaseFence lease(milliseconds(250));
+  MapConfirmation map(seconds(2), milliseconds(250));
+  CHECK(fence_reason(milliseconds(0), lease, map) == FenceReason::kNoLease);
+  lease.on_answer(milliseconds(0), seconds(2));  // alive until 1750 ms
+  CHECK(fence_reason(milliseconds(10), lease, map) == FenceReason::kMapUnconfirmed);
+  map.on_confirmed(milliseconds(100));  // trusted until 1850 ms
+  CHECK(fence_reason(milliseconds(1749), lease, map) == FenceReason::kNone);
+  CHECK(fence_reason(milliseconds(1750), lease, map) == FenceReason::kLeaseLapsed);
+  lease.on_answer(milliseconds(500), seconds(2));  // alive until 2250 ms
+  CHECK(fence_reason(milliseconds(1849), lease, map) == FenceReason::kNone);
+  CHECK(fence_reason(milliseconds(1850), lease, map) == FenceReason::kMapUnconfirmed);
+  CHECK(fence_reason(milliseconds(2250), lease, map) == FenceReason::kLeaseLapsed);
+  lease.lose();
+  CHECK(fence_reason(milliseconds(1000), lease, map) == FenceReason::kNoLease);
+}

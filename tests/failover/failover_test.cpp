@@ -7,6 +7,9 @@
 // gateway's would; the paused node is also watched over a raw connection of its own.
 #include <fmt/core.h>
 
+#include <regex>
+#include <string>
+
 #include <catch2/catch.hpp>
 
 #include "tests/failover/failover_support.h"
@@ -389,6 +392,18 @@ TEST_CASE("etcd mode: with etcd down the primaries stop once their leases may ha
   CHECK(early_errors == 0);
   CHECK(decided_while_expired == 0);
   CHECK(ms(*recovered_at - restarted_at) <= 10'000);
+  // Each node logged, once and with its time, that it was fenced, then that it served again.
+  for (int i = 0; i < 3; ++i) {
+    const std::string log = cluster.log(i);
+    INFO(node_id(i) << "'s log: " << log);
+    const std::size_t fenced = log.find(" fenced: no keepalive answered since ");
+    REQUIRE(fenced != std::string::npos);
+    CHECK(log.find(" fenced: no keepalive answered since ", fenced + 1) == std::string::npos);
+    const std::size_t line = log.rfind('\n', fenced) + 1;
+    CHECK(std::regex_match(log.substr(line, fenced - line),
+                           std::regex(R"(sluiced: etcd: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
+    CHECK(log.find(" serving as primary again", fenced) != std::string::npos);
+  }
   report(
       fmt::format("etcd down {} ms: the first error {} ms after the kill ({}), no decision "
                   "from {} ms until etcd was back, every key served again {} ms after it "
