@@ -417,12 +417,17 @@ void Replicator::lag(std::vector<ReplicaLag>& out) const {
     lag.dropped = node->dropped;
     lag.queued = node->pending.size();
     lag.up = node->control != nullptr && node->control->up();
+    // No control link: nothing was ever queued for the node (flush() makes it).
+    lag.link = node->control == nullptr ? ReplicaLink::kIdle
+               : node->control->up()    ? ReplicaLink::kUp
+                                        : ReplicaLink::kDown;
     SteadyClock::time_point oldest = node->pending.empty() ? now : node->pending_since;
     for (const Link& link : node->shards) {
       for (const Batch& batch : link.in_flight) lag.unacked += batch.keys.size();
       lag.bytes += link.in_flight_bytes;
       if (!link.in_flight.empty()) oldest = std::min(oldest, link.in_flight.front().sent);
       lag.up = lag.up && (link.link == nullptr || link.link->up());
+      if (link.link != nullptr && !link.link->up()) lag.link = ReplicaLink::kDown;
     }
     lag.oldest_ms = static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest).count());

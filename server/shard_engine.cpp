@@ -195,6 +195,7 @@ std::vector<ReplicaLag> ShardEngine::node_lag() const {
       it->dropped += peer.dropped;
       it->oldest_ms = std::max(it->oldest_ms, peer.oldest_ms);
       it->up = it->up && peer.up;
+      it->link = merge_links(it->link, peer.link);
     }
   }
   return lag;
@@ -263,8 +264,16 @@ void ShardEngine::rebuild_stats_snapshot(std::uint64_t now_ns) {
       stats_entries_[(i + 1) * kStats + s].value = value;
     }
   }
-  // Replication lag per replica node, over every shard: "replication.<node>.<name>".
   stats_entries_.resize((shards + 1) * kStats);
+  // etcd mode: the fence, as the membership agent last noted it, and the etcd member in use.
+  if (context_.fenced) {
+    const std::uint64_t reason = context_.fence_reason.load(std::memory_order_relaxed);
+    stats_entries_.push_back({"node.fenced", reason != 0 ? 1u : 0u});
+    stats_entries_.push_back({"node.fence_reason", reason});
+    stats_entries_.push_back(
+        {"node.etcd_endpoint", context_.etcd_endpoint.load(std::memory_order_relaxed)});
+  }
+  // Replication lag per replica node, over every shard: "replication.<node>.<name>".
   if (view_ != nullptr) {
     const auto stall_ms =
         static_cast<std::uint64_t>(context_.config.replication_stall_after.count());
@@ -276,6 +285,7 @@ void ShardEngine::rebuild_stats_snapshot(std::uint64_t now_ns) {
       stats_entries_.push_back({prefix + "bytes", peer.bytes});
       stats_entries_.push_back({prefix + "dropped", peer.dropped});
       stats_entries_.push_back({prefix + "stalled", peer.oldest_ms >= stall_ms ? 1u : 0u});
+      stats_entries_.push_back({prefix + "link", static_cast<std::uint64_t>(peer.link)});
     }
   }
   stats_body_.clear();

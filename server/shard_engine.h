@@ -49,6 +49,15 @@ class ChangeSink {
   ~ChangeSink() = default;
 };
 
+// The links to one replica node (STATS "replication.<node>.link"; the values are part of
+// STATS). Ordered so that over several shards the worst one wins (merge_links()).
+enum class ReplicaLink : std::uint8_t {
+  kIdle = 0,  // no link made: nothing needed sending to the node yet
+  kUp = 1,    // every link made is connected
+  kDown = 2,  // a link made is not connected (never was, or broke)
+};
+inline ReplicaLink merge_links(ReplicaLink a, ReplicaLink b) { return a < b ? b : a; }
+
 // Replication to one replica node, as a shard last saw it (STATS "replication.<node>.*").
 struct ReplicaLag {
   std::string node;
@@ -58,6 +67,7 @@ struct ReplicaLag {
   bool up = false;              // every link it needs is up
   std::uint64_t bytes = 0;      // REPLICATE frames sent, not yet acknowledged
   std::uint64_t dropped = 0;    // records dropped toward it, while in the view
+  ReplicaLink link = ReplicaLink::kIdle;
 };
 
 class ShardEngine {

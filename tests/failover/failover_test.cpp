@@ -7,6 +7,7 @@
 // gateway's would; the paused node is also watched over a raw connection of its own.
 #include <fmt/core.h>
 
+#include <map>
 #include <regex>
 #include <string>
 
@@ -47,6 +48,29 @@ TEST_CASE("etcd mode: the nodes register, agree on one map and route every key")
   INFO("first error: " << first_error);
   CHECK(wrong == 0);
   CHECK(errors == 0);
+  // Every node serves, uses the one etcd member, and has streamed to both others on links that
+  // are up (as its shards last published them, within a few ms).
+  for (int i = 0; i < 3; ++i) {
+    RawClient raw(cluster.host(i), cluster.port(i), 2s);
+    raw.hello();
+    std::map<std::string, std::uint64_t> stats = raw.stats();
+    const auto links_up = [&] {
+      for (int peer = 0; peer < 3; ++peer) {
+        const auto it = stats.find("replication." + node_id(peer) + ".link");
+        if (peer != i && (it == stats.end() || it->second != 1)) return false;
+      }
+      return true;
+    };
+    for (const auto until = SteadyClock::now() + 2s; !links_up() && SteadyClock::now() < until;) {
+      std::this_thread::sleep_for(20ms);  // STATS is rebuilt at most every 100 ms
+      stats = raw.stats();
+    }
+    INFO(node_id(i));
+    CHECK(links_up());
+    CHECK(stats.at("node.fenced") == 0);
+    CHECK(stats.at("node.fence_reason") == 0);
+    CHECK(stats.at("node.etcd_endpoint") == 0);
+  }
 }
 
 TEST_CASE("etcd mode: kill -9 of a primary under load moves its keys to their replica in time") {

@@ -259,7 +259,7 @@ TEST_CASE("a STATS reply sums every shard's counters and lists each shard's own"
 TEST_CASE("the lag a shard publishes is what STATS reports for its replica") {
   Node node;
   node.engine().set_view(two_node_view("a"));
-  std::vector<ReplicaLag> lag{{"b", 5, 2, 40, true}};
+  std::vector<ReplicaLag> lag{{"b", 5, 2, 40, true, 0, 0, ReplicaLink::kUp}};
   node.engine().publish_lag(lag);
   CHECK(node.engine().published_lag().size() == 1);
   protocol::Bytes reply;
@@ -278,7 +278,46 @@ TEST_CASE("the lag a shard publishes is what STATS reports for its replica") {
                                                            {"replication.b.up", 1},
                                                            {"replication.b.bytes", 0},
                                                            {"replication.b.dropped", 0},
-                                                           {"replication.b.stalled", 0}});
+                                                           {"replication.b.stalled", 0},
+                                                           {"replication.b.link", 1}});
+}
+
+TEST_CASE("over several shards the worst link to a replica is the one reported") {
+  CHECK(merge_links(ReplicaLink::kIdle, ReplicaLink::kIdle) == ReplicaLink::kIdle);
+  CHECK(merge_links(ReplicaLink::kIdle, ReplicaLink::kUp) == ReplicaLink::kUp);
+  CHECK(merge_links(ReplicaLink::kUp, ReplicaLink::kIdle) == ReplicaLink::kUp);
+  CHECK(merge_links(ReplicaLink::kUp, ReplicaLink::kDown) == ReplicaLink::kDown);
+  CHECK(merge_links(ReplicaLink::kDown, ReplicaLink::kIdle) == ReplicaLink::kDown);
+}
+
+TEST_CASE("STATS gives the fence and the etcd member of a node in etcd mode only") {
+  Node node;
+  node.engine().set_view(two_node_view("a"));
+  ServerContext& context = node.engine().context();
+  context.config.stats_refresh = std::chrono::milliseconds(0);  // every STATS is built anew
+  const auto stats = [&] {
+    protocol::Bytes reply;
+    node.engine().append_stats_reply(reply, 1, protocol::Framing{});
+    const protocol::DecodeResult decoded = protocol::FrameDecoder(1u << 24).decode(reply);
+    REQUIRE(decoded.status == protocol::DecodeStatus::kOk);
+    std::vector<protocol::StatEntry> entries;
+    REQUIRE(protocol::parse_stats_reply(decoded.frame.body, entries));
+    std::map<std::string, std::uint64_t> out;
+    for (const protocol::StatEntry& e : entries) out[e.name] = e.value;
+    return out;
+  };
+  CHECK(stats().count("node.fenced") == 0);
+  context.fenced = true;
+  context.fence_reason.store(1);
+  context.etcd_endpoint.store(2);
+  const auto fenced = stats();
+  CHECK(fenced.at("node.fenced") == 1);
+  CHECK(fenced.at("node.fence_reason") == 1);
+  CHECK(fenced.at("node.etcd_endpoint") == 2);
+  context.fence_reason.store(0);
+  const auto open = stats();
+  CHECK(open.at("node.fenced") == 0);
+  CHECK(open.at("node.fence_reason") == 0);
 }
 
 TEST_CASE("STATS says a replica is stalled once its oldest unacknowledged change is that old") {
