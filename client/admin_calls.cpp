@@ -146,6 +146,10 @@ std::vector<ReplicationLag> replication_lag(const std::vector<Stat>& stats) {
       it->lag_ms = stat.value;
     } else if (field == "up") {
       it->up = stat.value != 0;
+    } else if (field == "link") {
+      it->link = static_cast<int>(std::min<std::uint64_t>(stat.value, 2));
+    } else if (field == "stalled") {
+      it->stalled = stat.value != 0;
     }
   }
   return out;
@@ -272,6 +276,11 @@ Result<ClusterInfo> Client::cluster() {
   for (std::size_t i = 0; i < out.nodes.size(); ++i) {
     if (stats[i].ok()) {
       out.nodes[i].replication = replication_lag(*stats[i]);
+      for (const Stat& stat : *stats[i]) {
+        const auto value = static_cast<int>(std::min<std::uint64_t>(stat.value, 1u << 30));
+        if (stat.name == "node.fence_reason") out.nodes[i].fence_reason = value;
+        if (stat.name == "node.etcd_endpoint") out.nodes[i].etcd_endpoint = value;
+      }
     } else {
       out.nodes[i].stats_status = stats[i].status();
     }

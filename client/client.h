@@ -164,12 +164,16 @@ struct ClientCounters {
 };
 
 // What one node still has to stream to one peer, from the node's STATS
-// ("replication.<peer>.records", ".lag_ms", ".up").
+// ("replication.<peer>.records", ".lag_ms", ".up", ".link", ".stalled").
 struct ReplicationLag {
   std::string peer;           // the receiving node's id
   std::uint64_t records = 0;  // changed records the peer has not acknowledged yet
   std::uint64_t lag_ms = 0;   // the age of the oldest of them
   bool up = false;            // the node's links to the peer are connected
+  // ".link": 0 idle (no link made: nothing needed sending yet), 1 up, 2 down; -1 when the node
+  // does not say (an older sluiced).
+  int link = -1;
+  bool stalled = false;  // ".stalled": lag_ms is at least the node's --replication-stall-after
 };
 
 // A node of a cluster map, as Client::cluster() reports it.
@@ -184,6 +188,12 @@ struct ClusterNodeInfo {
   // nobody, or when its STATS could not be had (`stats_status` says why).
   std::vector<ReplicationLag> replication;
   Status stats_status;
+  // etcd mode, from its STATS: why it serves nothing as primary ("node.fence_reason": 0 it
+  // serves, 1 its lease may have lapsed, 2 its map is not confirmed, 3 it has no lease), and the
+  // index in its --etcd list of the etcd member it uses ("node.etcd_endpoint"); -1 when it does
+  // not say (not in etcd mode, an older sluiced, or no STATS).
+  int fence_reason = -1;
+  int etcd_endpoint = -1;
 };
 
 // A node's cluster map (CLUSTER). Epoch 0 and no nodes: a node outside any cluster.

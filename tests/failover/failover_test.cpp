@@ -624,6 +624,11 @@ TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a n
                                 i, cluster.seed(i), cluster.port(i) + 1, cluster.port(i) + 2)));
   }
   CHECK_THAT(both.output, Catch::Contains(fmt::format("cluster epoch {}: 3 nodes", map.epoch())));
+  // Each node serves as primary, through the one etcd member it was given.
+  for (int i = 0; i < 3; ++i) {
+    CHECK_THAT(both.output,
+               Catch::Contains(fmt::format("  node-{}  serving as primary; etcd member 0\n", i)));
+  }
 
   // A dead node's record goes with its lease; etcd's view is there even when the seed is not.
   cluster.kill9(2);

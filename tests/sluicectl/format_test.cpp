@@ -181,20 +181,84 @@ TEST_CASE("cluster: the epoch, a row per node with its shares, then each node's 
         "  node-three  streams to no peer\n");
 }
 
+// three_nodes() in etcd mode: n1 serves, its link to n2 up and to node-three idle; n2 has no
+// STATS; node-three is fenced, its link to n1 down and stalled.
+ClusterInfo three_etcd_nodes() {
+  ClusterInfo info = three_nodes();
+  info.nodes[0].fence_reason = 0;
+  info.nodes[0].etcd_endpoint = 0;
+  info.nodes[0].replication = {{"n2", 0, 0, true, 1, false}, {"node-three", 0, 0, false, 0, false}};
+  info.nodes[2].fence_reason = 1;
+  info.nodes[2].etcd_endpoint = 2;
+  info.nodes[2].replication = {{"n1", 40, 1500, false, 2, true}};
+  return info;
+}
+
+TEST_CASE("cluster in etcd mode: who serves or is fenced and why and each link idle up or down",
+          "[format]") {
+  const std::string table =
+      "cluster epoch 4: 3 nodes, 65536 partitions, 4096 points per node (asked "
+      "127.0.0.1:17430)\n"
+      "node        address          state      primary   replica\n"
+      "n1          127.0.0.1:17420  active       33.4%     33.6%\n"
+      "n2          127.0.0.1:17430  draining     33.3%     33.3%\n"
+      "node-three  127.0.0.1:17440  active       33.3%     33.1%\n"
+      "serving (from each node's STATS; etcd member: its index in that node's --etcd)\n";
+  const std::string replication =
+      "replication (from each node's STATS: records not yet acknowledged, oldest age)\n"
+      "  n1         -> n2          0 records  0 ms  up\n"
+      "  n1         -> node-three  0 records  0 ms  idle\n"
+      "  n2          unknown: timeout: no STATS reply\n"
+      "  node-three -> n1          40 records  1500 ms  down, stalled\n";
+  CHECK(format_cluster(three_etcd_nodes(), "127.0.0.1:17430", false) ==
+        table +
+            "  n1          serving as primary; etcd member 0\n"
+            "  n2          unknown: timeout: no STATS reply\n"
+            "  node-three  fenced: serving nothing as primary (lease may have lapsed); etcd "
+            "member 2\n" +
+            replication);
+  // etcd holds no record of node-three: its lease is gone, the map not yet changed.
+  const std::vector<std::string> in_etcd = {"n1", "n2"};
+  CHECK(format_cluster(three_etcd_nodes(), "127.0.0.1:17430", false, &in_etcd) ==
+        table +
+            "  n1          serving as primary; etcd member 0\n"
+            "  n2          unknown: timeout: no STATS reply\n"
+            "  node-three  lease gone, keys not yet moved (no record in etcd); fenced: serving "
+            "nothing as primary (lease may have lapsed); etcd member 2\n" +
+            replication);
+}
+
+TEST_CASE("cluster in JSON in etcd mode: the fence the etcd member and the links", "[format]") {
+  const std::vector<std::string> in_etcd = {"n1", "n2"};
+  const std::string out = format_cluster(three_etcd_nodes(), "127.0.0.1:17430", true, &in_etcd);
+  CHECK_THAT(out, Catch::Contains(R"("fenced":false,"fence_reason":0,"etcd_endpoint":0,)"
+                                  R"("in_etcd":true,"replication":[{"peer":"n2","records":0,)"
+                                  R"("lag_ms":0,"up":true,"link":"up","stalled":false},)"
+                                  R"({"peer":"node-three","records":0,"lag_ms":0,"up":false,)"
+                                  R"("link":"idle","stalled":false}])"));
+  CHECK_THAT(out, Catch::Contains(R"("fenced":true,"fence_reason":1,"etcd_endpoint":2,)"
+                                  R"("in_etcd":false,"replication":[{"peer":"n1","records":40,)"
+                                  R"("lag_ms":1500,"up":false,"link":"down","stalled":true}])"));
+}
+
 TEST_CASE("cluster in JSON: the map, each node's shares in percent, its lag and STATS error",
           "[format]") {
   CHECK(format_cluster(three_nodes(), "127.0.0.1:17430", true) ==
         R"({"epoch":4,"clustered":true,"partitions":65536,"vnodes_per_node":4096,"self":"n2",)"
         R"("nodes":[{"id":"n1","address":"127.0.0.1:17420","state":"active",)"
         R"("primary_partitions":21888,"replica_partitions":22020,"primary_share":33.40,)"
-        R"("replica_share":33.60,"replication":[{"peer":"n2","records":0,"lag_ms":0,"up":true},)"
-        R"({"peer":"node-three","records":12,"lag_ms":340,"up":false}],"stats_error":null},)"
+        R"("replica_share":33.60,"fenced":null,"fence_reason":null,"etcd_endpoint":null,)"
+        R"("in_etcd":null,"replication":[{"peer":"n2","records":0,"lag_ms":0,"up":true,)"
+        R"("link":null,"stalled":false},{"peer":"node-three","records":12,"lag_ms":340,)"
+        R"("up":false,"link":null,"stalled":false}],"stats_error":null},)"
         R"({"id":"n2","address":"127.0.0.1:17430","state":"draining","primary_partitions":21824,)"
         R"("replica_partitions":21824,"primary_share":33.30,"replica_share":33.30,)"
+        R"("fenced":null,"fence_reason":null,"etcd_endpoint":null,"in_etcd":null,)"
         R"("replication":[],"stats_error":"timeout: no STATS reply"},)"
         R"({"id":"node-three","address":"127.0.0.1:17440","state":"active",)"
         R"("primary_partitions":21824,"replica_partitions":21700,"primary_share":33.30,)"
-        R"("replica_share":33.11,"replication":[],"stats_error":null}]})"
+        R"("replica_share":33.11,"fenced":null,"fence_reason":null,"etcd_endpoint":null,)"
+        R"("in_etcd":null,"replication":[],"stats_error":null}]})"
         "\n");
 }
 

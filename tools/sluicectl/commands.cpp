@@ -21,7 +21,9 @@ namespace {
 
 void write(std::FILE* out, const std::string& text) { std::fputs(text.c_str(), out); }
 
-int run_nodes(const CtlOptions& o, std::FILE* out, std::FILE* err) {
+// `etcd_ids`: the node ids etcd holds records of, when --etcd was read.
+int run_nodes(const CtlOptions& o, const std::vector<std::string>* etcd_ids, std::FILE* out,
+              std::FILE* err) {
   ClientOptions options;
   options.servers = o.servers;
   options.timeout = std::chrono::milliseconds(o.timeout_ms);
@@ -61,7 +63,7 @@ int run_nodes(const CtlOptions& o, std::FILE* out, std::FILE* err) {
   if (o.command == "cluster") {
     auto info = client.cluster();
     if (!info.ok()) return fail(err, info.status().to_string());
-    write(out, format_cluster(*info, client.server_info().endpoint, o.json));
+    write(out, format_cluster(*info, client.server_info().endpoint, o.json, etcd_ids));
     return kExitOk;
   }
   if (o.command == "cluster reload") {
@@ -106,18 +108,22 @@ int fail(std::FILE* err, std::string_view message) {
 
 int run_command(const CtlOptions& o, std::FILE* out, std::FILE* err) {
   bool etcd_ok = true;
+  std::vector<std::string> etcd_ids;
   if (!o.etcd.empty()) {
     const auto view =
         fetch_etcd_view(o.etcd, o.cluster_name, std::chrono::milliseconds(o.timeout_ms));
     if (view) {
       write(out, format_etcd_view(o.etcd, o.cluster_name, *view, o.json));
+      for (const EtcdMember& member : view->members) {
+        if (member.problem.empty()) etcd_ids.push_back(member.id);
+      }
     } else {
       etcd_ok = false;
       fail(err, view.error());
     }
     if (!o.json) write(out, "\n");
   }
-  const int status = run_nodes(o, out, err);
+  const int status = run_nodes(o, etcd_ok && !o.etcd.empty() ? &etcd_ids : nullptr, out, err);
   return etcd_ok ? status : kExitError;
 }
 

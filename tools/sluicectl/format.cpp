@@ -8,6 +8,7 @@
 #include <map>
 
 #include "cli/json_writer.h"
+#include "cluster/lease_fence.h"
 #include "core/rule.h"
 #include "tools/sluicectl/options.h"
 
@@ -32,6 +33,52 @@ std::string percent(std::uint32_t part, std::uint32_t whole) {
 double share(std::uint32_t part, std::uint32_t whole) {
   return whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / whole;
 }
+
+// A node's fence, from node.fence_reason (cluster::FenceReason; -1: not reported).
+std::string fence_text(const client::ClusterNodeInfo& n) {
+  if (n.fence_reason < 0) {
+    return n.stats_status.ok() ? std::string("no fence reported (not in etcd mode?)")
+                               : "unknown: " + n.stats_status.to_string();
+  }
+  if (n.fence_reason == 0) return "serving as primary";
+  return fmt::format(
+      "fenced: serving nothing as primary ({})",
+      cluster::fence_reason_text(static_cast<cluster::FenceReason>(std::min(n.fence_reason, 255))));
+}
+
+// A replica link, from replication.<peer>.link, or .up from an older node.
+std::string link_text(const client::ReplicationLag& lag) {
+  std::string out;
+  switch (lag.link) {
+    case 0:
+      out = "idle";
+      break;
+    case 1:
+      out = "up";
+      break;
+    case 2:
+      out = "down";
+      break;
+    default:
+      out = lag.up ? "up" : "not connected";
+  }
+  return lag.stalled ? out + ", stalled" : out;
+}
+
+std::string json_link(int link) {
+  switch (link) {
+    case 0:
+      return "\"idle\"";
+    case 1:
+      return "\"up\"";
+    case 2:
+      return "\"down\"";
+    default:
+      return "null";
+  }
+}
+
+std::string json_int(int value) { return value < 0 ? std::string("null") : std::to_string(value); }
 
 }  // namespace
 
@@ -168,7 +215,13 @@ std::string format_stats(const std::vector<Stat>& stats, bool json) {
   return out;
 }
 
-std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, bool json) {
+std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, bool json,
+                           const std::vector<std::string>* etcd_ids) {
+  // With etcd's records: false for a node the map lists but etcd no longer holds.
+  const auto in_etcd = [&](const client::ClusterNodeInfo& n) {
+    return etcd_ids == nullptr ||
+           std::find(etcd_ids->begin(), etcd_ids->end(), n.id) != etcd_ids->end();
+  };
   if (json) {
     std::string out = fmt::format(
         "{{\"epoch\":{},\"clustered\":{},\"partitions\":{},\"vnodes_per_node\":{},\"self\":{},"
@@ -180,15 +233,21 @@ std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, b
       out += fmt::format(
           "{}{{\"id\":{},\"address\":{},\"state\":{},\"primary_partitions\":{},"
           "\"replica_partitions\":{},\"primary_share\":{:.2f},\"replica_share\":{:.2f},"
+          "\"fenced\":{},\"fence_reason\":{},\"etcd_endpoint\":{},\"in_etcd\":{},"
           "\"replication\":[",
           i == 0 ? "" : ",", json_string(n.id), json_string(n.address), json_string(n.state),
           n.primary_partitions, n.replica_partitions, share(n.primary_partitions, info.partitions),
-          share(n.replica_partitions, info.partitions));
+          share(n.replica_partitions, info.partitions),
+          n.fence_reason < 0 ? "null" : (n.fence_reason == 0 ? "false" : "true"),
+          json_int(n.fence_reason), json_int(n.etcd_endpoint),
+          etcd_ids == nullptr ? "null" : (in_etcd(n) ? "true" : "false"));
       for (std::size_t p = 0; p < n.replication.size(); ++p) {
         const auto& lag = n.replication[p];
-        out +=
-            fmt::format("{}{{\"peer\":{},\"records\":{},\"lag_ms\":{},\"up\":{}}}",
-                        p == 0 ? "" : ",", json_string(lag.peer), lag.records, lag.lag_ms, lag.up);
+        out += fmt::format(
+            "{}{{\"peer\":{},\"records\":{},\"lag_ms\":{},\"up\":{},\"link\":{},"
+            "\"stalled\":{}}}",
+            p == 0 ? "" : ",", json_string(lag.peer), lag.records, lag.lag_ms, lag.up,
+            json_link(lag.link), lag.stalled);
       }
       out += fmt::format("],\"stats_error\":{}}}", n.stats_status.ok()
                                                        ? std::string("null")
@@ -216,6 +275,19 @@ std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, b
                        address_width, n.state, percent(n.primary_partitions, info.partitions),
                        percent(n.replica_partitions, info.partitions));
   }
+  // etcd mode (a node reports its fence, or etcd was read): whether each node serves.
+  const bool etcd_mode =
+      etcd_ids != nullptr || std::any_of(info.nodes.begin(), info.nodes.end(),
+                                         [](const auto& n) { return n.fence_reason >= 0; });
+  if (etcd_mode) {
+    out += "serving (from each node's STATS; etcd member: its index in that node's --etcd)\n";
+    for (const auto& n : info.nodes) {
+      std::string line = fence_text(n);
+      if (n.etcd_endpoint >= 0) line += fmt::format("; etcd member {}", n.etcd_endpoint);
+      if (!in_etcd(n)) line = "lease gone, keys not yet moved (no record in etcd); " + line;
+      out += fmt::format("  {:<{}}  {}\n", n.id, id_width, line);
+    }
+  }
   out += "replication (from each node's STATS: records not yet acknowledged, oldest age)\n";
   for (const auto& n : info.nodes) {
     if (!n.stats_status.ok()) {
@@ -225,7 +297,7 @@ std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, b
     if (n.replication.empty()) out += fmt::format("  {:<{}}  streams to no peer\n", n.id, id_width);
     for (const auto& lag : n.replication) {
       out += fmt::format("  {:<{}} -> {:<{}}  {} records  {} ms  {}\n", n.id, id_width, lag.peer,
-                         id_width, lag.records, lag.lag_ms, lag.up ? "up" : "not connected");
+                         id_width, lag.records, lag.lag_ms, link_text(lag));
     }
   }
   return out;

@@ -31,9 +31,13 @@ std::string format_reset(std::string_view key, bool existed, bool json);
 // counter is listed after the table. JSON: {"total":{..},"shards":[{..},..],"other":{..}}.
 std::string format_stats(const std::vector<client::Stat>& stats, bool json);
 
-// cluster: the map of the node at `endpoint` (the seed), each node's share of the ring and its
-// replication lag per peer; a node outside any cluster says so.
-std::string format_cluster(const client::ClusterInfo& info, std::string_view endpoint, bool json);
+// cluster: the map of the node at `endpoint` (the seed), each node's share of the ring, in etcd
+// mode whether it serves as primary (or is fenced, and why) and its etcd member, and its
+// replication per peer (lag, link idle, up or down, stalled); a node outside any cluster says so.
+// `etcd_ids` (cluster --etcd): the node ids etcd holds a record of; a node of the map without
+// one has lost its lease while its keys have not moved yet.
+std::string format_cluster(const client::ClusterInfo& info, std::string_view endpoint, bool json,
+                           const std::vector<std::string>* etcd_ids = nullptr);
 
 // cluster reload: a line per node (reloaded, refused, or the error), or one JSON object with
 // the counts of refusals and failures.
