@@ -21,6 +21,7 @@
 #include "cluster/etcd_members.h"
 #include "cluster/membership_file.h"
 #include "cluster/node.h"
+#include "core/utc_time.h"
 #include "net/host_port.h"
 #include "server/cluster_view.h"
 #include "server/coordinator.h"
@@ -260,8 +261,9 @@ void Server::Impl::adopt_from_etcd(const cluster::ClusterMap& map) {
   // Epochs only grow; the same member set under a later revision changes nothing.
   if (map.epoch() <= current.epoch() || same_members(map, current)) return;
   const cluster::ClusterNode* self = map.find(context.node_id);
-  fmt::print(stderr, "sluiced: etcd: epoch {}: {} members, {} active; this node {}\n", map.epoch(),
-             map.nodes().size(), map.ring().nodes().size(),
+  fmt::print(stderr, "sluiced: etcd: {} epoch {}: {} members, {} active; this node {}\n",
+             format_utc_ms(std::chrono::system_clock::now()), map.epoch(), map.nodes().size(),
+             map.ring().nodes().size(),
              self != nullptr ? cluster::node_state_name(self->state) : "absent");
   adopt_locked(map);
 }
