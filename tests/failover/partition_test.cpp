@@ -237,6 +237,10 @@ TEST_CASE("partition: a primary cut off from its replica keeps serving and its r
   const auto backlog = unreplicated(cluster, kVictim);
   REQUIRE(backlog.has_value());
   const auto victim_stats = stats_of(cluster, kVictim);
+  // Bounded: per replica node and shard at most the queue (65,536 records) plus one window in
+  // flight (1 MiB, records of 48 bytes at least; docs/ARCHITECTURE.md, "Back-pressure").
+  constexpr std::uint64_t kPerLink = 65'536 + (1u << 20) / 48;
+  CHECK(*backlog <= 2 * kShards * kPerLink);
   heal_peers();
   const long long caught_up_ms = wait_replicated(cluster, kVictim, 10s);
 
