@@ -310,6 +310,18 @@ inline void settle(client::Client& client, const std::vector<std::string>& keys,
   REQUIRE(left == 0);
 }
 
+// Keys whose primary in `map` is node `node`: `count` of them, named prefix + number.
+inline std::vector<std::string> keys_of(const cluster::ClusterMap& map, int node, std::size_t count,
+                                        const std::string& prefix) {
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < count && i < 100'000; ++i) {
+    const std::string key = prefix + std::to_string(i);
+    if (node_number(map.primary_of(hash_key(key))->id) == node) keys.push_back(key);
+  }
+  REQUIRE(keys.size() == count);
+  return keys;
+}
+
 inline std::vector<std::string> key_names(int n, const std::string& prefix) {
   std::vector<std::string> out;
   for (int i = 0; i < n; ++i) out.push_back(prefix + std::to_string(i));

@@ -247,12 +247,7 @@ TEST_CASE("etcd mode: a primary paused past its lease answers nothing as primary
   const cluster::ClusterMap before = cluster.wait_for_all();
   constexpr int kVictim = 1;
   // Keys node-1 is the primary of, exhausted before the pause over node-1's own connection.
-  std::vector<std::string> keys;
-  for (int i = 0; keys.size() < 20 && i < 10'000; ++i) {
-    const std::string key = "pause:" + std::to_string(i);
-    if (node_number(before.primary_of(hash_key(key))->id) == kVictim) keys.push_back(key);
-  }
-  REQUIRE(keys.size() == 20);
+  const std::vector<std::string> keys = keys_of(before, kVictim, 20, "pause:");
   const Rule rule = hourly(3);
   RawClient raw(cluster.port(kVictim), 10s);
   raw.hello();

@@ -19,18 +19,6 @@
 namespace sluice::test {
 namespace {
 
-// Keys whose primary in `map` is node `node`: `count` of them, named prefix + number.
-std::vector<std::string> keys_of(const cluster::ClusterMap& map, int node, std::size_t count,
-                                 const std::string& prefix) {
-  std::vector<std::string> keys;
-  for (int i = 0; keys.size() < count && i < 100'000; ++i) {
-    const std::string key = prefix + std::to_string(i);
-    if (node_number(map.primary_of(hash_key(key))->id) == node) keys.push_back(key);
-  }
-  REQUIRE(keys.size() == count);
-  return keys;
-}
-
 // Node i's STATS, or an empty map when it does not answer within 1 s.
 std::map<std::string, std::uint64_t> stats_of(const EtcdCluster& cluster, int i) {
   try {
