@@ -67,12 +67,15 @@ TEST_CASE(
   }
 }
 
-TEST_CASE(
-    "3-member etcd: kill -9 of the etcd leader under load: keys are UNAVAILABLE only "
-    "while a new leader is elected") {
+// The etcd leader fails under load (300 keys, one acquire at a time): killed (its sockets
+// close) or frozen (SIGSTOP: a host that hangs, no FIN). `first_leads`: member 0, the first URL
+// of every node's list (the member each node talks to), is made the leader first. Returns the
+// longest any key went without a decision after the fault, in ms; reports every figure.
+long long leader_fault(bool freeze, bool first_leads = false) {
   EtcdQuorum etcd;
   EtcdCluster cluster(3, -1, &etcd);
   cluster.wait_for_all();
+  if (first_leads) REQUIRE(etcd.make_leader(0));
   auto client = connect_client(cluster, 0);
   const std::vector<std::string> keys = key_names(300, "leader:");
   const std::vector<Rule> rules(keys.size(), hourly(1'000'000));
@@ -104,7 +107,11 @@ TEST_CASE(
   run(1s);
   const std::vector<long long> before = longest;
   std::fill(longest.begin(), longest.end(), 0);
-  etcd.member(leader).kill9();
+  if (freeze) {
+    etcd.freeze(leader);
+  } else {
+    etcd.member(leader).kill9();
+  }
   // Long enough for an election (etcd's default election timeout is 1 s, randomized up to 2 s)
   // and for every fence to have reopened.
   run(6s);
@@ -118,16 +125,34 @@ TEST_CASE(
   const long long worst = *std::max_element(longest.begin(), longest.end());
   const long long worst_before = *std::max_element(before.begin(), before.end());
   std::vector<long long> gaps = longest;
-  report(
-      fmt::format("kill -9 of the etcd leader (member {} of 3) under load: the longest any "
-                  "key went without a decision {} ms (median key {} ms; {} ms before the "
-                  "kill); {} calls failed (first: {}); leader now member {}",
-                  leader + 1, worst, static_cast<long long>(median_ms(gaps)), worst_before, errors,
-                  first_error.empty() ? "none" : first_error, new_leader + 1));
+  report(fmt::format(
+      "{} of the etcd leader (member {} of 3{}) under load: the longest any key went without a "
+      "decision {} ms (median key {} ms; {} ms before the fault); {} calls failed (first: {}); "
+      "leader now member {}",
+      freeze ? "SIGSTOP" : "kill -9", leader + 1,
+      leader == 0 ? ", the one every node talks to" : ", not the one the nodes talk to", worst,
+      static_cast<long long>(median_ms(gaps)), worst_before, errors,
+      first_error.empty() ? "none" : first_error, new_leader + 1));
   // Leases survive a leader change: the same map, no failover.
   const cluster::ClusterMap map = cluster.wait_for_all();
   CHECK(map.ring().nodes().size() == 3);
-  CHECK(worst <= 1000 + ms(kSlowBuildMargin));
+  if (freeze) etcd.thaw(leader);
+  return worst;
+}
+
+TEST_CASE(
+    "3-member etcd: kill -9 of the etcd leader under load: keys are UNAVAILABLE only "
+    "while a new leader is elected") {
+  CHECK(leader_fault(/*freeze=*/false) <= 1000 + ms(kSlowBuildMargin));
+}
+
+// A frozen leader answers nothing until the other two elect another (etcd's election timeout);
+// a node whose last renewal is older than TTL - margin by then closes its fence meanwhile, so
+// keys may wait up to about TTL + the election. Hidden (a measurement for docs/RELIABILITY.md,
+// and the fault tests' CI time is spent): `build/bin/failover_tests "[frozen-leader]"`.
+TEST_CASE("3-member etcd: the etcd leader frozen under load", "[.][frozen-leader]") {
+  const bool first_leads = GENERATE(true, false);
+  CHECK(leader_fault(/*freeze=*/true, first_leads) <= ms(kTtl + 2s + kSlowBuildMargin));
 }
 
 // The 20-kill loop of "Failover with etcd" against the 3-member etcd (hidden: about 2 minutes;

@@ -628,7 +628,8 @@ TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a n
   // Each node serves as primary, through the one etcd member it was given.
   for (int i = 0; i < 3; ++i) {
     CHECK_THAT(both.output,
-               Catch::Contains(fmt::format("  node-{}  serving as primary; etcd member 0\n", i)));
+               Catch::Contains(fmt::format("  node-{}  serving as primary; etcd member 0 ({})\n", i,
+                                           cluster.etcd().url())));
   }
 
   // A dead node's record goes with its lease; etcd's view is there even when the seed is not.

@@ -310,6 +310,21 @@ TEST_CASE("partition: every node cut off from etcd for twice the TTL decides not
   }
   CHECK(late_decisions == 0);
   CHECK(refusals > 0);
+  // etcd has deleted every record with its lease, while the map, which only a registered node
+  // changes, still lists all three: the operator's view says so (sluicectl runs on 127.0.0.1,
+  // which still reaches etcd and the nodes).
+  const Run view = run_command(
+      fmt::format("'{}' --servers {} --timeout 500ms --etcd {} --cluster-name failover cluster",
+                  SLUICECTL_PATH, cluster.seed(0), cluster.etcd().url()));
+  INFO(view.output);
+  CHECK(view.status == 0);
+  CHECK_THAT(view.output, Catch::Contains("0 member records"));
+  for (int i = 0; i < 3; ++i) {
+    CHECK_THAT(view.output, Catch::Contains(fmt::format(
+                                "  node-{}  lease gone, keys not yet moved (no record in etcd); "
+                                "fenced: serving nothing as primary",
+                                i)));
+  }
   const auto healed_at = SteadyClock::now();
   network->heal();
   // Their leases expired meanwhile: the nodes register again, and agree on a newer map.

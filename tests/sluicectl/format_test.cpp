@@ -202,8 +202,7 @@ TEST_CASE("cluster in etcd mode: who serves or is fenced and why and each link i
       "node        address          state      primary   replica\n"
       "n1          127.0.0.1:17420  active       33.4%     33.6%\n"
       "n2          127.0.0.1:17430  draining     33.3%     33.3%\n"
-      "node-three  127.0.0.1:17440  active       33.3%     33.1%\n"
-      "serving (from each node's STATS; etcd member: its index in that node's --etcd)\n";
+      "node-three  127.0.0.1:17440  active       33.3%     33.1%\n";
   const std::string replication =
       "replication (from each node's STATS: records not yet acknowledged, oldest age)\n"
       "  n1         -> n2          0 records  0 ms  up\n"
@@ -211,17 +210,20 @@ TEST_CASE("cluster in etcd mode: who serves or is fenced and why and each link i
       "  n2          unknown: timeout: no STATS reply\n"
       "  node-three -> n1          40 records  1500 ms  down, stalled\n";
   CHECK(format_cluster(three_etcd_nodes(), "127.0.0.1:17430", false) ==
-        table +
+        table + "serving (from each node's STATS; etcd member: its index in that node's --etcd)\n" +
             "  n1          serving as primary; etcd member 0\n"
             "  n2          unknown: timeout: no STATS reply\n"
             "  node-three  fenced: serving nothing as primary (lease may have lapsed); etcd "
             "member 2\n" +
             replication);
-  // etcd holds no record of node-three: its lease is gone, the map not yet changed.
-  const std::vector<std::string> in_etcd = {"n1", "n2"};
-  CHECK(format_cluster(three_etcd_nodes(), "127.0.0.1:17430", false, &in_etcd) ==
+  // etcd holds no record of node-three: its lease is gone, the map not yet changed. sluicectl's
+  // --etcd names members 0 and 1: node-three's member 2 has no URL to show.
+  const EtcdSide etcd = {{"n1", "n2"}, {"http://10.0.0.1:2379", "http://10.0.0.2:2379"}};
+  CHECK(format_cluster(three_etcd_nodes(), "127.0.0.1:17430", false, &etcd) ==
         table +
-            "  n1          serving as primary; etcd member 0\n"
+            "serving (from each node's STATS; etcd member: its index in that node's --etcd, with "
+            "the URL at that index of sluicectl's --etcd)\n"
+            "  n1          serving as primary; etcd member 0 (http://10.0.0.1:2379)\n"
             "  n2          unknown: timeout: no STATS reply\n"
             "  node-three  lease gone, keys not yet moved (no record in etcd); fenced: serving "
             "nothing as primary (lease may have lapsed); etcd member 2\n" +
@@ -229,37 +231,43 @@ TEST_CASE("cluster in etcd mode: who serves or is fenced and why and each link i
 }
 
 TEST_CASE("cluster in JSON in etcd mode: the fence the etcd member and the links", "[format]") {
-  const std::vector<std::string> in_etcd = {"n1", "n2"};
-  const std::string out = format_cluster(three_etcd_nodes(), "127.0.0.1:17430", true, &in_etcd);
-  CHECK_THAT(out, Catch::Contains(R"("fenced":false,"fence_reason":0,"etcd_endpoint":0,)"
-                                  R"("in_etcd":true,"replication":[{"peer":"n2","records":0,)"
-                                  R"("lag_ms":0,"up":true,"link":"up","stalled":false},)"
-                                  R"({"peer":"node-three","records":0,"lag_ms":0,"up":false,)"
-                                  R"("link":"idle","stalled":false}])"));
-  CHECK_THAT(out, Catch::Contains(R"("fenced":true,"fence_reason":1,"etcd_endpoint":2,)"
-                                  R"("in_etcd":false,"replication":[{"peer":"n1","records":40,)"
-                                  R"("lag_ms":1500,"up":false,"link":"down","stalled":true}])"));
+  const EtcdSide etcd = {{"n1", "n2"}, {"http://10.0.0.1:2379"}};
+  const std::string out = format_cluster(three_etcd_nodes(), "127.0.0.1:17430", true, &etcd);
+  CHECK_THAT(
+      out,
+      Catch::Contains(
+          R"("fenced":false,"fence_reason":0,"etcd_endpoint":0,)"
+          R"("etcd_url":"http://10.0.0.1:2379","in_etcd":true,"replication":[{"peer":"n2","records":0,)"
+          R"("lag_ms":0,"up":true,"link":"up","stalled":false},)"
+          R"({"peer":"node-three","records":0,"lag_ms":0,"up":false,)"
+          R"("link":"idle","stalled":false}])"));
+  CHECK_THAT(out, Catch::Contains(
+                      R"("fenced":true,"fence_reason":1,"etcd_endpoint":2,)"
+                      R"("etcd_url":null,"in_etcd":false,"replication":[{"peer":"n1","records":40,)"
+                      R"("lag_ms":1500,"up":false,"link":"down","stalled":true}])"));
 }
 
 TEST_CASE("cluster in JSON: the map, each node's shares in percent, its lag and STATS error",
           "[format]") {
-  CHECK(format_cluster(three_nodes(), "127.0.0.1:17430", true) ==
-        R"({"epoch":4,"clustered":true,"partitions":65536,"vnodes_per_node":4096,"self":"n2",)"
-        R"("nodes":[{"id":"n1","address":"127.0.0.1:17420","state":"active",)"
-        R"("primary_partitions":21888,"replica_partitions":22020,"primary_share":33.40,)"
-        R"("replica_share":33.60,"fenced":null,"fence_reason":null,"etcd_endpoint":null,)"
-        R"("in_etcd":null,"replication":[{"peer":"n2","records":0,"lag_ms":0,"up":true,)"
-        R"("link":null,"stalled":false},{"peer":"node-three","records":12,"lag_ms":340,)"
-        R"("up":false,"link":null,"stalled":false}],"stats_error":null},)"
-        R"({"id":"n2","address":"127.0.0.1:17430","state":"draining","primary_partitions":21824,)"
-        R"("replica_partitions":21824,"primary_share":33.30,"replica_share":33.30,)"
-        R"("fenced":null,"fence_reason":null,"etcd_endpoint":null,"in_etcd":null,)"
-        R"("replication":[],"stats_error":"timeout: no STATS reply"},)"
-        R"({"id":"node-three","address":"127.0.0.1:17440","state":"active",)"
-        R"("primary_partitions":21824,"replica_partitions":21700,"primary_share":33.30,)"
-        R"("replica_share":33.11,"fenced":null,"fence_reason":null,"etcd_endpoint":null,)"
-        R"("in_etcd":null,"replication":[],"stats_error":null}]})"
-        "\n");
+  CHECK(
+      format_cluster(three_nodes(), "127.0.0.1:17430", true) ==
+      R"({"epoch":4,"clustered":true,"partitions":65536,"vnodes_per_node":4096,"self":"n2",)"
+      R"("nodes":[{"id":"n1","address":"127.0.0.1:17420","state":"active",)"
+      R"("primary_partitions":21888,"replica_partitions":22020,"primary_share":33.40,)"
+      R"("replica_share":33.60,"fenced":null,"fence_reason":null,"etcd_endpoint":null,)"
+      R"("etcd_url":null,"in_etcd":null,"replication":[{"peer":"n2","records":0,"lag_ms":0,"up":true,)"
+      R"("link":null,"stalled":false},{"peer":"node-three","records":12,"lag_ms":340,)"
+      R"("up":false,"link":null,"stalled":false}],"stats_error":null},)"
+      R"({"id":"n2","address":"127.0.0.1:17430","state":"draining","primary_partitions":21824,)"
+      R"("replica_partitions":21824,"primary_share":33.30,"replica_share":33.30,)"
+      R"("fenced":null,"fence_reason":null,"etcd_endpoint":null,"etcd_url":null,)"
+      R"("in_etcd":null,)"
+      R"("replication":[],"stats_error":"timeout: no STATS reply"},)"
+      R"({"id":"node-three","address":"127.0.0.1:17440","state":"active",)"
+      R"("primary_partitions":21824,"replica_partitions":21700,"primary_share":33.30,)"
+      R"("replica_share":33.11,"fenced":null,"fence_reason":null,"etcd_endpoint":null,)"
+      R"("etcd_url":null,"in_etcd":null,"replication":[],"stats_error":null}]})"
+      "\n");
 }
 
 TEST_CASE("a node outside any cluster says so, in text and in JSON", "[format]") {

@@ -5,10 +5,12 @@
 // service, never port 2379.
 #pragma once
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/etcd_process.h"
@@ -70,6 +72,23 @@ class EtcdQuorum {
       if (i != except && field(status[i], "member_id") == leader_id) return i;
     }
     return -1;
+  }
+
+  // Hands the leadership to member `i` (POST /v3/maintenance/transfer-leadership to the leader)
+  // and waits until it leads; false when it does not within `limit`.
+  bool make_leader(int i, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      const int now = leader();
+      if (now == i) return true;
+      if (now >= 0) {
+        const std::string target =
+            field(member(i).get("/v3/maintenance/status", "{}"), "member_id");
+        member(now).get("/v3/maintenance/transfer-leadership", "{\"targetID\":\"" + target + "\"}");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return leader() == i;
   }
 
  private:

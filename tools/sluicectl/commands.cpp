@@ -21,9 +21,8 @@ namespace {
 
 void write(std::FILE* out, const std::string& text) { std::fputs(text.c_str(), out); }
 
-// `etcd_ids`: the node ids etcd holds records of, when --etcd was read.
-int run_nodes(const CtlOptions& o, const std::vector<std::string>* etcd_ids, std::FILE* out,
-              std::FILE* err) {
+// `etcd`: what etcd holds, when --etcd was read.
+int run_nodes(const CtlOptions& o, const EtcdSide* etcd, std::FILE* out, std::FILE* err) {
   ClientOptions options;
   options.servers = o.servers;
   options.timeout = std::chrono::milliseconds(o.timeout_ms);
@@ -63,7 +62,7 @@ int run_nodes(const CtlOptions& o, const std::vector<std::string>* etcd_ids, std
   if (o.command == "cluster") {
     auto info = client.cluster();
     if (!info.ok()) return fail(err, info.status().to_string());
-    write(out, format_cluster(*info, client.server_info().endpoint, o.json, etcd_ids));
+    write(out, format_cluster(*info, client.server_info().endpoint, o.json, etcd));
     return kExitOk;
   }
   if (o.command == "cluster reload") {
@@ -108,14 +107,20 @@ int fail(std::FILE* err, std::string_view message) {
 
 int run_command(const CtlOptions& o, std::FILE* out, std::FILE* err) {
   bool etcd_ok = true;
-  std::vector<std::string> etcd_ids;
+  EtcdSide etcd;
   if (!o.etcd.empty()) {
     const auto view =
         fetch_etcd_view(o.etcd, o.cluster_name, std::chrono::milliseconds(o.timeout_ms));
     if (view) {
       write(out, format_etcd_view(o.etcd, o.cluster_name, *view, o.json));
       for (const EtcdMember& member : view->members) {
-        if (member.problem.empty()) etcd_ids.push_back(member.id);
+        if (member.problem.empty()) etcd.ids.push_back(member.id);
+      }
+      // fetch_etcd_view() has parsed the list: each comma-separated item is a URL.
+      for (std::string_view rest = o.etcd; !rest.empty();) {
+        const std::size_t comma = rest.find(',');
+        etcd.urls.emplace_back(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
       }
     } else {
       etcd_ok = false;
@@ -123,7 +128,7 @@ int run_command(const CtlOptions& o, std::FILE* out, std::FILE* err) {
     }
     if (!o.json) write(out, "\n");
   }
-  const int status = run_nodes(o, etcd_ok && !o.etcd.empty() ? &etcd_ids : nullptr, out, err);
+  const int status = run_nodes(o, etcd_ok && !o.etcd.empty() ? &etcd : nullptr, out, err);
   return etcd_ok ? status : kExitError;
 }
 

@@ -216,11 +216,17 @@ std::string format_stats(const std::vector<Stat>& stats, bool json) {
 }
 
 std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, bool json,
-                           const std::vector<std::string>* etcd_ids) {
+                           const EtcdSide* etcd) {
   // With etcd's records: false for a node the map lists but etcd no longer holds.
   const auto in_etcd = [&](const client::ClusterNodeInfo& n) {
-    return etcd_ids == nullptr ||
-           std::find(etcd_ids->begin(), etcd_ids->end(), n.id) != etcd_ids->end();
+    return etcd == nullptr ||
+           std::find(etcd->ids.begin(), etcd->ids.end(), n.id) != etcd->ids.end();
+  };
+  // The URL at the node's etcd member index in sluicectl's own --etcd, when there is one.
+  const auto etcd_url = [&](const client::ClusterNodeInfo& n) -> const std::string* {
+    if (etcd == nullptr || n.etcd_endpoint < 0) return nullptr;
+    const auto index = static_cast<std::size_t>(n.etcd_endpoint);
+    return index < etcd->urls.size() ? &etcd->urls[index] : nullptr;
   };
   if (json) {
     std::string out = fmt::format(
@@ -233,14 +239,15 @@ std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, b
       out += fmt::format(
           "{}{{\"id\":{},\"address\":{},\"state\":{},\"primary_partitions\":{},"
           "\"replica_partitions\":{},\"primary_share\":{:.2f},\"replica_share\":{:.2f},"
-          "\"fenced\":{},\"fence_reason\":{},\"etcd_endpoint\":{},\"in_etcd\":{},"
-          "\"replication\":[",
+          "\"fenced\":{},\"fence_reason\":{},\"etcd_endpoint\":{},\"etcd_url\":{},"
+          "\"in_etcd\":{},\"replication\":[",
           i == 0 ? "" : ",", json_string(n.id), json_string(n.address), json_string(n.state),
           n.primary_partitions, n.replica_partitions, share(n.primary_partitions, info.partitions),
           share(n.replica_partitions, info.partitions),
           n.fence_reason < 0 ? "null" : (n.fence_reason == 0 ? "false" : "true"),
           json_int(n.fence_reason), json_int(n.etcd_endpoint),
-          etcd_ids == nullptr ? "null" : (in_etcd(n) ? "true" : "false"));
+          etcd_url(n) != nullptr ? json_string(*etcd_url(n)) : std::string("null"),
+          etcd == nullptr ? "null" : (in_etcd(n) ? "true" : "false"));
       for (std::size_t p = 0; p < n.replication.size(); ++p) {
         const auto& lag = n.replication[p];
         out += fmt::format(
@@ -277,13 +284,17 @@ std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, b
   }
   // etcd mode (a node reports its fence, or etcd was read): whether each node serves.
   const bool etcd_mode =
-      etcd_ids != nullptr || std::any_of(info.nodes.begin(), info.nodes.end(),
-                                         [](const auto& n) { return n.fence_reason >= 0; });
+      etcd != nullptr || std::any_of(info.nodes.begin(), info.nodes.end(),
+                                     [](const auto& n) { return n.fence_reason >= 0; });
   if (etcd_mode) {
-    out += "serving (from each node's STATS; etcd member: its index in that node's --etcd)\n";
+    out += etcd == nullptr
+               ? "serving (from each node's STATS; etcd member: its index in that node's --etcd)\n"
+               : "serving (from each node's STATS; etcd member: its index in that node's --etcd, "
+                 "with the URL at that index of sluicectl's --etcd)\n";
     for (const auto& n : info.nodes) {
       std::string line = fence_text(n);
       if (n.etcd_endpoint >= 0) line += fmt::format("; etcd member {}", n.etcd_endpoint);
+      if (const std::string* url = etcd_url(n)) line += fmt::format(" ({})", *url);
       if (!in_etcd(n)) line = "lease gone, keys not yet moved (no record in etcd); " + line;
       out += fmt::format("  {:<{}}  {}\n", n.id, id_width, line);
     }

@@ -34,10 +34,18 @@ std::string format_stats(const std::vector<client::Stat>& stats, bool json);
 // cluster: the map of the node at `endpoint` (the seed), each node's share of the ring, in etcd
 // mode whether it serves as primary (or is fenced, and why) and its etcd member, and its
 // replication per peer (lag, link idle, up or down, stalled); a node outside any cluster says so.
-// `etcd_ids` (cluster --etcd): the node ids etcd holds a record of; a node of the map without
-// one has lost its lease while its keys have not moved yet.
+// What `cluster --etcd` read from etcd.
+struct EtcdSide {
+  // The node ids etcd holds a record of: a node of the map without one has lost its lease while
+  // its keys have not moved yet.
+  std::vector<std::string> ids;
+  // sluicectl's --etcd, in its order ("http://HOST:PORT"): a node reports the index of the member
+  // it uses in its own --etcd, shown with the URL at that index here (the same member when the
+  // operator gives the nodes' list, as the docs ask).
+  std::vector<std::string> urls;
+};
 std::string format_cluster(const client::ClusterInfo& info, std::string_view endpoint, bool json,
-                           const std::vector<std::string>* etcd_ids = nullptr);
+                           const EtcdSide* etcd = nullptr);
 
 // cluster reload: a line per node (reloaded, refused, or the error), or one JSON object with
 // the counts of refusals and failures.
