@@ -287,8 +287,9 @@ inline void drive(client::Client& client, const std::vector<std::string>& keys,
 // Peeks every key until each has been decided once (at most 15 s): right after the nodes agree
 // on a map, the partitions a node took over may still be pulling (UNAVAILABLE), longer than a
 // call's deadline in a sanitized build. Counts nothing, so the checks that follow are exact.
+// `cluster`, when given: every node's log is shown when a key is never decided.
 inline void settle(client::Client& client, const std::vector<std::string>& keys,
-                   const std::vector<Rule>& rules) {
+                   const std::vector<Rule>& rules, const EtcdCluster* cluster = nullptr) {
   std::vector<bool> decided(keys.size(), false);
   std::size_t left = keys.size();
   std::string last_error;
@@ -307,6 +308,10 @@ inline void settle(client::Client& client, const std::vector<std::string>& keys,
     if (left != 0) std::this_thread::sleep_for(10ms);
   }
   INFO(left << " keys never decided; the last error: " << last_error);
+  if (left != 0 && cluster != nullptr) {
+    for (int i = 0; i < cluster->size(); ++i)
+      UNSCOPED_INFO("node-" << i << "'s log:\n" << cluster->log(i));
+  }
   REQUIRE(left == 0);
 }
 

@@ -71,7 +71,7 @@ Exhausted exhaust(EtcdCluster& cluster, client::Client& client, const std::strin
   Exhausted out;
   out.keys = key_names(kKeys, prefix);
   const Rule rule = hourly(kLimit);
-  settle(client, out.keys, std::vector<Rule>(out.keys.size(), rule));
+  settle(client, out.keys, std::vector<Rule>(out.keys.size(), rule), &cluster);
   for (const std::string& key : out.keys) {
     const KeyHash hash = hash_key(key);
     out.holders.push_back(
@@ -158,6 +158,17 @@ std::optional<SteadyClock::time_point> load_until_all_active(EtcdCluster& cluste
   return active_at;
 }
 
+// Once every node is active: a second of traffic on every key, then the nodes' maps settle.
+Traffic second_after_all_active(EtcdCluster& cluster, client::Client& client,
+                                const Exhausted& exhausted) {
+  Traffic after;
+  const auto until = SteadyClock::now() + 1s;
+  load(client, exhausted, all_keys(), after,
+       [&](SteadyClock::time_point now) { return now >= until; });
+  cluster.wait_for_all();
+  return after;
+}
+
 TEST_CASE(
     "etcd mode: every lease lost at once and the nodes resumed together: exhausted keys stay so") {
   EtcdCluster cluster(3);
@@ -173,11 +184,7 @@ TEST_CASE(
   INFO("node-0's log: " << cluster.log(0) << "\nnode-1's log: " << cluster.log(1)
                         << "\nnode-2's log: " << cluster.log(2));
   REQUIRE(active_at.has_value());
-  Traffic after;
-  const auto after_until = SteadyClock::now() + 1s;
-  load(*client, exhausted, all_keys(), after,
-       [&](SteadyClock::time_point now) { return now >= after_until; });
-  cluster.wait_for_all();
+  const Traffic after = second_after_all_active(cluster, *client, exhausted);
 
   std::uint64_t granted = 0;
   for (std::size_t k = 0; k < exhausted.keys.size(); ++k) {
@@ -238,11 +245,7 @@ TEST_CASE(
   INFO("node-0's log: " << cluster.log(0) << "\nnode-1's log: " << cluster.log(1)
                         << "\nnode-2's log: " << cluster.log(2));
   REQUIRE(active_at.has_value());
-  Traffic after;
-  const auto after_until = SteadyClock::now() + 1s;
-  load(*client, exhausted, all_keys(), after,
-       [&](SteadyClock::time_point now) { return now >= after_until; });
-  cluster.wait_for_all();
+  const Traffic after = second_after_all_active(cluster, *client, exhausted);
   INFO("first error once all were active: " << after.first_error);
   CHECK(after.errors == 0);
 

@@ -333,7 +333,7 @@ TEST_CASE("partition: every node cut off from etcd for twice the TTL decides not
   // Exhausted keys stay exhausted: no admission at all.
   auto client = connect_client(cluster, 0);
   const std::vector<Rule> rules(all_keys.size(), rule);
-  settle(*client, all_keys, rules);
+  settle(*client, all_keys, rules, &cluster);
   std::uint64_t admitted_again = 0;
   for (const std::string& key : all_keys) {
     const auto decision = client->acquire(key, rule);
