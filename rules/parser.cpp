@@ -43,8 +43,8 @@ std::string kind_of(const YAML::Node& node) {
 bool is_name(std::string_view name) {
   if (name.empty() || name.size() > kMaxNameBytes) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
   });
 }
 
@@ -69,19 +69,17 @@ std::string one_of(std::span<const std::string_view> names) {
   return out;
 }
 
-constexpr std::string_view kTopFields[] = {"version", "attributes",
-                                                                "policies", "matches"};
+constexpr std::string_view kTopFields[] = {"version", "attributes", "policies", "matches"};
 constexpr std::string_view kAttributeFields[] = {"api_key", "user", "tier"};
-constexpr std::string_view kPolicyFields[] = {
-    "algorithm", "limit", "period", "burst", "cost", "on_failure", "shadow", "description"};
-constexpr std::string_view kMatchFields[] = {
-    "name", "when", "key", "policies", "tiers", "overrides"};
+constexpr std::string_view kPolicyFields[] = {"algorithm", "limit",      "period", "burst",
+                                              "cost",      "on_failure", "shadow", "description"};
+constexpr std::string_view kMatchFields[] = {"name",     "when",  "key",
+                                             "policies", "tiers", "overrides"};
 constexpr std::string_view kAlgorithms[] = {"fixed_window", "sliding_window", "sliding_log",
-                                           "token_bucket", "gcra"};
-constexpr std::string_view kKeyParts[] = {"api_key", "user",     "tier",       "ip",
-                                          "method",  "path",     "everyone",   "header:NAME"};
-constexpr std::string_view kWhenFields[] = {"method", "path", "path_prefix",
-                                                                 "headers"};
+                                            "token_bucket", "gcra"};
+constexpr std::string_view kKeyParts[] = {"api_key", "user", "tier",     "ip",
+                                          "method",  "path", "everyone", "header:NAME"};
+constexpr std::string_view kWhenFields[] = {"method", "path", "path_prefix", "headers"};
 
 }  // namespace
 
@@ -118,7 +116,8 @@ class Parser {
   }
   void error(const Entry& at, const std::string& path, std::string_view message) {
     const bool empty = !at.value.IsDefined() || at.value.IsNull();
-    error(empty ? at.key.Mark() : at.value.Mark(), path + ": " + std::string(message));
+    error(empty ? at.key.Mark() : at.value.Mark(),
+          (path.empty() ? "" : path + ": ") + std::string(message));
   }
   void expected(const Entry& at, const std::string& path, std::string_view what) {
     error(at, path, "expected " + std::string(what) + ", got " + kind_of(at.value));
@@ -147,8 +146,8 @@ class Parser {
         error(entry.key.Mark(), field + ": unknown field (expected " + one_of(allowed) + ")");
         continue;
       }
-      const auto first = std::find_if(out.begin(), out.end(),
-                                      [&](const auto& f) { return f.first == name; });
+      const auto first =
+          std::find_if(out.begin(), out.end(), [&](const auto& f) { return f.first == name; });
       if (first != out.end()) {
         error(entry.key.Mark(), field + ": duplicate field (first at line " +
                                     std::to_string(first->second.key.Mark().line + 1) + ")");
@@ -217,15 +216,14 @@ class Parser {
   void read(std::string_view text) {
     const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
     if (documents.empty() || documents[0].IsNull()) {
-      error(YAML::Mark{}, "the file is empty (expected version, policies and matches)");
+      error(YAML::Mark::null_mark(), "the file is empty (expected version, policies and matches)");
       return;
     }
     if (documents.size() > 1) {
       error(documents[1].Mark(), "a rules file holds one YAML document, this is the second");
     }
     const Entry root{documents[0], documents[0]};
-    const auto top = fields(root, "", kTopFields,
-                            "a mapping with version, policies and matches");
+    const auto top = fields(root, "", kTopFields, "a mapping with version, policies and matches");
     if (!top) return;
 
     if (const Entry* version = require(*top, "version", root, "")) {
@@ -258,8 +256,9 @@ class Parser {
     for (const auto& [name, entry] : *f) {
       auto header = header_name(entry, join("attributes", name));
       if (!header) continue;
-      (name == "api_key" ? api_key_header_ : name == "user" ? user_header_ : set_.tier_header_) =
-          *header;
+      (name == "api_key" ? api_key_header_
+       : name == "user"  ? user_header_
+                         : set_.tier_header_) = *header;
     }
   }
 
@@ -277,8 +276,7 @@ class Parser {
       const std::string name = entry.key.IsScalar() ? entry.key.Scalar() : "";
       const std::string path = join("policies", name);
       if (!is_name(name)) {
-        error(entry.key.Mark(),
-              path + ": a policy name is 1 to 64 bytes of A-Z a-z 0-9 _ . -");
+        error(entry.key.Mark(), path + ": a policy name is 1 to 64 bytes of A-Z a-z 0-9 _ . -");
         continue;
       }
       if (const auto first = defined_.find(name); first != defined_.end()) {
@@ -307,9 +305,7 @@ class Parser {
           algorithm_ok = true;
         } else {
           error(*e, join(path, "algorithm"),
-                "unknown algorithm " + in_quotes(*t) + " (expected " +
-                    one_of(kAlgorithms) +
-                    ")");
+                "unknown algorithm " + in_quotes(*t) + " (expected " + one_of(kAlgorithms) + ")");
         }
       }
     }
@@ -454,8 +450,8 @@ class Parser {
     for (auto it = at.value.begin(); it != at.value.end(); ++it) {
       const Entry entry{it->first, it->second};
       if (!entry.key.IsScalar() || entry.key.Scalar().empty()) {
-        error(entry.key.Mark(), path + ": expected a " + std::string(what) + " value, got " +
-                                    kind_of(entry.key));
+        error(entry.key.Mark(),
+              path + ": expected a " + std::string(what) + " value, got " + kind_of(entry.key));
         continue;
       }
       const std::string value = entry.key.Scalar();
@@ -484,8 +480,7 @@ class Parser {
           const Entry header{it->first, it->second};
           const std::string header_path =
               join(field, header.key.IsScalar() ? header.key.Scalar() : "?");
-          const auto header_name =
-              this->header_name(Entry{header.key, header.key}, header_path);
+          const auto header_name = this->header_name(Entry{header.key, header.key}, header_path);
           const auto values = items(header, header_path, "a value or a list of values");
           if (!header_name || !values) continue;
           std::vector<std::string> texts;
@@ -528,8 +523,9 @@ class Parser {
       if (!t) continue;
       KeyPart k;
       if (*t == "api_key" || *t == "user" || *t == "tier") {
-        k.header = *t == "api_key" ? api_key_header_ : *t == "user" ? user_header_
-                                                                    : set_.tier_header_;
+        k.header = *t == "api_key" ? api_key_header_
+                   : *t == "user"  ? user_header_
+                                   : set_.tier_header_;
       } else if (*t == "ip") {
         k.kind = KeyPart::Kind::kClientIp;
       } else if (*t == "method") {
@@ -545,14 +541,14 @@ class Parser {
       } else if (t->starts_with("header:")) {
         k.header = t->substr(7);
         if (!is_token(k.header)) {
-          error(part, path, in_quotes(*t) + ": " + in_quotes(k.header) + " is not a header name");
+          error(part, path,
+                in_quotes(*t) + (k.header.empty() ? " names no header (header:NAME)"
+                                                  : " does not name a header (header:NAME)"));
           continue;
         }
       } else {
         error(part, path,
-              "unknown key part " + in_quotes(*t) + " (expected " +
-                  one_of(kKeyParts) +
-                  ")");
+              "unknown key part " + in_quotes(*t) + " (expected " + one_of(kKeyParts) + ")");
         continue;
       }
       m.key.push_back(std::move(k));

@@ -155,8 +155,8 @@ void RuleSet::match(const RequestAttributes& request, std::vector<Limit>& out) c
     }
     for (const std::uint32_t index : *chosen) {
       const Policy& policy = policies_[index];
-      out.push_back(Limit{&policy, counted_key(m.name, policy.name, value, max_key_bytes_),
-                          m.name, via, tier});
+      out.push_back(Limit{&policy, counted_key(m.name, policy.name, value, max_key_bytes_), m.name,
+                          via, tier});
     }
   }
 }

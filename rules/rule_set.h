@@ -79,7 +79,7 @@ inline constexpr std::size_t kMinMaxKeyBytes = 164;
 inline constexpr std::size_t kMaxNameBytes = 64;
 
 struct RuleSetOptions {
-  std::size_t max_key_bytes = kDefaultMaxKeyBytes;  // below kMinMaxKeyBytes reads as that
+  std::size_t max_key_bytes = kDefaultMaxKeyBytes;        // below kMinMaxKeyBytes reads as that
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;  // the daemon's --sliding-log-cap
 };
 

@@ -119,21 +119,21 @@ TEST_CASE("a match whose key attribute is absent or empty does not apply", "[mat
 TEST_CASE("the tier header picks the tier's policies and an override wins over the tier",
           "[matching]") {
   const RuleSet set = rules();
-  const auto gold = set.match(RequestAttributes{"GET", "/", "", {{"X-API-Key", "k1"},
-                                                                 {"X-TIER", "gold"}}});
+  const auto gold =
+      set.match(RequestAttributes{"GET", "/", "", {{"X-API-Key", "k1"}, {"X-TIER", "gold"}}});
   REQUIRE(gold.size() == 3);
   CHECK(gold[0].key == "per_key:gold:k1");
   CHECK(gold[0].via == Via::kTier);
   CHECK(gold[0].tier == "gold");
   CHECK(gold[1].key == "per_key:hour:k1");
 
-  const auto silver = set.match(RequestAttributes{"GET", "/", "", {{"X-API-Key", "k1"},
-                                                                   {"X-Tier", "silver"}}});
-  CHECK(keys(silver) == std::vector<std::string>{"per_key:second:k1", "per_key:hour:k1",
-                                                 "all:trial:*"});
+  const auto silver =
+      set.match(RequestAttributes{"GET", "/", "", {{"X-API-Key", "k1"}, {"X-Tier", "silver"}}});
+  CHECK(keys(silver) ==
+        std::vector<std::string>{"per_key:second:k1", "per_key:hour:k1", "all:trial:*"});
 
-  const auto acme = set.match(RequestAttributes{"GET", "/", "", {{"X-API-Key", "acme"},
-                                                                 {"X-Tier", "gold"}}});
+  const auto acme =
+      set.match(RequestAttributes{"GET", "/", "", {{"X-API-Key", "acme"}, {"X-Tier", "gold"}}});
   REQUIRE(acme.size() == 2);
   CHECK(acme[0].key == "per_key:acme:acme");
   CHECK(acme[0].via == Via::kOverride);
@@ -147,14 +147,15 @@ TEST_CASE("conditions on method path prefix and header values must all hold", "[
   CHECK(keys(login) == std::vector<std::string>{"per_ip:ip:10.0.0.7",
                                                 "login:login:10.0.0.7|alice%7Cbob%231%25",
                                                 "all:trial:*"});
-  CHECK(set.match(RequestAttributes{"GET", "/login", "10.0.0.7", {{"X-Login-Name", "a"}}})
-            .size() == 2);
-  CHECK(set.match(RequestAttributes{"POST", "/login/", "10.0.0.7", {{"X-Login-Name", "a"}}})
-            .size() == 2);
+  CHECK(set.match(RequestAttributes{"GET", "/login", "10.0.0.7", {{"X-Login-Name", "a"}}}).size() ==
+        2);
+  CHECK(
+      set.match(RequestAttributes{"POST", "/login/", "10.0.0.7", {{"X-Login-Name", "a"}}}).size() ==
+      2);
 
   const auto upload = [&](std::string_view path, std::string_view env) {
-    return keys(set.match(
-        RequestAttributes{"PUT", path, "", {{"X-Customer", "c1"}, {"X-Env", env}}}));
+    return keys(
+        set.match(RequestAttributes{"PUT", path, "", {{"X-Customer", "c1"}, {"X-Env", env}}}));
   };
   CHECK(upload("/v2/upload/x", "staging") ==
         std::vector<std::string>{"uploads:second:c1", "all:trial:*"});
