@@ -9,7 +9,7 @@ packages=(
   libboost-dev libboost-program-options-dev
   libfmt-dev catch2 libbenchmark-dev libxxhash-dev
   nlohmann-json3-dev etcd-server etcd-client
-  nftables
+  nftables libyaml-cpp-dev
 )
 [ "$#" -gt 0 ] && packages+=("$@")
 
