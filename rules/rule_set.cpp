@@ -96,6 +96,12 @@ std::string_view RequestAttributes::path_only() const {
   return path.substr(0, std::min(path.find('?'), path.size()));
 }
 
+std::string escape_key_value(std::string_view value) {
+  std::string out;
+  append_escaped(out, value);
+  return out;
+}
+
 std::string hash_hex(std::string_view bytes) {
   const XXH128_hash_t h = XXH3_128bits(bytes.data(), bytes.size());
   static constexpr char kDigits[] = "0123456789abcdef";

@@ -125,6 +125,10 @@ class RuleSet {
   std::size_t max_key_bytes_ = kDefaultMaxKeyBytes;
 };
 
+// A key value as counted keys carry it: '%', '|' and '#' written as %25, %7C and %23 (for keys
+// built outside a match, e.g. the gateway's /v1/acquire).
+std::string escape_key_value(std::string_view value);
+
 // XXH3-128 of `bytes` as 32 lower-case hex digits.
 std::string hash_hex(std::string_view bytes);
 

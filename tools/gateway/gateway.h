@@ -1,0 +1,63 @@
+// sluice-gateway's request handling (docs/GATEWAY.md): GET /check for forward-auth proxies,
+// POST /v1/acquire, /healthz, /readyz and /metrics, on an http::Server. Every limit of a request
+// is decided in one batched call through the client, under one snapshot of the rules.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "client/client.h"
+#include "http/server.h"
+#include "rules/rule_set.h"
+#include "tools/gateway/gateway_metrics.h"
+
+namespace sluice::gateway {
+
+// Where the rules in force come from, and how their reloads went (rules::RuleSource in the
+// gateway; a fixed set in tests).
+struct RulesView {
+  std::function<std::shared_ptr<const rules::RuleSet>()> current;
+  // {swapped in, refused} since start.
+  std::function<std::pair<std::uint64_t, std::uint64_t>()> reloads;
+};
+
+struct GatewayOptions {
+  // For policies without a failure policy of their own (the client's default too).
+  client::FailurePolicy failure_policy = client::FailurePolicy::kOpen;
+  // The longest key the cluster takes (its --max-key), for the keys of /v1/acquire.
+  std::size_t max_key_bytes = rules::kDefaultMaxKeyBytes;
+};
+
+class Gateway {
+ public:
+  // `client`, `metrics` and what `rules` refers to must outlive the gateway.
+  Gateway(client::Client& client, RulesView rules, GatewayMetrics& metrics, GatewayOptions options);
+
+  // The http::Handler: routes the request; answers from the client's I/O thread for decisions.
+  void handle(const http::Request& request, http::Responder responder);
+
+  // The HTTP server whose counters /metrics shows (set once, before serving).
+  void set_server(const http::Server* server) { server_ = server; }
+
+  // What /readyz answers: 200 or 503, and the line why.
+  std::pair<http::Status, std::string> readiness() const;
+
+ private:
+  struct Pending;
+  void check(const http::Request& request, http::Responder responder);
+  void acquire(const http::Request& request, http::Responder responder);
+  void decide(std::shared_ptr<Pending> pending);
+  void finish(Pending& pending, std::span<const client::Result<client::Decision>> results);
+  bool fails_closed(const rules::Policy& policy) const;
+
+  client::Client& client_;
+  RulesView rules_;
+  GatewayMetrics& metrics_;
+  GatewayOptions options_;
+  const http::Server* server_ = nullptr;
+};
+
+}  // namespace sluice::gateway

@@ -1,0 +1,161 @@
+#include "tools/gateway/gateway_metrics.h"
+
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include "core/version.h"
+#include "http/prometheus.h"
+
+namespace sluice::gateway {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// The latency of an answer, in seconds: from 100 us to 2.5 s.
+const prometheus::Histogram::BucketBoundaries& duration_buckets() {
+  static const prometheus::Histogram::BucketBoundaries buckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5};
+  return buckets;
+}
+
+MetricFamily family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void add_value(MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+}  // namespace
+
+GatewayMetrics::GatewayMetrics()
+    : decisions_(prometheus::BuildCounter()
+                     .Name("sluice_gateway_decisions_total")
+                     .Help("Limits decided, by policy, outcome (allowed, denied, error) and "
+                           "source (cluster, local_fallback, blocked_cache, lease)")
+                     .Register(registry_)),
+      shadow_denials_(prometheus::BuildCounter()
+                          .Name("sluice_gateway_shadow_denials_total")
+                          .Help("Shadow limits that would have denied, by policy")
+                          .Register(registry_)),
+      requests_(prometheus::BuildCounter()
+                    .Name("sluice_gateway_requests_total")
+                    .Help("Decision requests answered, by endpoint (check, acquire) and outcome")
+                    .Register(registry_)),
+      duration_(prometheus::BuildHistogram()
+                    .Name("sluice_gateway_decision_duration_seconds")
+                    .Help("From a decision request's arrival to its answer, by endpoint")
+                    .Register(registry_)) {}
+
+std::string GatewayMetrics::policy_label(std::string_view policy) {
+  std::lock_guard lock(mutex_);
+  if (policies_.find(policy) != policies_.end()) return std::string(policy);
+  if (policies_.size() >= kMaxPolicyLabels) return "other";
+  return *policies_.emplace(policy).first;
+}
+
+void GatewayMetrics::decided(std::string_view policy, std::string_view outcome,
+                             std::string_view source) {
+  decisions_
+      .Add({{"policy", policy_label(policy)},
+            {"outcome", std::string(outcome)},
+            {"source", std::string(source)}})
+      .Increment();
+}
+
+void GatewayMetrics::shadow_denied(std::string_view policy) {
+  shadow_denials_.Add({{"policy", policy_label(policy)}}).Increment();
+}
+
+void GatewayMetrics::answered(std::string_view endpoint, bool allowed,
+                              std::chrono::nanoseconds took) {
+  requests_.Add({{"endpoint", std::string(endpoint)}, {"outcome", allowed ? "allowed" : "denied"}})
+      .Increment();
+  duration_.Add({{"endpoint", std::string(endpoint)}}, duration_buckets())
+      .Observe(std::chrono::duration<double>(took).count());
+}
+
+std::string GatewayMetrics::scrape(const ScrapeState& state) {
+  std::vector<MetricFamily> families = registry_.Collect();
+
+  auto ready = family("sluice_gateway_ready",
+                      "1 when /readyz answers 200 (rules loaded, and the cluster reachable or "
+                      "the failure policy open)",
+                      MetricType::Gauge);
+  add_value(ready, state.ready ? 1 : 0);
+  families.push_back(std::move(ready));
+
+  auto reloads = family("sluice_gateway_rule_reloads_total",
+                        "Rules files read after the first, by result (ok: swapped in; failed: "
+                        "refused, the rules before stay)",
+                        MetricType::Counter);
+  add_value(reloads, static_cast<double>(state.reloads_ok), {{"result", "ok"}});
+  add_value(reloads, static_cast<double>(state.reloads_failed), {{"result", "failed"}});
+  families.push_back(std::move(reloads));
+
+  auto rules =
+      family("sluice_gateway_rules_info",
+             "The rules in force: their file and the hash of its bytes", MetricType::Gauge);
+  add_value(rules, 1, {{"hash", state.rules_hash}, {"source", state.rules_source}});
+  families.push_back(std::move(rules));
+
+  auto policies =
+      family("sluice_gateway_rules_policies", "Policies in the rules in force", MetricType::Gauge);
+  add_value(policies, static_cast<double>(state.policies));
+  families.push_back(std::move(policies));
+
+  const client::ClientCounters& c = state.client;
+  auto fallback = family("sluice_gateway_fallback_decisions_total",
+                         "Limits decided by a failure policy (open: the local fallback; closed: "
+                         "denied) because their node could not answer",
+                         MetricType::Counter);
+  add_value(fallback, static_cast<double>(c.fallback_decisions));
+  families.push_back(std::move(fallback));
+
+  auto down = family("sluice_gateway_breaker_events_total",
+                     "Cluster nodes taken as down (breaker opened) and found answering again",
+                     MetricType::Counter);
+  add_value(down, static_cast<double>(c.node_down_events), {{"event", "opened"}});
+  add_value(down, static_cast<double>(c.node_up_events), {{"event", "closed"}});
+  families.push_back(std::move(down));
+
+  auto open = family("sluice_gateway_breakers_open",
+                     "Cluster nodes whose breaker is open now: their keys follow the failure "
+                     "policy without a call",
+                     MetricType::Gauge);
+  add_value(open, static_cast<double>(c.node_down_events -
+                                      std::min(c.node_up_events, c.node_down_events)));
+  families.push_back(std::move(open));
+
+  auto timeouts = family("sluice_gateway_cluster_timeouts_total",
+                         "Calls to the cluster that ended at the deadline", MetricType::Counter);
+  add_value(timeouts, static_cast<double>(c.timed_out));
+  families.push_back(std::move(timeouts));
+
+  auto leases = family("sluice_gateway_leases_total", "Leases of hot keys granted by the cluster",
+                       MetricType::Counter);
+  add_value(leases, static_cast<double>(c.leases));
+  families.push_back(std::move(leases));
+
+  auto build = family("sluice_build_info", "The running version", MetricType::Gauge);
+  add_value(build, 1, {{"version", std::string(kVersion)}});
+  families.push_back(std::move(build));
+
+  http::append_metric_families(state.http, "sluice_gateway_http", families);
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace sluice::gateway

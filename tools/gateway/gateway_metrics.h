@@ -1,0 +1,67 @@
+// The gateway's metrics (docs/OPERATIONS.md, "Metrics"), kept in a prometheus-cpp registry and
+// written in Prometheus text format at scrape. Every method may be called from any thread.
+// Labels are bounded: policy names come from the rules files, and past kMaxPolicyLabels
+// distinct names (reloads may bring new ones) further decisions are counted as policy="other".
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/client.h"
+#include "http/server.h"
+
+namespace sluice::gateway {
+
+inline constexpr std::size_t kMaxPolicyLabels = 256;
+
+// What the gateway reads elsewhere at each scrape.
+struct ScrapeState {
+  bool ready = false;
+  client::ClientCounters client;  // the client's own counts since connect
+  http::ServerCounters http;
+  std::uint64_t reloads_ok = 0;
+  std::uint64_t reloads_failed = 0;
+  std::string rules_hash;    // of the rules in force
+  std::string rules_source;  // their path
+  std::size_t policies = 0;
+};
+
+class GatewayMetrics {
+ public:
+  GatewayMetrics();
+
+  // One limit of a request decided: outcome "allowed", "denied" or "error"; source a
+  // client::source_name() ("" for an error).
+  void decided(std::string_view policy, std::string_view outcome, std::string_view source);
+  // A shadow limit that would have denied.
+  void shadow_denied(std::string_view policy);
+  // One request answered: endpoint "check" or "acquire", and its time from arrival to answer.
+  void answered(std::string_view endpoint, bool allowed, std::chrono::nanoseconds took);
+
+  // The exposition (text format 0.0.4): the registry's families and those of `state`.
+  std::string scrape(const ScrapeState& state);
+
+ private:
+  std::string policy_label(std::string_view policy);
+
+  prometheus::Registry registry_;
+  prometheus::Family<prometheus::Counter>& decisions_;
+  prometheus::Family<prometheus::Counter>& shadow_denials_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& duration_;
+  std::mutex mutex_;  // policies_
+  std::set<std::string, std::less<>> policies_;
+};
+
+}  // namespace sluice::gateway

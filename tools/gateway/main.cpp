@@ -1,0 +1,219 @@
+// sluice-gateway: the HTTP side of Sluice for proxies and services in any language
+// (docs/GATEWAY.md). Flags, the rules file and its reloads, the client, the HTTP server, signals.
+#include "net/asio.h"  // before any other Asio header
+
+#include <fmt/core.h>
+#include <fmt/ostream.h>
+#include <fmt/ranges.h>
+
+#include <atomic>
+#include <boost/asio/signal_set.hpp>
+#include <boost/program_options.hpp>
+#include <csignal>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/flags.h"
+#include "client/client.h"
+#include "core/utc_time.h"
+#include "core/version.h"
+#include "http/server.h"
+#include "net/host_port.h"
+#include "rules/rule_set.h"
+#include "tools/gateway/gateway.h"
+#include "tools/gateway/gateway_metrics.h"
+
+namespace {
+
+namespace po = boost::program_options;
+using sluice::cli::FlagError;
+
+struct Flags {
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 8080;
+  sluice::client::ClientOptions client;
+  std::string rules;
+  sluice::http::ServerLimits limits;
+  unsigned threads = 1;
+};
+
+std::optional<Flags> parse_flags(int argc, char** argv) {
+  po::options_description options("sluice-gateway options");
+  options.add_options()("help,h", "print this help and exit")("version", "print the version")(
+      "listen", po::value<std::string>()->default_value("127.0.0.1:8080"),
+      "HOST:PORT to serve /check, /v1/acquire, /healthz, /readyz and /metrics on")(
+      "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
+      "the cluster's seeds, HOST:PORT[,HOST:PORT...]")("rules", po::value<std::string>(),
+                                                       "the rules file (docs/RULES.md); required")(
+      "auth-token-file", po::value<std::string>(), "the cluster's shared secret")(
+      "failure-policy", po::value<std::string>()->default_value("open"),
+      "open or closed: for policies that name none, when the cluster cannot answer")(
+      "gateways", po::value<std::string>()->default_value("1"),
+      "gateways sharing each limit: the local fallback admits limit / N")(
+      "timeout", po::value<std::string>()->default_value("50ms"),
+      "the cluster's deadline per request; past it the failure policy decides")(
+      "threads", po::value<std::string>()->default_value("1"), "threads serving HTTP")(
+      "max-connections", po::value<std::string>()->default_value("10000"),
+      "HTTP connections at once")("max-header-bytes",
+                                  po::value<std::string>()->default_value("8KiB"),
+                                  "request line and headers; more: 431")(
+      "max-body-bytes", po::value<std::string>()->default_value("64KiB"),
+      "request body; more: 413")("idle-timeout", po::value<std::string>()->default_value("60s"),
+                                 "close a keep-alive connection idle this long")(
+      "request-timeout", po::value<std::string>()->default_value("10s"),
+      "a request must arrive whole within this");
+  const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, options);
+  if (vm.count("help") != 0) {
+    fmt::print("Usage: sluice-gateway --rules FILE [options]\n{}", fmt::streamed(options));
+    return std::nullopt;
+  }
+  if (vm.count("version") != 0) {
+    fmt::print("sluice-gateway {}\n", sluice::kVersion);
+    return std::nullopt;
+  }
+  const auto text = [&](const char* name) { return vm[name].as<std::string>(); };
+  Flags f;
+  const auto listen = sluice::net::parse_host_port(text("listen"));
+  if (!listen)
+    throw FlagError{"--listen " + text("listen") + ": expected HOST:PORT, e.g. 127.0.0.1:8080"};
+  f.listen_host = listen->host;
+  f.listen_port = listen->port;
+  f.client.servers = sluice::cli::servers_flag("servers", text("servers"));
+  if (vm.count("rules") == 0) throw FlagError{"--rules FILE is required"};
+  f.rules = text("rules");
+  if (vm.count("auth-token-file") != 0) {
+    f.client.auth_token = sluice::cli::token_file_flag("sluice-gateway", text("auth-token-file"));
+  }
+  const auto policy = sluice::client::parse_failure_policy(text("failure-policy"));
+  if (!policy || *policy == sluice::client::FailurePolicy::kReport) {
+    throw FlagError{"--failure-policy " + text("failure-policy") + ": expected open or closed"};
+  }
+  f.client.failure_policy = *policy;
+  f.client.gateways =
+      static_cast<std::uint32_t>(sluice::cli::count_flag("gateways", text("gateways"), 1, 65535));
+  f.client.timeout =
+      std::chrono::milliseconds(sluice::cli::duration_flag("timeout", text("timeout"), 1, 60'000));
+  f.client.client_name = "sluice-gateway";
+  f.threads = static_cast<unsigned>(sluice::cli::count_flag("threads", text("threads"), 1, 256));
+  f.limits.max_connections = static_cast<std::uint32_t>(
+      sluice::cli::count_flag("max-connections", text("max-connections"), 1, 1'000'000));
+  f.limits.max_header_bytes =
+      sluice::cli::size_flag("max-header-bytes", text("max-header-bytes"), 256, 1024 * 1024);
+  f.limits.max_body_bytes =
+      sluice::cli::size_flag("max-body-bytes", text("max-body-bytes"), 0, 64 * 1024 * 1024);
+  f.limits.idle_timeout = std::chrono::milliseconds(
+      sluice::cli::duration_flag("idle-timeout", text("idle-timeout"), 1, 86'400'000));
+  f.limits.read_timeout = std::chrono::milliseconds(
+      sluice::cli::duration_flag("request-timeout", text("request-timeout"), 1, 3'600'000));
+  return f;
+}
+
+void say(const std::string& line) {
+  fmt::print(stderr, "sluice-gateway: {} {}\n",
+             sluice::format_utc_ms(std::chrono::system_clock::now()), line);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::optional<Flags> flags;
+  try {
+    flags = parse_flags(argc, argv);
+  } catch (const FlagError& e) {
+    fmt::print(stderr, "sluice-gateway: {}\nTry 'sluice-gateway --help'.\n", e.what());
+    return 2;
+  }
+  if (!flags) return 0;
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto loaded = sluice::rules::RuleSet::load(flags->rules);
+  if (!loaded) {
+    for (const auto& d : loaded.error()) fmt::print(stderr, "{}\n", d.to_string());
+    fmt::print(stderr, "sluice-gateway: {}: refused ({} errors)\n", flags->rules,
+               loaded.error().size());
+    return 1;
+  }
+  std::mutex rules_mutex;
+  std::shared_ptr<const sluice::rules::RuleSet> rules =
+      std::make_shared<const sluice::rules::RuleSet>(std::move(*loaded));
+  std::atomic<std::uint64_t> reloads_ok{0};
+  std::atomic<std::uint64_t> reloads_failed{0};
+
+  auto client = sluice::client::Client::connect(flags->client);
+  if (!client.ok()) {
+    say("cannot start the client: " + client.status().to_string());
+    return 1;
+  }
+  if (!(*client)->seeded()) {
+    say(fmt::format("no seed answers yet ({}): the failure policy ({}) decides until one does",
+                    fmt::join(flags->client.servers, ","),
+                    sluice::client::failure_policy_name(flags->client.failure_policy)));
+  }
+
+  sluice::gateway::GatewayMetrics metrics;
+  sluice::gateway::RulesView view;
+  view.current = [&] {
+    std::lock_guard lock(rules_mutex);
+    return rules;
+  };
+  view.reloads = [&] { return std::pair{reloads_ok.load(), reloads_failed.load()}; };
+  sluice::gateway::GatewayOptions options;
+  options.failure_policy = flags->client.failure_policy;
+  sluice::gateway::Gateway gateway(**client, std::move(view), metrics, options);
+
+  boost::asio::io_context io;
+  sluice::http::Server server(
+      io, flags->limits,
+      [&](const sluice::http::Request& request, sluice::http::Responder responder) {
+        gateway.handle(request, std::move(responder));
+      });
+  gateway.set_server(&server);
+  try {
+    server.start(flags->listen_host, flags->listen_port);
+  } catch (const std::exception& e) {
+    say(fmt::format("cannot listen on {}: {}",
+                    sluice::net::format_host_port(flags->listen_host, flags->listen_port),
+                    e.what()));
+    return 1;
+  }
+  boost::asio::signal_set stops(io, SIGINT, SIGTERM);
+  stops.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    say(fmt::format("signal {}: stopping", signal));
+    server.stop();
+  });
+  boost::asio::signal_set hangups(io, SIGHUP);
+  std::function<void(const boost::system::error_code&, int)> on_hangup =
+      [&](const boost::system::error_code& ec, int) {
+        if (ec) return;
+        auto again = sluice::rules::RuleSet::load(flags->rules);
+        if (!again) {
+          ++reloads_failed;
+          say(fmt::format("{}: refused on SIGHUP ({} errors; the rules before stay): {}",
+                          flags->rules, again.error().size(), again.error().front().to_string()));
+        } else {
+          ++reloads_ok;
+          auto next = std::make_shared<const sluice::rules::RuleSet>(std::move(*again));
+          say(fmt::format("{}: reloaded on SIGHUP ({} policies, hash {})", flags->rules,
+                          next->policies().size(), next->hash()));
+          std::lock_guard lock(rules_mutex);
+          rules = std::move(next);
+        }
+        hangups.async_wait(on_hangup);
+      };
+  hangups.async_wait(on_hangup);
+  say(fmt::format("listening on {} (rules {}: {} policies, hash {}; servers {})",
+                  sluice::net::format_host_port(flags->listen_host, server.port()), flags->rules,
+                  rules->policies().size(), rules->hash(), fmt::join(flags->client.servers, ",")));
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < flags->threads; ++i) threads.emplace_back([&] { io.run(); });
+  io.run();
+  for (auto& t : threads) t.join();
+  (*client)->close();
+  say("stopped");
+  return 0;
+}
