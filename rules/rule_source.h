@@ -7,7 +7,8 @@
 // thread; attempts are serialized. With `watch`, one thread of its own watches the file
 // (inotify on the file's directory and on its resolved target's directory, and a periodic
 // check) and stops in the destructor. The log callback is called from whichever thread made
-// the attempt, never two at once.
+// the attempt, never two at once, with the attempt in progress: it must not call back into
+// the source.
 #pragma once
 
 #include <atomic>
