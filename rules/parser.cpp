@@ -1,12 +1,14 @@
 // RuleSet::parse: YAML to a RuleSet, checking every field and reporting every mistake of the
 // file (docs/RULES.md, "Errors"). yaml-cpp throws on syntax errors; they are caught here and
 // become diagnostics, so nothing leaves the library as an exception.
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <limits>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -80,6 +82,25 @@ constexpr std::string_view kAlgorithms[] = {"fixed_window", "sliding_window", "s
 constexpr std::string_view kKeyParts[] = {"api_key", "user", "tier",     "ip",
                                           "method",  "path", "everyone", "header:NAME"};
 constexpr std::string_view kWhenFields[] = {"method", "path", "path_prefix", "headers"};
+
+// Sees where each document of a stream starts, and nothing else.
+class DocumentCounter final : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> starts;
+
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
 
 }  // namespace
 
@@ -214,15 +235,32 @@ class Parser {
   }
 
   void read(std::string_view text) {
-    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
-    if (documents.empty() || documents[0].IsNull()) {
+    const std::string bytes(text);
+    // Not YAML::LoadAll: yaml-cpp 0.7 never gets past a stray ',' at the start of a document and
+    // LoadAll then adds empty documents until memory runs out. Count them, at most three.
+    std::istringstream stream(bytes);
+    YAML::Parser counter_parser(stream);
+    DocumentCounter counter;
+    for (int i = 0; i < 3 && counter_parser.HandleNextDocument(counter); ++i) {
+    }
+    const std::vector<YAML::Mark>& starts = counter.starts;
+    for (std::size_t i = 1; i < starts.size(); ++i) {
+      if (starts[i].pos == starts[i - 1].pos) {
+        const std::size_t at = static_cast<std::size_t>(std::max(starts[i].pos, 0));
+        error(starts[i], "YAML syntax error: unexpected " +
+                             in_quotes(bytes.substr(std::min(at, bytes.size()), 1)));
+        return;
+      }
+    }
+    const YAML::Node document = YAML::Load(bytes);
+    if (document.IsNull()) {
       error(YAML::Mark::null_mark(), "the file is empty (expected version, policies and matches)");
       return;
     }
-    if (documents.size() > 1) {
-      error(documents[1].Mark(), "a rules file holds one YAML document, this is the second");
+    if (starts.size() > 1) {
+      error(starts[1], "a rules file holds one YAML document, this is the second");
     }
-    const Entry root{documents[0], documents[0]};
+    const Entry root{document, document};
     const auto top = fields(root, "", kTopFields, "a mapping with version, policies and matches");
     if (!top) return;
 

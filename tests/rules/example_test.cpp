@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "rules/rule_set.h"
 
@@ -74,6 +75,42 @@ TEST_CASE("the example puts a per-key and a per-IP limit on one request", "[exam
   CHECK(limits[3].key == "everyone:everyone_second_trial:*");
   CHECK(set.policies().size() == 6);
   CHECK(set.matches().size() == 4);
+}
+
+// The first yaml block of docs/RULES.md, which the text after it describes.
+std::string doc_example() {
+  std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/docs/RULES.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const std::size_t start = doc.find("```yaml\n", doc.find("## A complete example"));
+  REQUIRE(start != std::string::npos);
+  const std::size_t end = doc.find("```\n", start + 8);
+  REQUIRE(end != std::string::npos);
+  return doc.substr(start + 8, end - start - 8);
+}
+
+TEST_CASE("the complete example of docs/RULES.md gives the limits its text says", "[example]") {
+  const auto parsed = RuleSet::parse(doc_example(), "RULES.md");
+  if (!parsed) {
+    for (const Diagnostic& d : parsed.error()) UNSCOPED_INFO(d.to_string());
+  }
+  REQUIRE(parsed);
+  std::vector<std::string> keys;
+  for (const Limit& l :
+       parsed->match(RequestAttributes{"GET", "/v1/items", "10.0.0.7", {{"X-API-Key", "k1"}}})) {
+    keys.push_back(l.key);
+  }
+  CHECK(keys == std::vector<std::string>{"per_key:key_minute:k1", "per_key:key_hour:k1",
+                                         "per_ip:ip_second:10.0.0.7",
+                                         "everyone:new_limit_trial:*"});
+  const auto gold = parsed->match(
+      RequestAttributes{"GET", "/v1/items", "10.0.0.7", {{"X-API-Key", "k1"}, {"X-Tier", "gold"}}});
+  CHECK(gold[0].key == "per_key:gold_minute:k1");
+  const auto acme =
+      parsed->match(RequestAttributes{"GET", "/v1/items", "10.0.0.7", {{"X-API-Key", "acme"}}});
+  CHECK(acme[0].key == "per_key:acme_minute:acme");
+  CHECK(acme[1].key == "per_ip:ip_second:10.0.0.7");
 }
 
 }  // namespace

@@ -262,7 +262,11 @@ TEST_CASE("the file as a whole: syntax errors, emptiness, version and its three 
               "r.yaml:3:10: version: unsupported version 2 (this Sluice reads version 1)",
               "r.yaml:4:1: extra: unknown field (expected version, attributes, policies or "
               "matches)",
-              "r.yaml:6:1: a rules file holds one YAML document, this is the second"});
+              "r.yaml:5:1: a rules file holds one YAML document, this is the second"});
+  // yaml-cpp 0.7's LoadAll loops (allocating) on these; the parser must not.
+  CHECK(errors(",") == Lines{"r.yaml:1:1: YAML syntax error: unexpected \",\""});
+  CHECK(errors("version: 1\n...\n, a\n") ==
+        Lines{"r.yaml:3:1: YAML syntax error: unexpected \",\""});
   CHECK(errors("version: 1\n") ==
         Lines{"r.yaml:1:1: missing field \"policies\"", "r.yaml:1:1: missing field \"matches\""});
   CHECK(errors("version: 1\npolicies: [a]\nmatches: {a: 1}\n") ==

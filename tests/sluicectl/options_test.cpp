@@ -100,7 +100,7 @@ TEST_CASE("help and version are answers to print, not commands to run", "[option
 
 TEST_CASE("a missing, unknown or stray argument is refused with what is wrong", "[options]") {
   check_refusals({
-      {"", "missing command: ping|acquire|peek|reset|stats|cluster|drain"},
+      {"", "missing command: ping|acquire|peek|reset|stats|cluster|drain|rules"},
       {"explode", "unknown command \"explode\""},
       {"acquire --limit 2 --period 60s", "acquire needs a KEY"},
       {"drain", "drain needs a NODE"},

@@ -10,6 +10,7 @@
 #include "client/client.h"
 #include "tools/sluicectl/etcd_view.h"
 #include "tools/sluicectl/format.h"
+#include "tools/sluicectl/rules_check.h"
 
 namespace sluice::ctl {
 
@@ -106,6 +107,7 @@ int fail(std::FILE* err, std::string_view message) {
 }
 
 int run_command(const CtlOptions& o, std::FILE* out, std::FILE* err) {
+  if (o.command == "rules check") return check_rules_files(o.paths, out);
   bool etcd_ok = true;
   EtcdSide etcd;
   if (!o.etcd.empty()) {

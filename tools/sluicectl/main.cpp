@@ -1,7 +1,8 @@
 // sluicectl: ping, acquire, peek, reset, stats, cluster, cluster reload and drain from a shell,
-// over the client library. Parses the flags and runs the command (the sluice_ctl library:
-// options.h, commands.h); exit status 0 success (acquire/peek: allowed), 1 denied, 2 any error
-// (bad flags included), with the reason on stderr. docs/CLIENT.md shows the output formats.
+// over the client library, and rules check (rules files, no server). Parses the flags and runs the
+// command (the sluice_ctl library: options.h, commands.h); exit status 0 success (acquire/peek:
+// allowed), 1 denied, 2 any error (bad flags included), with the reason on stderr. docs/CLIENT.md
+// shows the output formats.
 #include <cstdio>
 #include <exception>
 

@@ -51,6 +51,7 @@ std::vector<std::string> split_servers(const std::string& text) {
 std::string usage(const po::options_description& flags) {
   std::string text =
       "usage: sluicectl [flags] ping|acquire|peek|reset|stats|cluster|drain [KEY|reload|NODE]\n"
+      "       sluicectl rules check PATH...\n"
       "  acquire KEY, peek KEY   need --limit and --period\n"
       "  reset KEY               forgets the key's counters\n"
       "  cluster                 the cluster map: nodes, states, epoch, each node's share of\n"
@@ -59,7 +60,10 @@ std::string usage(const po::options_description& flags) {
       "                          (--seed-only: the first server that answers)\n"
       "  drain NODE              etcd mode: node NODE hands its ranges to the others and\n"
       "                          leaves the ring (stop it afterwards)\n"
-      "exit status: 0 ok/allowed, 1 denied (or a cluster file refused), 2 error\n\n";
+      "  rules check PATH...     checks rules files (a directory: its *.yaml and *.yml),\n"
+      "                          printing every error; needs no server\n"
+      "exit status: 0 ok/allowed, 1 denied (or a cluster file refused, or a rules file\n"
+      "bad), 2 error\n\n";
   std::ostringstream out;
   out << flags;
   return text + out.str();
@@ -95,11 +99,12 @@ ParsedFlags parse(int argc, char** argv) {
       "--cluster-name): each member's record and its lease's TTL left, even with nodes down")(
       "cluster-name", po::value<std::string>()->default_value(""), "with --etcd: the cluster");
   po::options_description hidden;
-  hidden.add_options()("command", po::value<std::string>())("key", po::value<std::string>());
+  hidden.add_options()("command", po::value<std::string>())("key", po::value<std::string>())(
+      "rest", po::value<std::vector<std::string>>());
   po::options_description all;
   all.add(flags).add(hidden);
   po::positional_options_description positional;
-  positional.add("command", 1).add("key", 1);
+  positional.add("command", 1).add("key", 1).add("rest", -1);
 
   po::variables_map vm;
   try {
@@ -116,9 +121,25 @@ ParsedFlags parse(int argc, char** argv) {
   ParsedFlags parsed;
   CtlOptions& o = parsed.options;
   if (!vm.count("command")) {
-    throw UsageError{"missing command: ping|acquire|peek|reset|stats|cluster|drain"};
+    throw UsageError{"missing command: ping|acquire|peek|reset|stats|cluster|drain|rules"};
   }
   o.command = vm["command"].as<std::string>();
+  if (o.command == "rules") {
+    // "rules check PATH...": files only, no server; the other flags do not apply.
+    if (!vm.count("key")) throw UsageError{"rules needs a command: rules check PATH..."};
+    if (vm["key"].as<std::string>() != "check") {
+      throw UsageError{fmt::format("unknown rules command \"{}\" (expected: rules check PATH...)",
+                                   vm["key"].as<std::string>())};
+    }
+    if (!vm.count("rest")) throw UsageError{"rules check needs a PATH (a file or a directory)"};
+    o.command = "rules check";
+    o.paths = vm["rest"].as<std::vector<std::string>>();
+    return parsed;
+  }
+  // Only `rules check` takes more than two words.
+  if (vm.count("rest")) {
+    throw UsageError{"too many positional options have been specified on the command line"};
+  }
   const bool keyed =
       o.command == "acquire" || o.command == "peek" || o.command == "reset" || o.command == "drain";
   const bool ruled = o.command == "acquire" || o.command == "peek";

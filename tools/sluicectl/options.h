@@ -13,13 +13,16 @@
 namespace sluice::ctl {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitDenied = 1;  // acquire/peek denied, a cluster file or a drain refused
-inline constexpr int kExitError = 2;   // any error, bad flags included
+// acquire/peek denied, a cluster file or a drain refused, a rules file bad
+inline constexpr int kExitDenied = 1;
+inline constexpr int kExitError = 2;  // any error, bad flags included
 
 struct CtlOptions {
-  // "ping", "acquire", "peek", "reset", "stats", "cluster", "cluster reload" or "drain".
+  // "ping", "acquire", "peek", "reset", "stats", "cluster", "cluster reload", "drain" or
+  // "rules check".
   std::string command;
-  std::string key;  // acquire, peek, reset: the key; drain: the node id
+  std::vector<std::string> paths;  // rules check: files and directories, at least one
+  std::string key;                 // acquire, peek, reset: the key; drain: the node id
   std::vector<std::string> servers;
   Rule rule;
   std::uint32_t cost = 1;
