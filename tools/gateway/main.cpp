@@ -24,6 +24,7 @@
 #include "http/server.h"
 #include "net/host_port.h"
 #include "rules/rule_set.h"
+#include "rules/rule_source.h"
 #include "tools/gateway/gateway.h"
 #include "tools/gateway/gateway_metrics.h"
 
@@ -130,18 +131,17 @@ int main(int argc, char** argv) {
   if (!flags) return 0;
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto loaded = sluice::rules::RuleSet::load(flags->rules);
-  if (!loaded) {
-    for (const auto& d : loaded.error()) fmt::print(stderr, "{}\n", d.to_string());
-    fmt::print(stderr, "sluice-gateway: {}: refused ({} errors)\n", flags->rules,
-               loaded.error().size());
+  // The rules file, watched: a change (a rewrite, a rename over it, a ConfigMap's symlink swap)
+  // is read and swapped in when good; a bad file is refused, logged once, and the rules stay.
+  auto source = sluice::rules::RuleSource::open(
+      flags->rules, [](std::string_view message) { say(std::string(message)); });
+  if (!source) {
+    for (const auto& d : source.error()) fmt::print(stderr, "{}\n", d.to_string());
+    fmt::print(stderr, "sluice-gateway: {}: refused ({} error{})\n", flags->rules,
+               source.error().size(), source.error().size() == 1 ? "" : "s");
     return 1;
   }
-  std::mutex rules_mutex;
-  std::shared_ptr<const sluice::rules::RuleSet> rules =
-      std::make_shared<const sluice::rules::RuleSet>(std::move(*loaded));
-  std::atomic<std::uint64_t> reloads_ok{0};
-  std::atomic<std::uint64_t> reloads_failed{0};
+  sluice::rules::RuleSource& rules = **source;
 
   auto client = sluice::client::Client::connect(flags->client);
   if (!client.ok()) {
@@ -156,11 +156,8 @@ int main(int argc, char** argv) {
 
   sluice::gateway::GatewayMetrics metrics;
   sluice::gateway::RulesView view;
-  view.current = [&] {
-    std::lock_guard lock(rules_mutex);
-    return rules;
-  };
-  view.reloads = [&] { return std::pair{reloads_ok.load(), reloads_failed.load()}; };
+  view.current = [&rules] { return rules.current(); };
+  view.reloads = [&rules] { return std::pair{rules.reloads_ok(), rules.reloads_failed()}; };
   sluice::gateway::GatewayOptions options;
   options.failure_policy = flags->client.failure_policy;
   sluice::gateway::Gateway gateway(**client, std::move(view), metrics, options);
@@ -180,35 +177,27 @@ int main(int argc, char** argv) {
                     e.what()));
     return 1;
   }
+  // SIGHUP: read the rules file now (RuleSource logs what happened).
+  boost::asio::signal_set hangups(io, SIGHUP);
+  // SIGINT, SIGTERM: stop serving; io.run() returns once the connections are closed.
   boost::asio::signal_set stops(io, SIGINT, SIGTERM);
   stops.async_wait([&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     say(fmt::format("signal {}: stopping", signal));
+    hangups.cancel();
     server.stop();
   });
-  boost::asio::signal_set hangups(io, SIGHUP);
   std::function<void(const boost::system::error_code&, int)> on_hangup =
       [&](const boost::system::error_code& ec, int) {
         if (ec) return;
-        auto again = sluice::rules::RuleSet::load(flags->rules);
-        if (!again) {
-          ++reloads_failed;
-          say(fmt::format("{}: refused on SIGHUP ({} errors; the rules before stay): {}",
-                          flags->rules, again.error().size(), again.error().front().to_string()));
-        } else {
-          ++reloads_ok;
-          auto next = std::make_shared<const sluice::rules::RuleSet>(std::move(*again));
-          say(fmt::format("{}: reloaded on SIGHUP ({} policies, hash {})", flags->rules,
-                          next->policies().size(), next->hash()));
-          std::lock_guard lock(rules_mutex);
-          rules = std::move(next);
-        }
+        rules.reload();
         hangups.async_wait(on_hangup);
       };
   hangups.async_wait(on_hangup);
   say(fmt::format("listening on {} (rules {}: {} policies, hash {}; servers {})",
                   sluice::net::format_host_port(flags->listen_host, server.port()), flags->rules,
-                  rules->policies().size(), rules->hash(), fmt::join(flags->client.servers, ",")));
+                  rules.current()->policies().size(), rules.current()->hash(),
+                  fmt::join(flags->client.servers, ",")));
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < flags->threads; ++i) threads.emplace_back([&] { io.run(); });
   io.run();
