@@ -10,6 +10,7 @@ packages=(
   libfmt-dev catch2 libbenchmark-dev libxxhash-dev
   nlohmann-json3-dev etcd-server etcd-client
   nftables
+  prometheus-cpp-dev prometheus  # metrics; prometheus for promtool only (never its service)
 )
 [ "$#" -gt 0 ] && packages+=("$@")
 
