@@ -4,7 +4,9 @@
 
 namespace sluice::net {
 
-std::optional<HostPort> parse_host_port(std::string_view text) {
+namespace {
+
+std::optional<HostPort> parse(std::string_view text, unsigned min_port) {
   std::string_view host;
   std::string_view port;
   if (!text.empty() && text.front() == '[') {
@@ -24,11 +26,17 @@ std::optional<HostPort> parse_host_port(std::string_view text) {
   if (host.empty() || port.empty()) return std::nullopt;
   unsigned value = 0;
   const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
+  if (ec != std::errc() || end != port.data() + port.size() || value < min_port || value > 65535) {
     return std::nullopt;
   }
   return HostPort{std::string(host), static_cast<std::uint16_t>(value)};
 }
+
+}  // namespace
+
+std::optional<HostPort> parse_host_port(std::string_view text) { return parse(text, 1); }
+
+std::optional<HostPort> parse_listen_address(std::string_view text) { return parse(text, 0); }
 
 std::string format_host_port(std::string_view host, std::uint16_t port) {
   const bool v6 = host.find(':') != std::string_view::npos;

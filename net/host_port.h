@@ -21,6 +21,9 @@ struct HostPort {
 // in range.
 std::optional<HostPort> parse_host_port(std::string_view text);
 
+// An address to listen on: as parse_host_port(), but the port may be 0 (ephemeral).
+std::optional<HostPort> parse_listen_address(std::string_view text);
+
 // What parse_host_port() reads back: "127.0.0.1:7420", "[::1]:7420".
 std::string format_host_port(std::string_view host, std::uint16_t port);
 

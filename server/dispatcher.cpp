@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 #include <algorithm>
 
+#include "core/clock.h"
 #include "core/key_hash.h"
 #include "core/rule.h"
 #include "protocol/cluster_messages.h"
@@ -141,6 +142,9 @@ void Dispatcher::handle_hello(Peer& peer, std::uint32_t request_id,
 
 void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
                                 std::span<const std::uint8_t> body) {
+  // One of the two clock reads per ACQUIRE frame (not per item) that time it for
+  // sluice_decision_duration_seconds; the other is when its reply is appended.
+  const std::uint64_t started_ns = monotonic_now_ns();
   const ServerContext& context = shard_.context();
   if (const auto parsed =
           protocol::parse_acquire_request(body, context.config.max_batch, acquire_items_);
@@ -199,12 +203,14 @@ void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
   if (invalid != 0) shard_.engine().counters()[ShardStat::kInvalidItems].add(invalid);
   if (!handed_over) {
     protocol::encode_acquire_reply(peer.reply_buffer(), request_id, acquire_results_, framing_);
+    shard_.engine().counters().acquire_latency.observe(monotonic_now_ns() - started_ns);
     return;
   }
   PendingFrame* frame = shard_.new_pending_frame();
   frame->opcode = protocol::Opcode::kAcquire;
   frame->request_id = request_id;
   frame->framing = framing_;
+  frame->started_ns = started_ns;
   frame->acquire_results.swap(acquire_results_);
   hand_over(peer, frame);
 }
@@ -290,6 +296,7 @@ void Dispatcher::finish_frame(Peer& peer, PendingFrame& frame) {
     if (frame.opcode == protocol::Opcode::kAcquire) {
       protocol::encode_acquire_reply(peer.reply_buffer(), frame.request_id, frame.acquire_results,
                                      frame.framing);
+      shard_.engine().counters().acquire_latency.observe(monotonic_now_ns() - frame.started_ns);
     } else {
       protocol::encode_reset_reply(peer.reply_buffer(), frame.request_id, frame.reset_results,
                                    frame.framing);

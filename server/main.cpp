@@ -113,7 +113,9 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "auth-token-file", po::value<std::string>(),
       "require clients to send the token in this file (whole file, trailing whitespace "
       "stripped; keep it mode 0600)")(
-      "busy-poll", "shard threads poll instead of sleeping (each keeps a core busy)")(
+      "http-listen", po::value<std::string>()->default_value(""),
+      "HOST:PORT to serve /metrics (Prometheus), /healthz and /readyz on, over HTTP (default: "
+      "off)")("busy-poll", "shard threads poll instead of sleeping (each keeps a core busy)")(
       "huge-pages",
       "keep counters in 2 MiB transparent huge pages (shards of 64 MiB or more): faster lookups "
       "in large tables, a pause of up to milliseconds per 2 MiB the table grows into")(
@@ -203,6 +205,16 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   if (vm.count("auth-token-file") != 0) {
     config.auth_token = sluice::cli::token_file_flag("sluiced", text("auth-token-file"));
   }
+  config.http_listen = text("http-listen");
+  if (!config.http_listen.empty()) {
+    const auto listen = sluice::net::parse_listen_address(config.http_listen);
+    if (listen) boost::asio::ip::make_address(listen->host, bad_address);
+    if (!listen || bad_address) {
+      throw FlagError{fmt::format(
+          "--http-listen {}: expected IP:PORT, e.g. 127.0.0.1:9420, 0.0.0.0:9420 or [::1]:9420",
+          config.http_listen)};
+    }
+  }
   config.busy_poll = vm.count("busy-poll") != 0;
   config.huge_pages = vm.count("huge-pages") != 0;
   return config;
@@ -275,6 +287,11 @@ int main(int argc, char** argv) {
       fmt::print("sluiced: node {} of the etcd cluster {} at {} (lease TTL {} s)\n",
                  config->node_id, config->cluster_name, config->etcd,
                  config->etcd_lease_ttl.count());
+    }
+    if (!config->http_listen.empty()) {
+      const auto listen = sluice::net::parse_listen_address(config->http_listen);
+      fmt::print("sluiced: metrics on http://{}/metrics (also /healthz, /readyz)\n",
+                 sluice::net::format_host_port(listen->host, server.http_port()));
     }
     if (!config->cluster_file.empty()) {
       fmt::print("sluiced: node {} of the static cluster {} (epoch {})\n", config->node_id,

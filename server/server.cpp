@@ -19,6 +19,7 @@
 
 #include "cluster/cluster_map.h"
 #include "cluster/etcd_members.h"
+#include "cluster/lease_fence.h"
 #include "cluster/membership_file.h"
 #include "cluster/node.h"
 #include "core/utc_time.h"
@@ -26,6 +27,7 @@
 #include "server/cluster_view.h"
 #include "server/coordinator.h"
 #include "server/etcd_membership.h"
+#include "server/http_endpoint.h"
 #include "server/shard.h"
 
 namespace sluice::server {
@@ -162,6 +164,13 @@ struct Server::Impl {
   // Gives every shard `next`: directly before the threads run, else by a post, waiting until
   // each has it.
   void publish(std::shared_ptr<const ClusterView> next);
+
+  // The view in force for observers (cluster_status()), under its own small lock: a reload
+  // holds reload_mutex while it waits for the shards, and a scrape must not wait for that.
+  mutable std::mutex observed_mutex;
+  std::shared_ptr<const ClusterView> observed_view;
+  // /metrics, /healthz, /readyz (ServerConfig::http_listen). Last: destroyed first.
+  std::unique_ptr<HttpEndpoint> http;
 };
 
 namespace {
@@ -298,6 +307,10 @@ void Server::Impl::leave_etcd() {
 
 void Server::Impl::publish(std::shared_ptr<const ClusterView> next) {
   view = next;
+  {
+    std::lock_guard<std::mutex> lock(observed_mutex);
+    observed_view = next;
+  }
   epoch.store(next->epoch());
   if (threads.empty()) {
     for (auto& shard : context.shards) shard->set_view(next);
@@ -467,6 +480,11 @@ void Server::start() {
     impl_->adopt_locked(cluster::ClusterMap());
   }
 
+  if (!config.http_listen.empty()) {
+    impl_->http = std::make_unique<HttpEndpoint>(*this);
+    impl_->http->start(config.http_listen);
+  }
+
   for (auto& shard : context.shards) shard->spawn();
   impl_->threads.reserve(context.shard_count);
   for (auto& shard : context.shards) {
@@ -496,6 +514,7 @@ void Server::start() {
 
 void Server::stop() {
   if (!impl_->started.load() || impl_->stop_requested.exchange(true)) return;
+  if (impl_->http) impl_->http->stop();
   impl_->leave_etcd();
   // Not under reload_mutex: a reload on the coordinator's thread may be waiting for it.
   if (Coordinator* coordinator = impl_->coordinator_live.load()) coordinator->stop();
@@ -504,6 +523,7 @@ void Server::stop() {
 
 void Server::stop_now() {
   if (!impl_->started.load()) return;
+  if (impl_->http) impl_->http->stop();
   impl_->context.fence_deadline_ns.store(0);
   // Not under reload_mutex: a reload on the coordinator's thread may be waiting for it.
   if (Coordinator* coordinator = impl_->coordinator_live.load()) coordinator->stop();
@@ -516,6 +536,7 @@ void Server::wait() {
   for (std::thread& thread : impl_->threads) {
     if (thread.joinable()) thread.join();
   }
+  if (impl_->http) impl_->http->join();
 }
 
 std::string Server::reload_cluster() {
@@ -587,6 +608,71 @@ std::vector<std::uint16_t> Server::shard_ports() const { return impl_->context.s
 unsigned Server::shard_count() const { return impl_->context.shard_count; }
 
 std::size_t Server::max_buffer_memory() const { return impl_->context.config.max_buffer_memory; }
+
+const ServerConfig& Server::config() const { return impl_->context.config; }
+
+const ShardCounters& Server::shard_counters(unsigned shard) const {
+  return impl_->context.engines.at(shard)->counters();
+}
+
+std::uint16_t Server::http_port() const { return impl_->http ? impl_->http->port() : 0; }
+
+ClusterStatus Server::cluster_status() const {
+  const ServerContext& context = impl_->context;
+  std::shared_ptr<const ClusterView> view;
+  {
+    std::lock_guard<std::mutex> lock(impl_->observed_mutex);
+    view = impl_->observed_view;
+  }
+  ClusterStatus status;
+  if (view == nullptr) return status;  // a single node: no map, no fence
+  status.mode = context.fenced ? ClusterStatus::Mode::kEtcd : ClusterStatus::Mode::kStatic;
+  status.epoch = view->epoch();
+  for (const cluster::ClusterNode& node : view->map.nodes()) {
+    const auto state = static_cast<std::size_t>(node.state);
+    if (state >= 1 && state <= status.members.size()) ++status.members[state - 1];
+  }
+  if (const cluster::ClusterNode* self = view->map.find(context.node_id)) {
+    status.self_state = static_cast<std::uint8_t>(self->state);
+  }
+  if (context.fenced) {
+    status.fence_reason = context.fence_reason.load(std::memory_order_relaxed);
+    status.fenced = status.fence_reason != 0;
+  }
+  const auto stall_ms = static_cast<std::uint64_t>(context.config.replication_stall_after.count());
+  for (const ReplicaLag& peer : context.engines.at(0)->node_lag()) {
+    status.peers.push_back(ClusterStatus::Peer{
+        .node = peer.node,
+        .records = peer.queued + peer.unacked,
+        .lag_ms = peer.oldest_ms,
+        .bytes = peer.bytes,
+        .dropped = peer.dropped,
+        .up = peer.up,
+        .stalled = peer.oldest_ms >= stall_ms,
+    });
+  }
+  return status;
+}
+
+std::string ClusterStatus::not_ready_reason() const {
+  if (mode == Mode::kStandalone) return "";
+  if (fenced) {
+    return fmt::format("fenced: serving nothing as primary ({})",
+                       cluster::fence_reason_text(static_cast<cluster::FenceReason>(fence_reason)));
+  }
+  switch (static_cast<cluster::NodeState>(self_state)) {
+    case cluster::NodeState::kActive:
+      return "";
+    case cluster::NodeState::kJoining:
+      return "joining: fetching the partitions it will own, not serving yet";
+    case cluster::NodeState::kDraining:
+      return "draining: handing its partitions over, serving nothing as primary";
+    case cluster::NodeState::kDown:
+      return "down in the cluster map";
+  }
+  return mode == Mode::kEtcd ? "not in the member map yet (registering with etcd)"
+                             : "not in the cluster map: serving no key";
+}
 
 std::size_t Server::TEST_peak_queued_output() const {
   std::size_t peak = 0;

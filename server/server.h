@@ -3,6 +3,7 @@
 // docs/ARCHITECTURE.md explains which thread owns what.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "core/key_hash.h"
 #include "core/rule.h"
 #include "protocol/frame.h"
+#include "server/shard_counters.h"
 #include "server/table/log_arena.h"
 
 namespace sluice::cluster {
@@ -116,7 +118,42 @@ struct ServerConfig {
   // STATS answers from a per-shard snapshot rebuilt when it is at least this old (by `clock`),
   // so a flood of STATS costs a copy each, not a walk over every shard. 0 = rebuilt every time.
   std::chrono::milliseconds stats_refresh{100};
+  // HOST:PORT of the HTTP server for /metrics, /healthz and /readyz (docs/OPERATIONS.md,
+  // "Metrics"), on a thread of its own; empty = none. Port 0 = ephemeral (Server::http_port()).
+  std::string http_listen;
   const Clock* clock = nullptr;  // nullptr = SystemClock; tests pass a ManualClock
+};
+
+// The cluster as this node sees it now, for /metrics and /readyz (Server::cluster_status()).
+struct ClusterStatus {
+  enum class Mode : std::uint8_t { kStandalone, kStatic, kEtcd };
+  // Replication toward one peer, over every shard (STATS "replication.<node>.*").
+  struct Peer {
+    std::string node;
+    std::uint64_t records = 0;  // queued or sent and not yet acknowledged
+    std::uint64_t lag_ms = 0;   // age of the oldest of those
+    std::uint64_t bytes = 0;    // REPLICATE bytes sent, not yet acknowledged
+    std::uint64_t dropped = 0;  // records dropped toward it since it entered the map
+    bool up = false;            // every link to it is up
+    bool stalled = false;       // lag_ms at least replication_stall_after
+  };
+
+  Mode mode = Mode::kStandalone;
+  std::uint64_t epoch = 0;
+  // Members of the map by state, at cluster::NodeState value - 1: joining, active, draining,
+  // down.
+  std::array<std::uint32_t, 4> members{};
+  // This node's state in the map (cluster::NodeState value), 0 when the map does not list it.
+  std::uint8_t self_state = 0;
+  // etcd mode: the fence is closed, and why (cluster::FenceReason, as the membership agent last
+  // noted it; 0 while it serves).
+  bool fenced = false;
+  std::uint8_t fence_reason = 0;
+  std::vector<Peer> peers;
+
+  // "" when the node serves as primary (a node outside any cluster always does), else one line
+  // saying why not: fenced (REASON), joining, draining, or not in the cluster map.
+  std::string not_ready_reason() const;
 };
 
 class Server {
@@ -160,6 +197,16 @@ class Server {
 
   // The buffer budget in effect (ServerConfig::max_buffer_memory after its default).
   std::size_t max_buffer_memory() const;
+  // The configuration in effect (defaults applied, max_connections fitted to the open-file
+  // limit).
+  const ServerConfig& config() const;
+
+  // ---- observation, for /metrics and /readyz: any thread, never waits for a shard ----------
+  // Shard `shard`'s counters (single-writer relaxed atomics; not a consistent snapshot).
+  const ShardCounters& shard_counters(unsigned shard) const;
+  ClusterStatus cluster_status() const;
+  // The port of the HTTP server (ServerConfig::http_listen) once started; 0 without one.
+  std::uint16_t http_port() const;
 
   // Test seam: the record of `key` as its owning shard here holds it (empty when absent),
   // read on that shard's thread. Not from a shard thread.

@@ -42,6 +42,7 @@ struct PendingFrame {
   std::uint32_t tasks_pending = 0;      // tasks not yet back; the reply is sent when it reaches 0
   std::uint32_t items_handed_over = 0;  // items in those tasks (the peer's backlog)
   protocol::Framing framing;            // of the reply
+  std::uint64_t started_ns = 0;         // ACQUIRE: monotonic_now_ns() when its parse began
   std::vector<protocol::AcquireResult> acquire_results;
   std::vector<protocol::ResetStatus> reset_results;
 };

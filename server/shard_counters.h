@@ -67,6 +67,7 @@ enum class ShardStat : std::size_t {
   kCreditedUnits,
   kStaleFences,
   kReplicationRefused,
+  kEvictedExhausted,
   kCount,
 };
 
@@ -107,11 +108,51 @@ inline constexpr std::array<std::string_view, static_cast<std::size_t>(ShardStat
         "credited_units",
         "stale_fences",
         "replication_refused",
+        "evicted_exhausted",
+};
+
+// Decisions by algorithm (core Algorithm value 1..5 at index value - 1) and outcome, counted
+// by the owner shard where ShardStat kAllowed and kDenied are (peeks are not counted): what
+// /metrics exports as sluice_decisions_total{algorithm,outcome}.
+struct DecisionCounters {
+  static constexpr std::size_t kAlgorithms = 5;
+  std::array<std::array<SingleWriterCounter, 2>, kAlgorithms> by_algorithm;  // [..][allowed]
+
+  // Owner thread only. REQUIRES: 1 <= algorithm <= kAlgorithms (a validated rule's).
+  void add(std::uint8_t algorithm, bool allowed) {
+    by_algorithm[algorithm - 1u][allowed ? 1 : 0].add();
+  }
+  std::uint64_t get(std::uint8_t algorithm, bool allowed) const {
+    return by_algorithm[algorithm - 1u][allowed ? 1 : 0].get();
+  }
+};
+
+// A latency histogram with fixed bounds and one writer: observe() is a few compares and two
+// single-writer adds. Buckets are not cumulative here (Prometheus' are: the reader sums).
+struct LatencyHistogram {
+  // Upper bounds, inclusive, in ns: 5 us to 100 ms; one more bucket holds the rest (+Inf).
+  static constexpr std::array<std::uint64_t, 13> kBoundsNs = {
+      5'000,     10'000,    25'000,    50'000,     100'000,    250'000,    500'000,
+      1'000'000, 2'500'000, 5'000'000, 10'000'000, 25'000'000, 100'000'000};
+  std::array<SingleWriterCounter, kBoundsNs.size() + 1> buckets;
+  SingleWriterCounter sum_ns;
+
+  // Owner thread only.
+  void observe(std::uint64_t ns) {
+    std::size_t b = 0;
+    while (b < kBoundsNs.size() && ns > kBoundsNs[b]) ++b;
+    buckets[b].add();
+    sum_ns.add(ns);
+  }
 };
 
 // Padded so that two shards' counters never share a cache line.
 struct alignas(64) ShardCounters {
   std::array<SingleWriterCounter, static_cast<std::size_t>(ShardStat::kCount)> values;
+  DecisionCounters decisions;
+  // ACQUIRE frames, from the start of their parse to their reply appended to the connection's
+  // output (hand-overs to other shards included), on the connection's shard.
+  LatencyHistogram acquire_latency;
 
   SingleWriterCounter& operator[](ShardStat s) { return values[static_cast<std::size_t>(s)]; }
   const SingleWriterCounter& operator[](ShardStat s) const {

@@ -66,6 +66,7 @@ protocol::AcquireResult ShardEngine::acquire(const KeyHash& hash, const Rule& ru
       answer.decision.allowed ? protocol::ItemStatus::kAllowed : protocol::ItemStatus::kDenied;
   if (!peek) {
     counters_[answer.decision.allowed ? ShardStat::kAllowed : ShardStat::kDenied].add();
+    counters_.decisions.add(static_cast<std::uint8_t>(rule.algorithm), answer.decision.allowed);
     // Only an admission changes a record's state (a denial leaves it as it was).
     if (answer.decision.allowed) noted(hash);
   }
@@ -92,6 +93,7 @@ protocol::AcquireResult ShardEngine::lease(const KeyHash& hash, const Rule& rule
   if (grant.granted == 0) {
     result.status = protocol::ItemStatus::kDenied;
     counters_[ShardStat::kDenied].add();
+    counters_.decisions.add(static_cast<std::uint8_t>(rule.algorithm), false);
     return result;
   }
   result.status = protocol::ItemStatus::kAllowed;
@@ -99,6 +101,7 @@ protocol::AcquireResult ShardEngine::lease(const KeyHash& hash, const Rule& rule
   // The stamp its give-back needs (the window, or the grant's millisecond).
   result.retry_after_ms = lease_stamp(rule, now_ns);
   counters_[ShardStat::kAllowed].add();
+  counters_.decisions.add(static_cast<std::uint8_t>(rule.algorithm), true);
   counters_[ShardStat::kLeases].add();
   counters_[ShardStat::kLeasedUnits].add(grant.granted);
   noted(hash);
@@ -165,6 +168,7 @@ void ShardEngine::publish_table_stats() {
   counters_[ShardStat::kSlots].set(stats.slots);
   counters_[ShardStat::kExpired].set(stats.expired);
   counters_[ShardStat::kEvicted].set(stats.evicted);
+  counters_[ShardStat::kEvictedExhausted].set(stats.evicted_exhausted);
   counters_[ShardStat::kFailedInserts].set(stats.failed_inserts);
   counters_[ShardStat::kHugePages].set(stats.huge_pages ? 1 : 0);
 }

@@ -10,6 +10,8 @@ packages=(
   libfmt-dev catch2 libbenchmark-dev libxxhash-dev
   nlohmann-json3-dev etcd-server etcd-client
   nftables libyaml-cpp-dev
+  prometheus-cpp-dev prometheus  # metrics; prometheus for promtool only (never its service)
+  nginx-light wrk                # the gateway's nginx test and overhead bench (never a service)
 )
 [ "$#" -gt 0 ] && packages+=("$@")
 

@@ -352,10 +352,19 @@ std::size_t CounterTable::compact(Segment& seg, std::uint64_t now_ns) {
   return dropped;
 }
 
+void CounterTable::count_drop(std::uint64_t meta, bool expired) {
+  if (expired) {
+    ++expired_;
+    return;
+  }
+  ++evicted_;
+  if (class_of(meta) == 0) ++evicted_exhausted_;
+}
+
 void CounterTable::drop_in_rehash(Record& record, bool expired) {
   release_ring(record);
+  count_drop(record.meta, expired);
   record = Record{};
-  ++(expired ? expired_ : evicted_);
   --size_;
 }
 
@@ -595,7 +604,7 @@ bool CounterTable::reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns) 
     }
   }
   if (best.pos == kNoSlot) return false;
-  ++(is_expired(best.meta, now_ns) ? expired_ : evicted_);
+  count_drop(best.meta, is_expired(best.meta, now_ns));
   erase(segments_[best.segment], best.pos);
   return true;
 }
@@ -698,7 +707,7 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
         i = i + 1 == total ? 0 : i + 1;
       }
       if (victim == kNoSlot) return false;  // an empty segment cannot be full
-      ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_);
+      count_drop(s(victim).meta, is_expired(s(victim).meta, now_ns));
       if (victim_reachable) {
         release_ring(s(victim));
         place(seg, record, pos, victim);
@@ -724,7 +733,7 @@ bool CounterTable::insert(const Record& record, Probe probe, std::uint64_t now_n
       if (i >= pos && at_bound(i)) break;
     }
     if (victim == kNoSlot) return false;
-    ++(is_expired(s(victim).meta, now_ns) ? expired_ : evicted_);
+    count_drop(s(victim).meta, is_expired(s(victim).meta, now_ns));
     release_ring(s(victim));
     place(seg, record, pos, victim);
     return true;
@@ -1175,6 +1184,7 @@ TableStats CounterTable::stats() const {
   s.huge_pages = pool_.huge_pages();
   s.expired = expired_;
   s.evicted = evicted_;
+  s.evicted_exhausted = evicted_exhausted_;
   s.failed_inserts = failed_inserts_;
   return s;
 }

@@ -41,6 +41,9 @@ struct TableStats {
   bool huge_pages = false;    // records are in 2 MiB blocks advised for huge pages
   std::uint64_t expired = 0;  // records dropped because they had expired (lazily or by sweep)
   std::uint64_t evicted = 0;  // live records evicted to make room under the cap
+  // Of those, records whose key had no capacity left at its last request (capacity class 0:
+  // a key being denied, or that took its last unit).
+  std::uint64_t evicted_exhausted = 0;
   std::uint64_t failed_inserts = 0;  // requests answered kNoMemory
 };
 
@@ -274,6 +277,8 @@ class CounterTable {
   // Whether the segment could split; false leaves the table untouched.
   bool split(std::uint32_t index, std::uint64_t now_ns);
   void drop_in_rehash(Record& record, bool expired);
+  // Counts a record dropped as expired, or evicted (and whether it was exhausted).
+  void count_drop(std::uint64_t meta, bool expired);
   // Stores `record` (known absent, insertion point `probe`), making room if needed.
   bool insert(const Record& record, Probe probe, std::uint64_t now_ns);
   // Puts `record` (insertion point `pos`) using slot `sink`, which is empty or
@@ -334,6 +339,7 @@ class CounterTable {
   bool ring_shortage_ = false;  // allocate_ring() failed during this acquire()
   std::uint64_t expired_ = 0;
   std::uint64_t evicted_ = 0;
+  std::uint64_t evicted_exhausted_ = 0;
   std::uint64_t failed_inserts_ = 0;
 };
 

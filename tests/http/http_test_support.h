@@ -25,7 +25,7 @@
 
 #include "http/server.h"
 
-namespace sluice::test {
+namespace sluice::test::http_support {
 
 using namespace std::chrono_literals;
 
@@ -78,9 +78,9 @@ bool eventually(Condition condition, std::chrono::milliseconds timeout = 5000ms 
 using ParsedResponse = boost::beast::http::response<boost::beast::http::string_body>;
 
 // A blocking client connection to 127.0.0.1:port.
-class RawClient {
+class HttpClient {
  public:
-  explicit RawClient(std::uint16_t port) {
+  explicit HttpClient(std::uint16_t port) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) throw std::runtime_error("socket");
     sockaddr_in address{};
@@ -94,9 +94,9 @@ class RawClient {
     int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   }
-  ~RawClient() { close(); }
-  RawClient(const RawClient&) = delete;
-  RawClient& operator=(const RawClient&) = delete;
+  ~HttpClient() { close(); }
+  HttpClient(const HttpClient&) = delete;
+  HttpClient& operator=(const HttpClient&) = delete;
 
   void close() {
     if (fd_ >= 0) ::close(fd_);
@@ -179,4 +179,4 @@ inline std::string get(std::string_view target, std::string_view extra_headers =
          "\r\n";
 }
 
-}  // namespace sluice::test
+}  // namespace sluice::test::http_support

@@ -14,6 +14,8 @@
 namespace sluice::test {
 namespace {
 
+using namespace http_support;
+
 using http::Request;
 using http::Responder;
 using http::Status;
@@ -50,7 +52,7 @@ std::string post_of_body_size(std::size_t size) {
 
 TEST_CASE("http: one keep-alive connection carries several requests", "[http]") {
   HttpFixture fixture(test_limits(), echo);
-  RawClient client(fixture.port());
+  HttpClient client(fixture.port());
   for (int i = 0; i < 3; ++i) {
     REQUIRE(client.send(get("/r" + std::to_string(i))));
     const auto response = client.read_response();
@@ -80,7 +82,7 @@ TEST_CASE("http: pipelined requests are answered in order, the slow first one in
     }
     echo(request, std::move(responder));
   });
-  RawClient client(fixture.port());
+  HttpClient client(fixture.port());
   REQUIRE(client.send(get("/slow") + get("/two") + get("/three")));
   {
     std::unique_lock<std::mutex> lock(mutex);
@@ -129,12 +131,12 @@ TEST_CASE("http: a handler answers later from another thread", "[http]") {
       ++answered;
     }
   });
-  RawClient a(fixture.port());
-  RawClient b(fixture.port());
+  HttpClient a(fixture.port());
+  HttpClient b(fixture.port());
   for (int i = 0; i < 2; ++i) {
     REQUIRE(a.send(get("/a")));
     REQUIRE(b.send(get("/b")));
-    for (RawClient* client : {&a, &b}) {
+    for (HttpClient* client : {&a, &b}) {
       const auto response = client->read_response();
       REQUIRE(response);
       CHECK(response->result() == Status::accepted);
@@ -154,7 +156,7 @@ TEST_CASE("http: a responder dropped unused answers 500 and the connection carri
     if (request.target() == "/drop") return;  // responder destroyed here
     echo(request, std::move(responder));
   });
-  RawClient client(fixture.port());
+  HttpClient client(fixture.port());
   REQUIRE(client.send(get("/drop")));
   const auto dropped = client.read_response();
   REQUIRE(dropped);
@@ -168,13 +170,13 @@ TEST_CASE("http: a responder dropped unused answers 500 and the connection carri
 TEST_CASE("http: headers of exactly max_header_bytes pass, one byte more gets 431 and a close",
           "[http]") {
   HttpFixture fixture(test_limits(), echo);
-  RawClient at_limit(fixture.port());
+  HttpClient at_limit(fixture.port());
   REQUIRE(at_limit.send(request_of_header_size(1024)));
   const auto ok = at_limit.read_response();
   REQUIRE(ok);
   CHECK(ok->result() == Status::ok);
 
-  RawClient over(fixture.port());
+  HttpClient over(fixture.port());
   REQUIRE(over.send(request_of_header_size(1025)));
   const auto refused = over.read_response();
   REQUIRE(refused);
@@ -187,7 +189,7 @@ TEST_CASE("http: headers of exactly max_header_bytes pass, one byte more gets 43
 TEST_CASE("http: a body of exactly max_body_bytes passes, one byte more gets 413 and a close",
           "[http]") {
   HttpFixture fixture(test_limits(), echo);
-  RawClient client(fixture.port());
+  HttpClient client(fixture.port());
   REQUIRE(client.send(post_of_body_size(2048)));
   const auto ok = client.read_response();
   REQUIRE(ok);
@@ -200,7 +202,7 @@ TEST_CASE("http: a body of exactly max_body_bytes passes, one byte more gets 413
   CHECK(client.wait_closed());
 
   // A chunked body is held to the same bound as it arrives.
-  RawClient chunked(fixture.port());
+  HttpClient chunked(fixture.port());
   REQUIRE(
       chunked.send("POST /c HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" +
                    std::string(2048, 'c') + "\r\n1\r\nc\r\n0\r\n\r\n"));
@@ -215,13 +217,13 @@ TEST_CASE("http: max_connections are served and the next one is closed at accept
   http::ServerLimits limits = test_limits();
   limits.max_connections = 2;
   HttpFixture fixture(limits, echo);
-  auto first = std::make_unique<RawClient>(fixture.port());
-  RawClient second(fixture.port());
-  for (RawClient* client : {first.get(), &second}) {
+  auto first = std::make_unique<HttpClient>(fixture.port());
+  HttpClient second(fixture.port());
+  for (HttpClient* client : {first.get(), &second}) {
     REQUIRE(client->send(get("/")));
     REQUIRE(client->read_response());
   }
-  RawClient third(fixture.port());
+  HttpClient third(fixture.port());
   third.send(get("/"));
   CHECK_FALSE(third.read_response());
   CHECK(third.closed());
@@ -230,7 +232,7 @@ TEST_CASE("http: max_connections are served and the next one is closed at accept
   // Once one closes, a newcomer is served.
   first.reset();
   REQUIRE(eventually([&] { return fixture.server().counters().connections_open == 1; }));
-  RawClient fourth(fixture.port());
+  HttpClient fourth(fixture.port());
   REQUIRE(fourth.send(get("/")));
   REQUIRE(fourth.read_response());
   CHECK(fixture.server().counters().connections_refused == 1);
@@ -240,7 +242,7 @@ TEST_CASE("http: max_connections are served and the next one is closed at accept
 TEST_CASE("http: a malformed request gets 400 and a close while another connection carries on",
           "[http]") {
   HttpFixture fixture(test_limits(), echo);
-  RawClient healthy(fixture.port());
+  HttpClient healthy(fixture.port());
   REQUIRE(healthy.send(get("/before")));
   REQUIRE(healthy.read_response());
 
@@ -254,7 +256,7 @@ TEST_CASE("http: a malformed request gets 400 and a close while another connecti
   };
   for (const std::string& bytes : malformed) {
     INFO(bytes);
-    RawClient bad(fixture.port());
+    HttpClient bad(fixture.port());
     REQUIRE(bad.send(bytes));
     const auto response = bad.read_response();
     REQUIRE(response);
@@ -272,7 +274,7 @@ TEST_CASE("http: a malformed request gets 400 and a close while another connecti
 TEST_CASE("http: an HTTP/1.0 request without keep-alive is answered, then the connection closes",
           "[http]") {
   HttpFixture fixture(test_limits(), echo);
-  RawClient client(fixture.port());
+  HttpClient client(fixture.port());
   REQUIRE(client.send("GET /old HTTP/1.0\r\n\r\n"));
   const auto response = client.read_response();
   REQUIRE(response);
@@ -285,7 +287,7 @@ TEST_CASE("http: a keep-alive connection idle past idle_timeout is closed, not b
   http::ServerLimits limits = test_limits();
   limits.idle_timeout = 300ms;
   HttpFixture fixture(limits, echo);
-  RawClient client(fixture.port());
+  HttpClient client(fixture.port());
   // Requests 150 ms apart keep it open for well over the timeout.
   for (int i = 0; i < 4; ++i) {
     REQUIRE(client.send(get("/")));
@@ -303,7 +305,7 @@ TEST_CASE("http: a request sent too slowly (slowloris) is closed after read_time
   http::ServerLimits limits = test_limits();
   limits.read_timeout = 300ms;
   HttpFixture fixture(limits, echo);
-  RawClient client(fixture.port());
+  HttpClient client(fixture.port());
   const auto from = std::chrono::steady_clock::now();
   REQUIRE(client.send("GET / HTTP/1.1\r\nHost: te"));
   CHECK(client.wait_closed());
@@ -315,8 +317,8 @@ TEST_CASE("http: a request sent too slowly (slowloris) is closed after read_time
 
 TEST_CASE("http: stop() closes every connection and the io threads run out of work", "[http]") {
   HttpFixture fixture(test_limits(), echo);
-  RawClient idle(fixture.port());
-  RawClient served(fixture.port());
+  HttpClient idle(fixture.port());
+  HttpClient served(fixture.port());
   REQUIRE(served.send(get("/")));
   REQUIRE(served.read_response());
   fixture.stop();  // returns once both io threads have returned from run()

@@ -35,5 +35,15 @@ TEST_CASE("parse_host_port refuses what is not HOST:PORT", "[host_port]") {
   }
 }
 
+TEST_CASE("parse_listen_address takes port 0 (ephemeral) and refuses the rest as parse_host_port",
+          "[host_port]") {
+  CHECK(parse_listen_address("127.0.0.1:0") == HostPort{"127.0.0.1", 0});
+  CHECK(parse_listen_address("[::1]:9420") == HostPort{"::1", 9420});
+  for (const std::string_view bad : {"", "127.0.0.1", "host:65536", "::1:0", "host:-1"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse_listen_address(bad).has_value());
+  }
+}
+
 }  // namespace
 }  // namespace sluice::net

@@ -115,7 +115,22 @@ TEST_CASE("as many keys as the probe window holds can share one home slot") {
   allowed(table, {base.lo, base.hi + n}, kHourly, at(kT0));
   CHECK(table.stats().slots == slots);
   CHECK(table.stats().evicted == 1);
+  CHECK(table.stats().evicted_exhausted == 0);  // every key had 99 of 100 left
   CHECK(table.size() == static_cast<std::size_t>(n));
+  CHECK(table.TEST_check_invariants());
+}
+
+TEST_CASE("an evicted key that had no capacity left is counted as evicted exhausted") {
+  // Keys sharing one home slot, each with its only unit taken: the one evicted was exhausted.
+  const Rule once{Algorithm::kGcra, 1, 3600 * 1000, 0};
+  CounterTable table(config(1 << 20));
+  const KeyHash base = key(5);
+  const int n = static_cast<int>(CounterTable::kMaxDisplacement) + 1;
+  for (int i = 0; i < n; ++i) allowed(table, {base.lo, base.hi + i}, once, at(kT0));
+  CHECK(table.stats().evicted == 0);
+  allowed(table, {base.lo, base.hi + n}, once, at(kT0));
+  CHECK(table.stats().evicted == 1);
+  CHECK(table.stats().evicted_exhausted == 1);
   CHECK(table.TEST_check_invariants());
 }
 
