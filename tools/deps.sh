@@ -27,6 +27,20 @@ sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 echo "deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# etcd, nginx and prometheus come with system services that their packages start where an init
+# system runs; the tests start their own on loopback ports and never want those. A policy-rc.d
+# that answers 101 ("action forbidden") keeps the install from starting any service; it is
+# removed afterwards (unless the machine already had one).
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+  $sudo chmod +x "$policy"
+  own_policy=1
+fi
 # A fresh machine has no package lists; update once, then install.
-$sudo apt-get update -qq >/dev/null
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+status=0
+$sudo apt-get update -qq >/dev/null &&
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+[ "$own_policy" -eq 1 ] && $sudo rm -f "$policy"
+exit "$status"

@@ -65,17 +65,18 @@ struct GatewayHarness {
   }
 
   // One request on a new connection; its response (REQUIREd).
-  test::ParsedResponse ask(const std::string& raw) {
-    test::RawClient c(http.port());
+  test::http_support::ParsedResponse ask(const std::string& raw) {
+    test::http_support::HttpClient c(http.port());
     REQUIRE(c.send(raw));
     auto response = c.read_response();
     REQUIRE(response.has_value());
     return std::move(*response);
   }
-  test::ParsedResponse check(std::string_view headers, std::string_view target = "/check") {
-    return ask(test::get(target, headers));
+  test::http_support::ParsedResponse check(std::string_view headers,
+                                           std::string_view target = "/check") {
+    return ask(test::http_support::get(target, headers));
   }
-  test::ParsedResponse post(std::string_view target, std::string_view body) {
+  test::http_support::ParsedResponse post(std::string_view target, std::string_view body) {
     return ask("POST " + std::string(target) +
                " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n" +
                "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body));
@@ -86,7 +87,7 @@ struct GatewayHarness {
   GatewayMetrics metrics;
   std::unique_ptr<client::Client> client;
   Gateway gateway;
-  test::HttpFixture http;
+  test::http_support::HttpFixture http;
 
  private:
   static std::unique_ptr<client::Client> connect(std::vector<std::string> servers,
@@ -108,7 +109,7 @@ struct GatewayHarness {
 };
 
 // A header field of a response, or "<absent>".
-inline std::string field(const test::ParsedResponse& r, std::string_view name) {
+inline std::string field(const test::http_support::ParsedResponse& r, std::string_view name) {
   const auto it = r.find(boost::beast::string_view(name.data(), name.size()));
   return it == r.end() ? std::string("<absent>") : std::string(it->value());
 }
