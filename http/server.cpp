@@ -59,6 +59,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       : state_(std::move(state)),
         executor_(socket.get_executor()),
         socket_(std::move(socket)),
+        peer_(peer_of(socket_)),
         watchdog_(executor_),
         signal_(executor_),
         // The parser refuses more than the limits; the buffer's own bound only keeps a flood
@@ -79,6 +80,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     asio::co_spawn(executor_, serve(), on_exit);
     asio::co_spawn(executor_, watch(), on_exit);
   }
+
+  // The peer's IP address, read at accept ("" when the socket could not say).
+  const std::string& peer() const { return peer_; }
 
   // On the strand: ends both coroutines.
   void close() {
@@ -266,7 +270,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::shared_ptr<ServerState> state_;
   const asio::any_io_executor executor_;
+  static std::string peer_of(const tcp::socket& socket) {
+    error_code ec;
+    const auto endpoint = socket.remote_endpoint(ec);
+    return ec ? std::string() : endpoint.address().to_string();
+  }
+
   tcp::socket socket_;
+  std::string peer_;
   asio::steady_timer watchdog_;
   asio::steady_timer signal_;  // wakes serve() when the response arrives
   beast::flat_buffer buffer_;
@@ -291,6 +302,10 @@ Responder& Responder::operator=(Responder&& other) noexcept {
     connection_ = std::move(other.connection_);
   }
   return *this;
+}
+
+std::string_view Responder::peer() const {
+  return connection_ ? std::string_view(connection_->peer()) : std::string_view();
 }
 
 Responder::~Responder() {

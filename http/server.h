@@ -38,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace sluice::http {
 
@@ -87,6 +88,9 @@ class Responder {
   // Sends `response`. The server sets its HTTP version, keep-alive (the request's, unless the
   // server closes the connection) and Content-Length. A second call is ignored.
   void send(Response response);
+  // The IP address of the connection's peer ("127.0.0.1", "::1"); empty when unknown or after
+  // send().
+  std::string_view peer() const;
 
  private:
   friend class detail::Connection;

@@ -4,13 +4,16 @@
 # through a different node), prints `sluicectl cluster`, drives the cluster for 10 s with
 # sluice-load (accuracy audited) while one node is killed with kill -9, prints what the load
 # saw (errors, the window they fell in, the audit) and `sluicectl cluster` after the failover,
-# and stops everything it started.
+# and then, in front of the cluster: sluice-gateway with examples/rules.yaml and Debian's nginx
+# with examples/nginx/sluice.conf, curl through nginx with one API key until 429 (the headers
+# printed), the rules edited and reloaded (the new limit in the headers), and a few lines of
+# the gateway's and a node's /metrics. It stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash tools/deps.sh
+bash tools/deps.sh curl
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$(nproc)" --target sluiced sluicectl sluice-load
+cmake --build build -j "$(nproc)" --target sluiced sluicectl sluice-load sluice-gateway
 
 bin=build/bin
 dir=$(mktemp -d /tmp/sluice-demo.XXXXXX)
@@ -72,12 +75,30 @@ if ((!healthy)); then
 fi
 echo "demo: etcd listening on $etcd_url (data in $dir/etcd)"
 
-# Three nodes, two shards each: node i listens on port P_i and its shards on P_i + 1, P_i + 2.
+pick_port() { # BASE: a free port above BASE
+  local port
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    port=$(($1 + RANDOM % 5000))
+    if free "$port"; then
+      echo "$port"
+      return 0
+    fi
+  done
+  echo "demo: no free port above $1" >&2
+  return 1
+}
+metrics_port=$(pick_port 40000)
+
+# Three nodes, two shards each: node i listens on port P_i and its shards on P_i + 1, P_i + 2;
+# node-0 serves /metrics too.
 node_pids=()
 ports=()
 start_node() { # I: starts node-I on ${ports[I]}
+  local http=()
+  [ "$1" -eq 0 ] && http=(--http-listen "127.0.0.1:$metrics_port")
   "$bin/sluiced" --bind 127.0.0.1 --port "${ports[$1]}" --shards 2 --max-memory 64MiB \
-    --etcd "$etcd_url" --cluster-name demo --node-id "node-$1" >>"$dir/node-$1.log" 2>&1 &
+    --etcd "$etcd_url" --cluster-name demo --node-id "node-$1" "${http[@]}" \
+    >>"$dir/node-$1.log" 2>&1 &
   node_pids[$1]=$!
   pids+=($!)
 }
@@ -157,6 +178,113 @@ echo "\$ sluicectl --servers 127.0.0.1:${ports[0]} cluster   # after the failove
 "$bin/sluicectl" --servers "127.0.0.1:${ports[0]}" cluster
 echo
 grep -h 'etcd: epoch' "$dir/node-0.log" | tail -n 1 | sed 's/^/node-0: /'
+
+# ---- nginx -> sluice-gateway -> the cluster ---------------------------------------------------
+gateway_port=$(pick_port 45000)
+nginx_port=$(pick_port 50000)
+app_port=$(pick_port 55000)
+cp examples/rules.yaml "$dir/rules.yaml"
+echo
+echo "\$ sluice-gateway --listen 127.0.0.1:$gateway_port --servers 127.0.0.1:${ports[0]},127.0.0.1:${ports[2]} --rules rules.yaml &"
+"$bin/sluice-gateway" --listen "127.0.0.1:$gateway_port" \
+  --servers "127.0.0.1:${ports[0]},127.0.0.1:${ports[2]}" --rules "$dir/rules.yaml" \
+  >"$dir/gateway.log" 2>&1 &
+gateway_pid=$!
+pids+=($!)
+if ! listening "$gateway_port" "$gateway_pid"; then
+  cat "$dir/gateway.log" >&2
+  echo "demo: sluice-gateway did not start" >&2
+  exit 1
+fi
+cat "$dir/gateway.log"
+
+# nginx in the foreground with its own prefix (never the system service): a stub application on
+# app_port, and the public server on nginx_port with examples/nginx/sluice.conf.
+mkdir -p "$dir/nginx"
+examples=$PWD/examples/nginx
+cat >"$dir/nginx/nginx.conf" <<NGINX
+daemon off;
+master_process off;
+pid $dir/nginx/nginx.pid;
+error_log $dir/nginx/error.log warn;
+events { worker_connections 256; }
+http {
+  access_log $dir/nginx/access.log;
+  client_body_temp_path $dir/nginx/body;
+  proxy_temp_path $dir/nginx/proxy;
+  fastcgi_temp_path $dir/nginx/fastcgi;
+  uwsgi_temp_path $dir/nginx/uwsgi;
+  scgi_temp_path $dir/nginx/scgi;
+  upstream sluice_gateway { server 127.0.0.1:$gateway_port; keepalive 8; }
+  server {
+    listen 127.0.0.1:$app_port;
+    location / { default_type text/plain; return 200 "hello from the application\n"; }
+  }
+  server {
+    listen 127.0.0.1:$nginx_port;
+    include $examples/sluice.conf;
+    location / {
+      auth_request /sluice-check;
+      include $examples/sluice-headers.conf;
+      proxy_pass http://127.0.0.1:$app_port;
+    }
+  }
+}
+NGINX
+nginx -p "$dir/nginx" -c "$dir/nginx/nginx.conf" >"$dir/nginx/stderr.log" 2>&1 &
+nginx_pid=$!
+pids+=($!)
+if ! listening "$nginx_port" "$nginx_pid"; then
+  cat "$dir/nginx/stderr.log" "$dir/nginx/error.log" >&2 || true
+  echo "demo: nginx did not start" >&2
+  exit 1
+fi
+echo "demo: nginx on 127.0.0.1:$nginx_port in front of a stub application, asking the gateway"
+
+through_nginx() { # KEY: one request through nginx; prints its status line and rate-limit fields
+  curl -s -o /dev/null -D - -H "X-API-Key: $1" "http://127.0.0.1:$nginx_port/v1/items" |
+    grep -i -E '^HTTP/|^ratelimit|^retry-after' | tr -d '\r'
+}
+last=""
+for i in 1 2 3 4 5 6; do
+  echo
+  echo "\$ curl -i -H 'X-API-Key: demo-key' http://127.0.0.1:$nginx_port/v1/items   # request $i (5 a minute per key)"
+  out=$(through_nginx demo-key)
+  echo "$out"
+  last=$(echo "$out" | head -n 1)
+done
+case "$last" in
+  *" 429"*) ;;
+  *)
+    echo "demo: the 6th request was not denied: $last" >&2
+    exit 1
+    ;;
+esac
+echo "(nginx's error log: $(wc -l <"$dir/nginx/error.log") lines, none per denial)"
+
+echo
+echo "\$ sed -i 's/limit: 5\$/limit: 8/' rules.yaml && kill -HUP <sluice-gateway>   # 8 a minute now"
+sed -i 's/limit: 5$/limit: 8/' "$dir/rules.yaml"
+kill -HUP "$gateway_pid"
+for _ in $(seq 1 50); do
+  grep -q 'rules: reloaded' "$dir/gateway.log" && break
+  sleep 0.1
+done
+grep 'rules: reloaded' "$dir/gateway.log" | tail -n 1
+echo "\$ curl -i -H 'X-API-Key: another-key' http://127.0.0.1:$nginx_port/v1/items"
+out=$(through_nginx another-key)
+echo "$out"
+if ! echo "$out" | grep -q 'q=8'; then
+  echo "demo: the new limit is not in force" >&2
+  exit 1
+fi
+
+echo
+echo "\$ curl -s http://127.0.0.1:$gateway_port/metrics | grep -E '^sluice_gateway_(decisions|requests)_total'"
+curl -s "http://127.0.0.1:$gateway_port/metrics" | grep -E '^sluice_gateway_(decisions|requests)_total'
+echo "\$ curl -s http://127.0.0.1:$metrics_port/metrics | grep -E '^sluice_(decisions_total|cluster_members|node_fenced)'   # node-0"
+curl -s "http://127.0.0.1:$metrics_port/metrics" | grep -E '^sluice_(decisions_total|cluster_members|node_fenced)'
+
 stop_all
 echo
-echo "demo: stopped etcd and the nodes"
+echo "demo: stopped nginx, the gateway, etcd and the nodes"

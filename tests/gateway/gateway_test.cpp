@@ -103,6 +103,10 @@ TEST_CASE("check: five allowed with the RateLimit fields then 429 with Retry-Aft
       "/check", "X-Original-URI: /v1/items\r\nX-Original-Method: GET\r\nX-Real-IP: 10.0.0.9\r\n"));
   CHECK(status(anonymous) == 200);
   CHECK(field(anonymous, "RateLimit-Policy") == R"("ip_second";q=40;w=1)");
+  // With no address forwarded, the connection's peer is the client IP.
+  const auto direct = g.ask(test::http_support::get("/check", "X-Original-URI: /v1/items\r\n"));
+  CHECK(status(direct) == 200);
+  CHECK(field(direct, "RateLimit-Policy") == R"("ip_second";q=40;w=1)");
 }
 
 TEST_CASE("check: a tier header and an override pick their own policies") {

@@ -137,7 +137,7 @@ void Gateway::check(const http::Request& request, http::Responder responder) {
   const auto [path, query] = split_target(view(request.target()));
   if (has_query_item(query, "deny=403")) pending->deny_status = 403;
   pending->rules = rules_.current();
-  pending->rules->match(check_attributes(request, {}), pending->limits);
+  pending->rules->match(check_attributes(request, pending->responder.peer()), pending->limits);
   decide(std::move(pending));
 }
 
