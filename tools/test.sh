@@ -4,7 +4,8 @@
 #           no git needed)
 #   normal  build with -Wall -Wextra -Werror (RelWithDebInfo) and run every test
 #   asan    build and run every test again under AddressSanitizer + UndefinedBehaviorSanitizer
-#   tsan    build and run the server, client, integration and rules tests under ThreadSanitizer
+#   tsan    build and run the server, client, integration, rules, http and gateway tests under
+#           ThreadSanitizer
 #   fuzz    build the libFuzzer targets with clang and replay their corpus (tools/fuzz.sh)
 # After each test run, every test binary's listed test cases must be exactly the ones ctest ran,
 # each once; the counts are printed per binary. The wall time of each phase is printed at the end.
@@ -169,7 +170,8 @@ asan_pass() {
 # The code with threads: the daemon's shards and hand-over queues, the client's I/O thread, the
 # rules' watcher and snapshot swaps.
 tsan_pass() {
-  local dir=build-tsan targets=(server_tests client_tests integration_tests rules_tests)
+  local dir=build-tsan
+  local targets=(server_tests client_tests integration_tests rules_tests http_tests gateway_tests)
   export TSAN_OPTIONS=second_deadlock_stack=1
   timed "tsan: configure+build" configure_and_build "$dir" "${targets[*]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=thread -DSLUICE_BUILD_BENCH=OFF
