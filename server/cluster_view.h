@@ -33,6 +33,10 @@ class PartitionStates {
   PartitionServing get(std::uint32_t partition) const {
     return static_cast<PartitionServing>(states_[partition].load(std::memory_order_acquire) & 0xff);
   }
+  // The epoch of the map (or the fencing PULL) that set the partition's state.
+  std::uint64_t epoch(std::uint32_t partition) const {
+    return states_[partition].load(std::memory_order_acquire) >> 8;
+  }
   // Sets the state, and the epoch of the map (or the fencing PULL) that decided it.
   void set(std::uint32_t partition, PartitionServing state, std::uint64_t epoch) {
     states_[partition].store(pack(state, epoch), std::memory_order_release);

@@ -23,7 +23,6 @@ namespace asio = boost::asio;
 namespace {
 
 constexpr std::uint16_t kPullPageRecords = 512;
-constexpr std::size_t kMaxPullPartitions = 65'535;
 // A gathering pull asks a source that answered with an error again after this long.
 constexpr std::chrono::milliseconds kAskAgainAfter{200};
 // A pull since a warm-up asks from this long before the warm-up's clock: the source's clock is

@@ -31,6 +31,9 @@ class PullJob;
 
 // One partition to fetch: from which nodes, in order of preference, and whether this node is
 // to be its primary (then it is `pulling` until the records are in) or its replica.
+// The most partitions one PULL names (docs/PROTOCOL.md 10.5).
+inline constexpr std::size_t kMaxPullPartitions = 65'535;
+
 struct PullPlan {
   struct Source {
     std::string node;     // id

@@ -397,9 +397,16 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id, std::uint64_t
     // whose primary is still the puller here: a late pull of an old hand-over must not fence a
     // partition that has moved on (back to this node, say). The others are left as they are
     // (their records are sent all the same: a copy is harmless), and counted.
+    // Nor does a fence older than the partition's own state: a newer map set it (this node
+    // adopting that map may not have published its view yet), and in that map the partition
+    // is not the puller's.
     const cluster::Ring& ring = view->map.ring();
     for (const std::uint16_t p : request.partitions) {
       if (p >= partitions) continue;
+      if (epoch < view->states->epoch(p)) {
+        shard_.engine().counters()[ShardStat::kStaleFences].add();
+        continue;
+      }
       if (epoch < view->epoch()) {
         const cluster::NodeIndex primary = ring.owners(p).primary;
         if (primary == cluster::kNoNode || ring.nodes()[primary] != peer.peer_node()) {

@@ -310,7 +310,9 @@ void EtcdMembership::confirm(const etcd::RangeResult& read, std::chrono::nanosec
   say(
       fmt::format("the watch on {} missed revision {} (it had {}): map taken from a read, "
                   "watch remade on another member",
-                  client_.watch_endpoint(), read.revision, watched_));
+                  client_.watch_endpoint().empty() ? std::string("(none open)")
+                                                   : std::string(client_.watch_endpoint()),
+                  read.revision, watched_));
   members_ = std::move(set);
   watched_ = read.revision;
   client_.leave_watch_endpoint();

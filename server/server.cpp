@@ -248,10 +248,55 @@ void Server::Impl::adopt_locked(const cluster::ClusterMap& map) {
   }
   std::vector<PullPlan> plans =
       plan_pulls(view != nullptr ? &view->map : nullptr, map, self, absent);
+  std::vector<bool> planned(map.ring().partition_count(), false);
   for (const PullPlan& plan : plans) {
     if (!plan.primary || plan.serving) continue;
     for (const std::uint32_t p : plan.partitions) {
       partition_states->set(p, PartitionServing::kPulling, map.epoch());
+      planned[p] = true;
+    }
+  }
+  // A partition this node stays primary of, with nothing to pull by the maps it saw, that a
+  // puller has fenced under a map this node never adopted (its watch skipped it): by the maps it
+  // went from and to, it owns the records, so nothing would ever serve the partition again.
+  // Gathered, fenced, from every other member first, as after a lost lease. A fence set under
+  // this map or a newer one stands (a newer primary's); a partition left pulling under an older
+  // map is served when that pull ends (PartitionStates::serve_pulled).
+  if (const auto me = map.ring().find(self)) {
+    PullPlan stuck;
+    stuck.gather = true;
+    for (const cluster::ClusterNode& node : map.nodes()) {
+      if (node.id != self && node.state != cluster::NodeState::kDown) {
+        stuck.sources.push_back({node.id, node.address, true});
+      }
+    }
+    for (std::uint32_t p = 0; p < map.ring().partition_count(); ++p) {
+      if (planned[p] || map.ring().owners(p).primary != *me) continue;
+      if (partition_states->get(p) != PartitionServing::kFenced) continue;
+      if (partition_states->epoch(p) >= map.epoch()) continue;
+      partition_states->set(p, PartitionServing::kPulling, map.epoch());
+      stuck.partitions.push_back(p);
+    }
+    if (!stuck.partitions.empty()) {
+      fmt::print(stderr,
+                 "sluiced: epoch {}: {} partitions of this node were fenced under a map it never "
+                 "adopted: gathering them again before serving them\n",
+                 map.epoch(), stuck.partitions.size());
+      if (stuck.sources.empty()) {
+        // Alone in the map: what is here is all there is.
+        for (const std::uint32_t p : stuck.partitions) {
+          partition_states->set(p, PartitionServing::kServing, map.epoch());
+        }
+      } else {
+        while (stuck.partitions.size() > kMaxPullPartitions) {
+          PullPlan part = stuck;
+          part.partitions.assign(stuck.partitions.end() - kMaxPullPartitions,
+                                 stuck.partitions.end());
+          stuck.partitions.resize(stuck.partitions.size() - kMaxPullPartitions);
+          plans.push_back(std::move(part));
+        }
+        plans.push_back(std::move(stuck));
+      }
     }
   }
   auto next = make_cluster_view(map, self, partition_states);

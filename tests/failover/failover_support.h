@@ -157,8 +157,10 @@ class EtcdCluster {
     }
   }
 
-  // Waits until every node of `asked` serves one map, of one epoch above `after_epoch`, whose
-  // active nodes are exactly `active`; returns it. Fails the test after `limit`.
+  // Waits until every node of `asked` serves one member set, under an epoch above `after_epoch`,
+  // whose active nodes are exactly `active`; returns the first node's map. Fails the test after
+  // `limit`. The epochs may differ: a node that sees a later revision with the same member set
+  // keeps the map it has (Server::adopt_from_etcd), and the ring is the same.
   cluster::ClusterMap wait_for(const std::set<int>& active, const std::set<int>& asked,
                                std::chrono::milliseconds limit = 15s,
                                std::uint64_t after_epoch = 0) {
@@ -177,7 +179,7 @@ class EtcdCluster {
         std::set<int> in_ring;
         for (const std::string& id : map->ring().nodes()) in_ring.insert(node_number(id));
         if (in_ring != active || map->epoch() <= after_epoch ||
-            (agreed && agreed->epoch() != map->epoch())) {
+            (agreed && agreed->nodes() != map->nodes())) {
           last = fmt::format("{} serves epoch {} with {} active", node_id(i), map->epoch(),
                              in_ring.size());
           ok = false;
