@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "core/key_hash.h"
 #include "net/host_port.h"
+#include "tools/load/http_backend.h"
 #include "tools/load/redis_backend.h"
 #include "tools/load/sluice_backend.h"
 #include "tools/load/worker.h"
@@ -30,11 +31,20 @@ using client::Status;
 std::optional<BackendKind> parse_backend(std::string_view name) {
   if (name == "sluice") return BackendKind::kSluice;
   if (name == "redis") return BackendKind::kRedis;
+  if (name == "http") return BackendKind::kHttp;
   return std::nullopt;
 }
 
 std::string_view backend_name(BackendKind backend) {
-  return backend == BackendKind::kSluice ? "sluice" : "redis";
+  switch (backend) {
+    case BackendKind::kSluice:
+      return "sluice";
+    case BackendKind::kRedis:
+      return "redis";
+    case BackendKind::kHttp:
+      return "http";
+  }
+  return "unknown";
 }
 
 std::optional<Operation> parse_operation(std::string_view name) {
@@ -55,6 +65,46 @@ std::string_view operation_name(Operation op) {
   }
   return "unknown";
 }
+
+namespace {
+
+// RFC 9110's tchar: what a header field's name is made of.
+bool is_token_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// Visible ASCII: what the request line and a key header's value may carry here.
+bool is_visible(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return c > ' ' && c < 0x7f; });
+}
+
+std::string validate_http(const LoadOptions& o) {
+  const bool http = o.backend == BackendKind::kHttp;
+  if (!http) {
+    if (o.http_path != "/" || o.key_header != "X-API-Key" || o.deny_status != 0) {
+      return "--path, --key-header and --deny-status are for --backend http";
+    }
+    return "";
+  }
+  if (o.op != Operation::kAcquire) return "--op ping and incr are not for --backend http";
+  if (o.http_path.empty() || o.http_path.front() != '/' || !is_visible(o.http_path)) {
+    return "--path " + o.http_path + ": expected an origin-form target such as /v1/items";
+  }
+  if (o.key_header.empty() ||
+      !std::all_of(o.key_header.begin(), o.key_header.end(), is_token_char)) {
+    return "--key-header " + o.key_header + ": expected a header field name such as X-API-Key";
+  }
+  if (o.deny_status != 0 && (o.deny_status < 400 || o.deny_status > 599)) {
+    return fmt::format("--deny-status {}: must be 400..599", o.deny_status);
+  }
+  if (!is_visible(o.key_prefix)) {
+    return "--key-prefix " + o.key_prefix + ": a key goes in a header: visible ASCII only";
+  }
+  return "";
+}
+
+}  // namespace
 
 std::string validate(const LoadOptions& o) {
   if (o.servers.empty()) return "no servers given";
@@ -102,6 +152,7 @@ std::string validate(const LoadOptions& o) {
     return fmt::format("--only-node takes at most {} keys (its key list is built up front)",
                        kMaxOnlyNodeKeys);
   }
+  if (std::string why = validate_http(o); !why.empty()) return why;
   if (o.op == Operation::kAcquire) {
     if (const RuleError e = sluice::validate(o.rule, o.cost); e != RuleError::kOk) {
       return "bad rule: " + std::string(describe(e));
@@ -252,6 +303,10 @@ Result<LoadReport> run_load(const LoadOptions& options) {
       SharedAudit* const shared = audit ? &*audit : nullptr;
       if (options.backend == BackendKind::kSluice) {
         return std::make_unique<SluiceBackend>(host, options, formatter, shared, conns, shards);
+      }
+      if (options.backend == BackendKind::kHttp) {
+        return std::make_unique<HttpBackend>(host, options, formatter, shared, *endpoint,
+                                             options.servers.front(), conns);
       }
       return std::make_unique<RedisBackend>(host, options, formatter, shared, *endpoint, conns);
     };

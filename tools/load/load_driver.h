@@ -1,9 +1,11 @@
-// sluice-load's network drivers: run one bounded load against Sluice or Redis and report.
+// sluice-load's network drivers: run one bounded load against Sluice, Redis or an HTTP endpoint
+// and report.
 //
 // A run has T worker threads, each with its own io_context, its share of the connections, its
 // own key generator (seed derived from --seed and the thread index), histogram and timeline.
 // A request is one unit on the wire: for Sluice one ACQUIRE frame per owning shard (up to
-// --batch items), for Redis one pipelined write of --batch decisions. Closed loop keeps
+// --batch items), for Redis one pipelined write of --batch decisions, for HTTP one write of
+// --batch pipelined GETs. Closed loop keeps
 // connections x depth requests in flight; open loop sends requests at --rate decisions per
 // second on a fixed schedule and measures latency from each request's intended send time, so
 // a stall is charged to every request it delays (no coordinated omission); it too keeps at most
@@ -13,7 +15,7 @@
 // This header is the API: the options, validate() and run_load(). The report and its two
 // summaries (LoadReport, report_json(), report_text(), error_window()) are declared in
 // report.h, which this header includes. Behind run_load(): worker.h (pacing, request books,
-// the stop) drives a Backend (backend.h): sluice_backend.h or redis_backend.h.
+// the stop) drives a Backend (backend.h): sluice_backend.h, redis_backend.h or http_backend.h.
 //
 // Nothing on the per-request path allocates once rings and buffers have reached their working
 // size. docs/LOAD.md describes the options, the connection mapping and the report.
@@ -36,7 +38,7 @@
 
 namespace sluice::load {
 
-enum class BackendKind : std::uint8_t { kSluice, kRedis };
+enum class BackendKind : std::uint8_t { kSluice, kRedis, kHttp };
 // kAcquire: rate-limit decisions (Sluice ACQUIRE, or the Redis design). kPing: the transport
 // floor (Sluice PING frames sized like the ACQUIRE frames they stand for; Redis PING).
 // kIncr: Redis only, a bare INCR per decision (what redis-benchmark's INCR test sends).
@@ -94,6 +96,12 @@ struct LoadOptions {
   // Workers spin on io_context::poll() instead of sleeping: each takes a whole core, and no
   // wake-up latency of the generator lands in the measured latency.
   bool busy_poll = false;
+  // HTTP only (http_backend.h): each decision is `GET http_path` with its key in the header
+  // `key_header`; 2xx is allowed, 429 and deny_status (0 = none) denied, any other status an
+  // error. The audit's rule (rule, cost) must match the policy the endpoint applies.
+  std::string http_path = "/";
+  std::string key_header = "X-API-Key";
+  int deny_status = 0;
   // Called about once a second from the thread that called run_load(), with the totals so far.
   std::function<void(double elapsed_s, std::uint64_t sent, std::uint64_t allowed,
                      std::uint64_t denied, std::uint64_t errors)>

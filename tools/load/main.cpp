@@ -34,7 +34,7 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   po::options_description flags("sluice-load options");
   // Numbers are read as strings and parsed here: program_options accepts "-1" for an unsigned.
   flags.add_options()("help,h", "print this help and exit")(
-      "backend", po::value<std::string>()->default_value("sluice"), "sluice | redis")(
+      "backend", po::value<std::string>()->default_value("sluice"), "sluice | redis | http")(
       "redis-design", po::value<std::string>()->default_value("lua_token_bucket"),
       "lua_token_bucket | incr_window")(
       "op", po::value<std::string>()->default_value("acquire"),
@@ -83,14 +83,21 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "lease-duration", po::value<std::string>()->default_value("0"),
       "sluice: lease hot keys for this long, with a unit (up to 60s; 0 = no leases): their "
       "decisions are then paid from leased units, as a gateway's client does")(
+      "path", po::value<std::string>(), "http: the target of every GET (default /)")(
+      "key-header", po::value<std::string>(),
+      "http: the header that carries each request's key (default X-API-Key)")(
+      "deny-status", po::value<std::string>(),
+      "http: a status counted as denied besides 429, 400..599 (e.g. 403)")(
       "auth-token-file", po::value<std::string>(),
       "FILE holding the node's token (the file sluiced --auth-token-file reads); sluice only")(
       "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr")(
       "version", "print the version and exit");
   const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, flags);
   if (vm.count("help") != 0) {
-    std::cout << "sluice-load: drives Sluice or Redis with rate-limit traffic and reports\n"
-              << flags << "\n";
+    std::cout
+        << "sluice-load: drives Sluice, Redis or an HTTP endpoint with rate-limit traffic and "
+           "reports\n"
+        << flags << "\n";
     return std::nullopt;
   }
   if (vm.count("version") != 0) {
@@ -101,7 +108,8 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
 
   LoadOptions o;
   const auto backend = parse_backend(text("backend"));
-  if (!backend) throw FlagError{"--backend " + text("backend") + ": expected sluice or redis"};
+  if (!backend)
+    throw FlagError{"--backend " + text("backend") + ": expected sluice, redis or http"};
   o.backend = *backend;
   const auto design = parse_redis_design(text("redis-design"));
   if (!design) {
@@ -157,6 +165,15 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   o.blocked_keys = count_flag("blocked-keys", text("blocked-keys"), 0, 100'000'000);
   o.lease_duration =
       std::chrono::milliseconds(duration_flag("lease-duration", text("lease-duration"), 0, 60'000));
+  if (vm.count("path") != 0) o.http_path = text("path");
+  if (vm.count("key-header") != 0) o.key_header = text("key-header");
+  if (vm.count("deny-status") != 0) {
+    o.deny_status = static_cast<int>(count_flag("deny-status", text("deny-status"), 400, 599));
+  }
+  if ((vm.count("path") != 0 || vm.count("key-header") != 0 || vm.count("deny-status") != 0) &&
+      o.backend != BackendKind::kHttp) {
+    throw FlagError{"--path, --key-header and --deny-status are for --backend http"};
+  }
   if (vm.count("auth-token-file") != 0) {
     // Refused before the file is read: a Redis run would never use it.
     if (o.backend != BackendKind::kSluice) throw FlagError{std::string(kAuthTokenNeedsSluice)};

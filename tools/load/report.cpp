@@ -18,6 +18,11 @@ std::string report_json(const LoadOptions& o, const LoadReport& r) {
   if (o.backend == BackendKind::kRedis && o.op == Operation::kAcquire) {
     j.field("redis_design", redis_design_name(o.redis_design));
   }
+  if (o.backend == BackendKind::kHttp) {
+    j.field("path", o.http_path);
+    j.field("key_header", o.key_header);
+    if (o.deny_status != 0) j.field("deny_status", static_cast<std::uint64_t>(o.deny_status));
+  }
   j.field("mode", o.rate > 0 ? "open" : "closed");
   if (o.rate > 0) j.field("rate", o.rate);
   j.field("server", o.servers.front());
@@ -104,6 +109,9 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
     what += fmt::format(" {}", operation_name(o.op));
   } else if (o.backend == BackendKind::kRedis) {
     what += fmt::format(" {}", redis_design_name(o.redis_design));
+  } else if (o.backend == BackendKind::kHttp) {
+    what += fmt::format(" GET {} ({}, audit rule {})", o.http_path, o.key_header,
+                        algorithm_name(o.rule.algorithm));
   } else {
     what += fmt::format(" {}", algorithm_name(o.rule.algorithm));
   }
