@@ -177,7 +177,7 @@ echo
 echo "\$ sluicectl --servers 127.0.0.1:${ports[0]} cluster   # after the failover"
 "$bin/sluicectl" --servers "127.0.0.1:${ports[0]}" cluster
 echo
-grep -h 'etcd: epoch' "$dir/node-0.log" | tail -n 1 | sed 's/^/node-0: /'
+grep -h -E 'etcd: .*epoch [0-9]+:' "$dir/node-0.log" | tail -n 1 | sed 's/^/node-0: /'
 
 # ---- nginx -> sluice-gateway -> the cluster ---------------------------------------------------
 gateway_port=$(pick_port 45000)
