@@ -153,6 +153,7 @@ struct ClientCounters {
   std::uint64_t fallback_decisions = 0;  // decided by a failure policy (open or closed)
   std::uint64_t node_down_events = 0;    // a node's breaker opened
   std::uint64_t node_up_events = 0;      // a probe found a node answering again
+  std::uint64_t nodes_down = 0;          // a gauge: nodes whose breaker is open now
   // Leases: decisions paid from leased units; leases granted and their units; units sent back
   // when leases ended, and of those the units the owners credited (the rest no longer counted);
   // units neither spent nor sent back are stranded until their window ends or the bucket refills.

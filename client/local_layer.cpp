@@ -123,7 +123,7 @@ void NodeProber::on_timer(const boost::system::error_code& ec) {
     // Out of the map: no key goes to it any more. Taken as up, should it come back.
     health_.probing = false;
     health_.failures.store(0, std::memory_order_relaxed);
-    health_.down.store(false, std::memory_order_relaxed);
+    if (health_.down.exchange(false, std::memory_order_relaxed)) layer_.node_left_down();
     return;
   }
   // A quiet client (every other key blocked, or decided locally) would never see the epoch of
@@ -265,6 +265,7 @@ void LocalLayer::note_call(NodeHealth* health, bool failed) {
   if (failures >= options_.breaker_failures &&
       !health->down.exchange(true, std::memory_order_relaxed)) {
     node_down_events_.fetch_add(1, std::memory_order_relaxed);
+    nodes_down_.fetch_add(1, std::memory_order_relaxed);
     node_down(*health);
   }
 }
@@ -326,6 +327,8 @@ void LocalLayer::add_counters(ClientCounters& sum) const {
   sum.fallback_decisions = fallback_decisions_.load(std::memory_order_relaxed);
   sum.node_down_events = node_down_events_.load(std::memory_order_relaxed);
   sum.node_up_events = node_up_events_.load(std::memory_order_relaxed);
+  sum.nodes_down = static_cast<std::uint64_t>(
+      std::max<std::int64_t>(0, nodes_down_.load(std::memory_order_relaxed)));
   sum.lease_decisions = lease_decisions_.load(std::memory_order_relaxed);
   sum.leases = leases_granted_.load(std::memory_order_relaxed);
   sum.leased_units = leased_units_.load(std::memory_order_relaxed);

@@ -119,7 +119,12 @@ class LocalLayer {
   void close();
   bool closed() const { return closed_; }
   // A probe found the node of a breaker answering again.
-  void node_up() { node_up_events_.fetch_add(1, std::memory_order_relaxed); }
+  void node_up() {
+    node_up_events_.fetch_add(1, std::memory_order_relaxed);
+    nodes_down_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // The node of an open breaker left the map: no longer down, though nothing answered.
+  void node_left_down() { nodes_down_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   class GiveBackSink final : public ReplySink {
@@ -163,6 +168,8 @@ class LocalLayer {
   std::atomic<std::uint64_t> fallback_decisions_{0};
   std::atomic<std::uint64_t> node_down_events_{0};
   std::atomic<std::uint64_t> node_up_events_{0};
+  // Breakers open now: +1 when one opens, -1 when it closes or its node leaves the map.
+  std::atomic<std::int64_t> nodes_down_{0};
   // I/O thread: one prober per node whose breaker ever opened.
   std::vector<std::unique_ptr<NodeProber>> probers_;
 

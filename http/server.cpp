@@ -273,7 +273,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static std::string peer_of(const tcp::socket& socket) {
     error_code ec;
     const auto endpoint = socket.remote_endpoint(ec);
-    return ec ? std::string() : endpoint.address().to_string();
+    if (ec) return std::string();
+    // An IPv4 client of an IPv6 listener ("::ffff:10.0.0.7") is the IPv4 address it is.
+    const auto address = endpoint.address();
+    if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+      return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, address.to_v6())
+          .to_string();
+    }
+    return address.to_string();
   }
 
   tcp::socket socket_;

@@ -88,8 +88,8 @@ class Responder {
   // Sends `response`. The server sets its HTTP version, keep-alive (the request's, unless the
   // server closes the connection) and Content-Length. A second call is ignored.
   void send(Response response);
-  // The IP address of the connection's peer ("127.0.0.1", "::1"); empty when unknown or after
-  // send().
+  // The IP address of the connection's peer ("127.0.0.1", "::1"; an IPv4 client of an IPv6
+  // listener as its IPv4 address); empty when unknown or after send().
   std::string_view peer() const;
 
  private:

@@ -30,17 +30,19 @@ export DEBIAN_FRONTEND=noninteractive
 # etcd, nginx and prometheus come with system services that their packages start where an init
 # system runs; the tests start their own on loopback ports and never want those. A policy-rc.d
 # that answers 101 ("action forbidden") keeps the install from starting any service; it is
-# removed afterwards (unless the machine already had one).
+# removed afterwards, however the script ends (unless the machine already had one). The units
+# stay enabled where systemd runs: on such a machine, disable them (systemctl disable etcd nginx
+# prometheus) or they start at the next boot.
 policy=/usr/sbin/policy-rc.d
 own_policy=0
 if [ ! -e "$policy" ]; then
+  own_policy=1
+  trap '[ "$own_policy" -eq 1 ] && $sudo rm -f "$policy"' EXIT
   printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
   $sudo chmod +x "$policy"
-  own_policy=1
 fi
 # A fresh machine has no package lists; update once, then install.
 status=0
 $sudo apt-get update -qq >/dev/null &&
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
-[ "$own_policy" -eq 1 ] && $sudo rm -f "$policy"
 exit "$status"

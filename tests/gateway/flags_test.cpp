@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -51,13 +52,16 @@ TEST_CASE("gateway flags: bad values exit 2 naming the flag") {
     CHECK(run.status == 2);
     CHECK_THAT(run.output, Catch::Contains(message));
   };
-  refused("--listen nowhere", "--listen nowhere: expected HOST:PORT");
+  refused("--listen nowhere", "--listen nowhere: expected IP:PORT");
   refused("--servers 127.0.0.1", "servers");
   refused("--failure-policy report", "--failure-policy report: expected open or closed");
   refused("--gateways 0", "--gateways 0");
   refused("--timeout 0", "--timeout 0");
   refused("--max-header-bytes 100", "--max-header-bytes 100");
   refused("--threads 0", "--threads 0");
+  refused("--listen localhost:8080", "--listen localhost:8080: expected IP:PORT");
+  refused("--proxy traefik", "--proxy traefik: expected nginx or forwarded");
+  refused("--max-key 100", "--max-key 100");
   refused("stray", "unexpected argument 'stray'");
   const test::Run no_rules = gateway("");
   CHECK(no_rules.status == 2);
@@ -127,13 +131,63 @@ TEST_CASE("gateway: the header and body limits given as flags hold at their edge
   const auto body_over = post(101);
   REQUIRE(body_over.has_value());
   CHECK(body_over->result_int() == 413);
-  // A malformed request: 400, and the gateway carries on.
-  const auto malformed = ask("NOT HTTP AT ALL\r\n\r\n");
-  REQUIRE(malformed.has_value());
-  CHECK(malformed->result_int() == 400);
+  // A malformed request: 400, its connection closed, and the gateway carries on.
+  {
+    hs::HttpClient bad(port);
+    REQUIRE(bad.send("NOT HTTP AT ALL\r\n\r\n"));
+    const auto malformed = bad.read_response();
+    REQUIRE(malformed.has_value());
+    CHECK(malformed->result_int() == 400);
+    CHECK(bad.wait_closed());
+  }
   const auto after = ask(hs::get("/healthz"));
   REQUIRE(after.has_value());
   CHECK(after->result_int() == 200);
+}
+
+TEST_CASE("gateway: the connection and idle limits given as flags hold") {
+  test::require_binary(GATEWAY_PATH);
+  client::testing::TestServer node;
+  Files files;
+  const fs::path rules = files.write("rules.yaml", std::string(kGood));
+  const std::uint16_t port = test::free_port_pair();
+  test::Child child(
+      GATEWAY_PATH,
+      {"--listen", "127.0.0.1:" + std::to_string(port), "--servers", node.address(), "--rules",
+       rules.string(), "--max-connections", "2", "--idle-timeout", "300ms"},
+      (files.dir / "gateway.log").string());
+  const auto open = [&]() {
+    for (int attempt = 0; attempt < 500; ++attempt) {
+      try {
+        return std::make_unique<hs::HttpClient>(port);
+      } catch (const std::exception&) {
+        std::this_thread::sleep_for(20ms);  // not listening yet
+      }
+    }
+    return std::unique_ptr<hs::HttpClient>();
+  };
+  // Two connections are served; a third is closed at accept, with no answer.
+  auto first = open();
+  REQUIRE(first);
+  REQUIRE(first->send(hs::get("/healthz")));
+  REQUIRE(first->read_response().has_value());
+  auto second = open();
+  REQUIRE(second);
+  REQUIRE(second->send(hs::get("/healthz")));
+  REQUIRE(second->read_response().has_value());
+  auto third = open();
+  REQUIRE(third);
+  CHECK(third->wait_closed(5s));
+  // Idle for longer than --idle-timeout: closed by the gateway.
+  CHECK(first->wait_closed(5s));
+  CHECK(second->wait_closed(5s));
+  // Their slots are free again.
+  auto fourth = open();
+  REQUIRE(fourth);
+  REQUIRE(fourth->send(hs::get("/healthz")));
+  const auto answer = fourth->read_response();
+  REQUIRE(answer.has_value());
+  CHECK(answer->result_int() == 200);
 }
 
 }  // namespace

@@ -37,16 +37,16 @@ struct RulesBox {
   std::uint64_t failed = 0;
 
   RulesView view() {
-    return {.current =
-                [this] {
-                  std::lock_guard lock(mutex);
-                  return rules;
-                },
-            .reloads =
-                [this] {
-                  std::lock_guard lock(mutex);
-                  return std::pair{ok, failed};
-                }};
+    RulesView out;
+    out.current = [this] {
+      std::lock_guard lock(mutex);
+      return rules;
+    };
+    out.reloads = [this] {
+      std::lock_guard lock(mutex);
+      return RulesView::Reloads{ok, failed};
+    };
+    return out;
   }
 };
 
@@ -57,11 +57,18 @@ struct GatewayHarness {
                           std::vector<std::string> servers = {})
       : client(
             connect(servers.empty() ? std::vector<std::string>{node.address()} : servers, policy)),
-        gateway(*client, box(yaml), metrics, GatewayOptions{.failure_policy = policy}),
+        gateway(*client, box(yaml), metrics,
+                GatewayOptions{.failure_policy = policy, .forwarded_by = ForwardedBy::kNginx}),
         http({}, [this](const http::Request& request, http::Responder responder) {
           gateway.handle(request, std::move(responder));
         }) {
     gateway.set_server(&http.server());
+  }
+  // The HTTP server first (no new request), then the client (its destructor fails what is in
+  // flight and joins the thread that answers decisions), while the gateway still exists.
+  ~GatewayHarness() {
+    http.stop();
+    client.reset();
   }
 
   // One request on a new connection; its response (REQUIREd).

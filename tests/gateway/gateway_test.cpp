@@ -94,8 +94,13 @@ TEST_CASE("check: five allowed with the RateLimit fields then 429 with Retry-Aft
   CHECK(retry >= 1);
   CHECK(retry <= 60);
   CHECK(field(denied, "RateLimit") == "\"key_minute\";r=0;t=" + field(denied, "RateLimit-Reset"));
-  // nginx's auth_request passes only 2xx, 401 and 403: asked so, a denial is 403.
-  CHECK(status(g.check(forwarded("k1"), "/check?deny=403")) == 403);
+  // nginx's auth_request passes only 2xx, 401 and 403: asked so, a denial is 403, with the
+  // fields sluice.conf turns into the 429.
+  const auto as_403 = g.check(forwarded("k1"), "/check?deny=403");
+  CHECK(status(as_403) == 403);
+  CHECK(field(as_403, "X-Sluice-Decision") == "denied");
+  CHECK(field(as_403, "Retry-After") != "<absent>");
+  CHECK(field(as_403, "RateLimit-Remaining") == "0");
   // Another key and another IP are counted apart.
   CHECK(status(g.check(forwarded("k2", "10.0.0.8"))) == 200);
   // With no API key, only the per-IP limit applies.
@@ -128,6 +133,54 @@ TEST_CASE("check: a shadow limit counts and never denies") {
   }
   const std::string scrape = g.ask(test::http_support::get("/metrics")).body();
   CHECK_THAT(scrape, Catch::Contains(R"(sluice_gateway_shadow_denials_total{policy="trial"} 2)"));
+}
+
+TEST_CASE("check: with no address forwarded the connection's peer is counted as the client IP") {
+  GatewayHarness g(kRules);
+  const std::string no_ip = "X-Original-URI: /v1/items\r\n";
+  for (int i = 0; i < 40; ++i)
+    REQUIRE(status(g.ask(test::http_support::get("/check", no_ip))) == 200);
+  CHECK(status(g.ask(test::http_support::get("/check", no_ip))) == 429);
+  // The same counter as X-Real-IP 127.0.0.1 (the test's own address); another address is apart.
+  CHECK(status(g.ask(test::http_support::get("/check", no_ip + "X-Real-IP: 127.0.0.1\r\n"))) ==
+        429);
+  CHECK(status(g.ask(test::http_support::get("/check", no_ip + "X-Real-IP: 10.9.9.9\r\n"))) == 200);
+}
+
+TEST_CASE("check: the path is normalized before matching and a repeated key header is refused") {
+  GatewayHarness g(kRules);
+  // "/%74rial/x" and "//trial/./x" are "/trial/x": the shadow limit (2 a minute) applies.
+  for (const char* uri : {"/%74rial/x", "//trial/./x", "/v1/../trial/x"}) {
+    CHECK(status(g.check(forwarded(std::string("e-") + uri, "10.2.0.1", uri))) == 200);
+  }
+  const std::string scrape = g.ask(test::http_support::get("/metrics")).body();
+  CHECK_THAT(scrape, Catch::Contains(R"(sluice_gateway_shadow_denials_total{policy="trial"} 1)"));
+  // Two X-API-Key fields: which one would the application read? Neither is counted: 400.
+  const auto twice = g.check(forwarded("k1") + "X-API-Key: k2\r\n");
+  CHECK(status(twice) == 400);
+  CHECK(twice.body() == "header X-API-Key repeated: a key is sent once\n");
+  const auto tier_twice = g.check(forwarded("k1") + "X-Tier: gold\r\nX-Tier: free\r\n");
+  CHECK(status(tier_twice) == 400);
+}
+
+TEST_CASE("health paths: HEAD has no body and unknown paths are 404 for any method") {
+  GatewayHarness g(kRules);
+  const auto head = g.ask("HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+  CHECK(status(head) == 200);
+  CHECK(head.body().empty());
+  // The connection stays in step: a GET after a HEAD on one connection gets its own answer.
+  test::http_support::HttpClient c(g.http.port());
+  REQUIRE(
+      c.send("HEAD /readyz HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"));
+  const auto first = c.read_response();
+  const auto second = c.read_response();
+  REQUIRE(first.has_value());
+  REQUIRE(second.has_value());
+  CHECK(second->body() == "ok\n");
+  CHECK(status(g.post("/nowhere", "{}")) == 404);
+  const auto post_health = g.post("/healthz", "");
+  CHECK(status(post_health) == 405);
+  CHECK(field(post_health, "Allow") == "GET, HEAD");
 }
 
 TEST_CASE("acquire: a policy and a key answered in JSON with every field") {
@@ -231,7 +284,11 @@ TEST_CASE("a gateway started with no cluster: ready when failing open and decide
   CHECK(status(not_ready) == 503);
   CHECK(not_ready.body() ==
         "not ready: no cluster node answers and the failure policy is closed\n");
-  CHECK(status(closed.check(forwarded("k1"))) == 429);
+  // Failing closed, a denial waits the policy's period (key_minute: a minute).
+  const auto denied = closed.check(forwarded("k1"));
+  CHECK(status(denied) == 429);
+  CHECK(field(denied, "Retry-After") == "60");
+  CHECK(field(denied, "X-Sluice-Decision") == "denied");
 }
 
 // The value of the sample `name{labels}` in a scrape; -1 when absent.

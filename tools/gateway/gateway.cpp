@@ -50,6 +50,29 @@ http::Response json_response(http::Status status, std::string body) {
 // /v1/acquire's own keys: their match part cannot be a match's name (names have no '@').
 constexpr std::string_view kApiMatch = "@api";
 
+// The first header that a match of `rules` counts by, or the tier header, that `request` has
+// more than once; empty when none. A client that sends its key twice must not choose which one
+// is counted (an application behind the proxy may read the other).
+std::string repeated_key_header(const rules::RuleSet& rules,
+                                const rules::RequestAttributes& request) {
+  const auto repeated = [&](std::string_view name) {
+    int seen = 0;
+    for (const auto& [header, value] : request.headers) {
+      if (rules::equal_ignoring_case(header, name) && ++seen > 1) return true;
+    }
+    return false;
+  };
+  if (!rules.tier_header().empty() && repeated(rules.tier_header())) {
+    return std::string(rules.tier_header());
+  }
+  for (const rules::Match& match : rules.matches()) {
+    for (const rules::KeyPart& part : match.key) {
+      if (part.kind == rules::KeyPart::Kind::kHeader && repeated(part.header)) return part.header;
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 // One decision request between its arrival and its answer.
@@ -84,50 +107,56 @@ void Gateway::handle(const http::Request& request, http::Responder responder) {
     }
     return acquire(request, std::move(responder));
   }
+  if (path != "/healthz" && path != "/readyz" && path != "/metrics") {
+    return responder.send(http::text_response(
+        http::Status::not_found, "not found: /check, /v1/acquire, /healthz, /readyz, /metrics\n"));
+  }
   if (method != bh::verb::get && method != bh::verb::head) {
-    auto response = http::text_response(http::Status::method_not_allowed, "GET only\n");
+    auto response = http::text_response(http::Status::method_not_allowed, "GET or HEAD only\n");
     response.set(bh::field::allow, "GET, HEAD");
     return responder.send(std::move(response));
   }
-  if (path == "/healthz") return responder.send(http::text_response(http::Status::ok, "ok\n"));
-  if (path == "/readyz") {
-    auto [status, why] = readiness();
-    return responder.send(http::text_response(status, why + "\n"));
-  }
-  if (path == "/metrics") {
+  http::Response response;
+  if (path == "/healthz") {
+    response = http::text_response(http::Status::ok, "ok\n");
+  } else if (path == "/readyz") {
+    const Readiness ready = readiness();
+    response = http::text_response(
+        ready.ready ? http::Status::ok : http::Status::service_unavailable, ready.why + "\n");
+  } else {
     ScrapeState state;
-    state.ready = readiness().first == http::Status::ok;
+    state.ready = readiness().ready;
     state.client = client_.counters();
     if (server_ != nullptr) state.http = server_->counters();
-    std::tie(state.reloads_ok, state.reloads_failed) = rules_.reloads();
+    const RulesView::Reloads reloads = rules_.reloads();
+    state.reloads_ok = reloads.ok;
+    state.reloads_failed = reloads.failed;
     const auto rules = rules_.current();
     state.rules_hash = rules->hash();
     state.rules_source = rules->source();
     state.policies = rules->policies().size();
-    http::Response response{http::Status::ok, 11};
+    response = http::Response{http::Status::ok, 11};
     response.set(bh::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
     response.body() = metrics_.scrape(state);
-    return responder.send(std::move(response));
   }
-  responder.send(http::text_response(
-      http::Status::not_found, "not found: /check, /v1/acquire, /healthz, /readyz, /metrics\n"));
+  // HEAD: the same status and fields, no body (its Content-Length is then 0).
+  if (method == bh::verb::head) response.body().clear();
+  responder.send(std::move(response));
 }
 
-std::pair<http::Status, std::string> Gateway::readiness() const {
+Readiness Gateway::readiness() const {
   const client::ClientCounters counters = client_.counters();
-  const std::uint64_t open =
-      counters.node_down_events - std::min(counters.node_up_events, counters.node_down_events);
-  if (client_.seeded() && open < client_.node_count()) {
-    if (open == 0) return {http::Status::ok, "ready: cluster"};
-    return {http::Status::ok, "ready: cluster (" + std::to_string(open) + " of " +
-                                  std::to_string(client_.node_count()) +
-                                  " nodes taken as down: their keys follow the failure policy)"};
+  const std::uint64_t down = counters.nodes_down;
+  const std::size_t nodes = client_.node_count();
+  if (client_.seeded() && down < nodes) {
+    if (down == 0) return {true, "ready: cluster"};
+    return {true, "ready: cluster (" + std::to_string(down) + " of " + std::to_string(nodes) +
+                      " nodes taken as down: their keys follow the failure policy)"};
   }
   if (options_.failure_policy == client::FailurePolicy::kOpen) {
-    return {http::Status::ok, "ready: failure policy open in force (no cluster node answers)"};
+    return {true, "ready: failure policy open in force (no cluster node answers)"};
   }
-  return {http::Status::service_unavailable,
-          "not ready: no cluster node answers and the failure policy is closed"};
+  return {false, "not ready: no cluster node answers and the failure policy is closed"};
 }
 
 void Gateway::check(const http::Request& request, http::Responder responder) {
@@ -137,17 +166,27 @@ void Gateway::check(const http::Request& request, http::Responder responder) {
   const auto [path, query] = split_target(view(request.target()));
   if (has_query_item(query, "deny=403")) pending->deny_status = 403;
   pending->rules = rules_.current();
-  pending->rules->match(check_attributes(request, pending->responder.peer()), pending->limits);
+  rules::RequestAttributes attributes =
+      check_attributes(request, pending->responder.peer(), options_.forwarded_by);
+  const std::string normalized = normalize_path(attributes.path);
+  attributes.path = normalized;
+  if (const std::string header = repeated_key_header(*pending->rules, attributes);
+      !header.empty()) {
+    return pending->responder.send(http::text_response(
+        http::Status::bad_request, "header " + header + " repeated: a key is sent once\n"));
+  }
+  pending->rules->match(attributes, pending->limits);
   decide(std::move(pending));
 }
 
 void Gateway::acquire(const http::Request& request, http::Responder responder) {
+  const SteadyClock::time_point arrived = SteadyClock::now();
   auto call = parse_acquire_call(request.body());
   if (!call) {
     return responder.send(json_response(http::Status::bad_request, error_json(call.error())));
   }
   auto pending = std::make_shared<Pending>(std::move(responder));
-  pending->arrived = SteadyClock::now();
+  pending->arrived = arrived;
   pending->kind = Pending::Kind::kAcquire;
   pending->rules = rules_.current();
   pending->cost = call->cost;
@@ -166,6 +205,7 @@ void Gateway::acquire(const http::Request& request, http::Responder responder) {
     limit.match_name = kApiMatch;
     pending->limits.push_back(std::move(limit));
   } else {
+    call->path = normalize_path(call->path);
     pending->rules->match(call->attributes(), pending->limits);
   }
   decide(std::move(pending));

@@ -4,14 +4,17 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "client/client.h"
 #include "http/server.h"
 #include "rules/rule_set.h"
+#include "tools/gateway/attributes.h"
 #include "tools/gateway/gateway_metrics.h"
 
 namespace sluice::gateway {
@@ -19,9 +22,18 @@ namespace sluice::gateway {
 // Where the rules in force come from, and how their reloads went (rules::RuleSource in the
 // gateway; a fixed set in tests).
 struct RulesView {
+  struct Reloads {
+    std::uint64_t ok = 0;      // rules files swapped in since start
+    std::uint64_t failed = 0;  // refused
+  };
   std::function<std::shared_ptr<const rules::RuleSet>()> current;
-  // {swapped in, refused} since start.
-  std::function<std::pair<std::uint64_t, std::uint64_t>()> reloads;
+  std::function<Reloads()> reloads;
+};
+
+// What /readyz answers (200 when ready, else 503) and the line that says why.
+struct Readiness {
+  bool ready = false;
+  std::string why;
 };
 
 struct GatewayOptions {
@@ -29,11 +41,16 @@ struct GatewayOptions {
   client::FailurePolicy failure_policy = client::FailurePolicy::kOpen;
   // The longest key the cluster takes (its --max-key), for the keys of /v1/acquire.
   std::size_t max_key_bytes = rules::kDefaultMaxKeyBytes;
+  // Which proxy's headers carry the original request to /check.
+  ForwardedBy forwarded_by = ForwardedBy::kNginx;
 };
 
 class Gateway {
  public:
-  // `client`, `metrics` and what `rules` refers to must outlive the gateway.
+  // `client`, `metrics` and what `rules` refers to must outlive the gateway. A decision answers
+  // from the client's I/O thread: the client must be destroyed (which joins that thread and
+  // fails the calls in flight) before the gateway, its metrics and the HTTP server's
+  // io_context.
   Gateway(client::Client& client, RulesView rules, GatewayMetrics& metrics, GatewayOptions options);
 
   // The http::Handler: routes the request; answers from the client's I/O thread for decisions.
@@ -42,8 +59,8 @@ class Gateway {
   // The HTTP server whose counters /metrics shows (set once, before serving).
   void set_server(const http::Server* server) { server_ = server; }
 
-  // What /readyz answers: 200 or 503, and the line why.
-  std::pair<http::Status, std::string> readiness() const;
+  // What /readyz answers now.
+  Readiness readiness() const;
 
  private:
   struct Pending;

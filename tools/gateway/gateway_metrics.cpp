@@ -136,8 +136,7 @@ std::string GatewayMetrics::scrape(const ScrapeState& state) {
                      "Cluster nodes whose breaker is open now: their keys follow the failure "
                      "policy without a call",
                      MetricType::Gauge);
-  add_value(open, static_cast<double>(c.node_down_events -
-                                      std::min(c.node_up_events, c.node_down_events)));
+  add_value(open, static_cast<double>(c.nodes_down));
   families.push_back(std::move(open));
 
   auto timeouts = family("sluice_gateway_cluster_timeouts_total",

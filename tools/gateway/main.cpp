@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <atomic>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/program_options.hpp>
 #include <csignal>
@@ -40,6 +41,8 @@ struct Flags {
   std::string rules;
   sluice::http::ServerLimits limits;
   unsigned threads = 1;
+  sluice::gateway::ForwardedBy forwarded_by = sluice::gateway::ForwardedBy::kNginx;
+  sluice::rules::RuleSetOptions rule_options;
 };
 
 std::optional<Flags> parse_flags(int argc, char** argv) {
@@ -66,7 +69,14 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       "request body; more: 413")("idle-timeout", po::value<std::string>()->default_value("60s"),
                                  "close a keep-alive connection idle this long")(
       "request-timeout", po::value<std::string>()->default_value("10s"),
-      "a request must arrive whole within this");
+      "a request must arrive whole within this")(
+      "proxy", po::value<std::string>()->default_value("nginx"),
+      "whose headers /check reads: nginx (X-Original-*, X-Real-IP) or forwarded (Traefik, "
+      "Caddy: X-Forwarded-*, the last X-Forwarded-For address)")(
+      "max-key", po::value<std::string>()->default_value("256"),
+      "the cluster's --max-key: counted keys are kept within it")(
+      "sliding-log-cap", po::value<std::string>()->default_value("10000"),
+      "the cluster's --sliding-log-cap: a sliding_log policy above it is refused");
   const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, options);
   if (vm.count("help") != 0) {
     fmt::print("Usage: sluice-gateway --rules FILE [options]\n{}", fmt::streamed(options));
@@ -79,8 +89,12 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   const auto text = [&](const char* name) { return vm[name].as<std::string>(); };
   Flags f;
   const auto listen = sluice::net::parse_host_port(text("listen"));
-  if (!listen)
-    throw FlagError{"--listen " + text("listen") + ": expected HOST:PORT, e.g. 127.0.0.1:8080"};
+  boost::system::error_code not_ip;
+  if (listen) boost::asio::ip::make_address(listen->host, not_ip);
+  if (!listen || not_ip) {
+    throw FlagError{"--listen " + text("listen") +
+                    ": expected IP:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"};
+  }
   f.listen_host = listen->host;
   f.listen_port = listen->port;
   f.client.servers = sluice::cli::servers_flag("servers", text("servers"));
@@ -110,6 +124,13 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       sluice::cli::duration_flag("idle-timeout", text("idle-timeout"), 1, 86'400'000));
   f.limits.read_timeout = std::chrono::milliseconds(
       sluice::cli::duration_flag("request-timeout", text("request-timeout"), 1, 3'600'000));
+  const auto proxy = sluice::gateway::parse_forwarded_by(text("proxy"));
+  if (!proxy) throw FlagError{"--proxy " + text("proxy") + ": expected nginx or forwarded"};
+  f.forwarded_by = *proxy;
+  f.rule_options.max_key_bytes = static_cast<std::size_t>(
+      sluice::cli::count_flag("max-key", text("max-key"), sluice::rules::kMinMaxKeyBytes, 65535));
+  f.rule_options.sliding_log_cap = static_cast<std::uint32_t>(
+      sluice::cli::count_flag("sliding-log-cap", text("sliding-log-cap"), 1, 1u << 24));
   return f;
 }
 
@@ -133,8 +154,10 @@ int main(int argc, char** argv) {
 
   // The rules file, watched: a change (a rewrite, a rename over it, a ConfigMap's symlink swap)
   // is read and swapped in when good; a bad file is refused, logged once, and the rules stay.
+  sluice::rules::RuleSourceOptions source_options;
+  source_options.rules = flags->rule_options;
   auto source = sluice::rules::RuleSource::open(
-      flags->rules, [](std::string_view message) { say(std::string(message)); });
+      flags->rules, [](std::string_view message) { say(std::string(message)); }, source_options);
   if (!source) {
     for (const auto& d : source.error()) fmt::print(stderr, "{}\n", d.to_string());
     fmt::print(stderr, "sluice-gateway: {}: refused ({} error{})\n", flags->rules,
@@ -157,9 +180,13 @@ int main(int argc, char** argv) {
   sluice::gateway::GatewayMetrics metrics;
   sluice::gateway::RulesView view;
   view.current = [&rules] { return rules.current(); };
-  view.reloads = [&rules] { return std::pair{rules.reloads_ok(), rules.reloads_failed()}; };
+  view.reloads = [&rules] {
+    return sluice::gateway::RulesView::Reloads{rules.reloads_ok(), rules.reloads_failed()};
+  };
   sluice::gateway::GatewayOptions options;
   options.failure_policy = flags->client.failure_policy;
+  options.max_key_bytes = flags->rule_options.max_key_bytes;
+  options.forwarded_by = flags->forwarded_by;
   sluice::gateway::Gateway gateway(**client, std::move(view), metrics, options);
 
   boost::asio::io_context io;
@@ -202,7 +229,9 @@ int main(int argc, char** argv) {
   for (unsigned i = 1; i < flags->threads; ++i) threads.emplace_back([&] { io.run(); });
   io.run();
   for (auto& t : threads) t.join();
-  (*client)->close();
+  // The client first: its destructor fails what is still in flight and joins its I/O thread,
+  // where decisions are answered, while the gateway, its metrics and `io` still exist.
+  client->reset();
   say("stopped");
   return 0;
 }
