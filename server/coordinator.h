@@ -98,6 +98,10 @@ class Coordinator {
 
   // The coordinator's event loop (the etcd membership agent runs on it).
   boost::asio::io_context& io() { return io_; }
+  // After stop(): destroys the handlers still queued or waiting on the event loop (coroutine
+  // frames of the etcd agent among them) while its services stay, so that the objects those
+  // handlers refer to, and the timers and sockets they own, can be destroyed next. Once.
+  void shut_down_io() { io_.shut_down(); }
   // Pulls not finished yet (tests wait for 0).
   std::size_t running() const { return running_.load(); }
   // How long a source may take to answer before the next one is tried.
@@ -117,8 +121,15 @@ class Coordinator {
   // partitions taken out of the warm copy: one use each) and the rest.
   void use_warm_copies(PullPlan& plan, std::vector<PullPlan>& out);
 
+  // An io_context whose shutdown (ending every pending handler, services kept) can be asked
+  // for before its destruction.
+  struct Loop : boost::asio::io_context {
+    explicit Loop(int concurrency) : io_context(concurrency) {}
+    void shut_down() { shutdown(); }
+  };
+
   ServerContext& context_;
-  boost::asio::io_context io_;
+  Loop io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
   std::thread thread_;
   std::vector<std::shared_ptr<PullJob>> jobs_;  // coordinator thread only

@@ -128,6 +128,14 @@ MembershipConfig etcd_membership_config(const ServerConfig& config, std::uint16_
 }  // namespace
 
 struct Server::Impl {
+  ~Impl() {
+    if (coordinator != nullptr) {
+      coordinator->stop();  // its thread joined (Server::wait() did it already)
+      coordinator->shut_down_io();
+    }
+    membership.reset();
+  }
+
   ServerContext context;
   std::vector<std::thread> threads;
   std::atomic<bool> started{false};
@@ -140,8 +148,9 @@ struct Server::Impl {
   std::shared_ptr<PartitionStates> partition_states;
   std::shared_ptr<const ClusterView> view;  // the one in force; null outside a cluster
   std::atomic<std::uint64_t> epoch{0};
-  // etcd mode. Declared before the coordinator, so destroyed after it: the coordinator's
-  // io_context, where its coroutines wait, is gone by then.
+  // etcd mode. The agent's coroutines wait on the coordinator's io_context and refer to it, and
+  // its timers and sockets are that io_context's objects: ~Impl ends the coroutines first (the
+  // io_context's shutdown), then destroys the agent, then the coordinator and its io_context.
   std::unique_ptr<EtcdMembership> membership;
   std::unique_ptr<Coordinator> coordinator;  // created with the first map, never destroyed early
   // The same pointer, for the shard threads (RELOAD) and stop(), which must not take
