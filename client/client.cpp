@@ -451,6 +451,24 @@ ClientCounters Client::counters() const {
 
 ClientMetrics Client::metrics() const { return impl_->layer.metrics(); }
 
+std::vector<NodeBreaker> Client::node_breakers() const {
+  std::vector<NodeBreaker> out;
+  const std::shared_ptr<const detail::Router> router = impl_->maps.current_router();
+  if (router == nullptr) return out;
+  // A node's shards are owners of their own that share its breaker: one entry per breaker.
+  std::vector<const detail::NodeHealth*> seen;
+  for (std::size_t i = 0; i < router->size(); ++i) {
+    const detail::OwnerGroup& group = router->owner(i);
+    if (group.health == nullptr ||
+        std::find(seen.begin(), seen.end(), group.health) != seen.end()) {
+      continue;
+    }
+    seen.push_back(group.health);
+    out.push_back({group.node, group.health->down.load(std::memory_order_relaxed)});
+  }
+  return out;
+}
+
 ServerInfo Client::server_info() const { return impl_->maps.seed_info(); }
 bool Client::seeded() const { return impl_->maps.seeded(); }
 const ClientOptions& Client::options() const { return impl_->options; }

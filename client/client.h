@@ -227,6 +227,12 @@ struct LatencyBucket {
   std::uint64_t count = 0;
 };
 
+// One node's breaker (Client::node_breakers()).
+struct NodeBreaker {
+  std::string address;  // "HOST:PORT" of its public port
+  bool down = false;
+};
+
 // What the client counted since connect(), for a gateway to export (Client::metrics()).
 struct ClientMetrics {
   std::vector<RuleDecisions> rules;  // every rule seen, up to kMaxMetricRules; in no order
@@ -350,6 +356,10 @@ class Client {
   // connect() (all zero with ClientOptions::metrics off). Any thread; not cheap (it sums
   // every stripe of counters): for a scrape every few seconds, not per call.
   ClientMetrics metrics() const;
+  // The breaker of each node the client routes to now: its public address and whether it is
+  // taken as down (its keys go to the failure policy without a call). Any thread; takes the
+  // router's lock once.
+  std::vector<NodeBreaker> node_breakers() const;
 
   // What the seed's HELLO said; empty while no seed has answered yet (seeded()).
   ServerInfo server_info() const;

@@ -102,6 +102,12 @@ TEST_CASE(
   CHECK(slowest_after_open < kDeadline.count() / 2);
   CHECK(client->counters().node_down_events == 1);
   CHECK(client->counters().fallback_decisions == 30);
+  // The breaker is open now, on the node the client routes to (the proxy's address).
+  CHECK(client->counters().nodes_down == 1);
+  const std::vector<NodeBreaker> open = client->node_breakers();
+  REQUIRE(open.size() == 1);
+  CHECK(open[0].address == proxy.address());
+  CHECK(open[0].down);
 
   // The node returns: within 1 s of it answering (the probe's backoff is at most 625 ms), the
   // cluster decides again.
@@ -110,6 +116,8 @@ TEST_CASE(
   INFO("back to the cluster after " << back_after << " ms");
   CHECK(back_after < 1000);
   CHECK(client->counters().node_up_events == 1);
+  CHECK(client->counters().nodes_down == 0);
+  CHECK_FALSE(client->node_breakers().at(0).down);
   Result<Decision> again = client->acquire("hot", rule);
   REQUIRE(again.ok());
   CHECK(again->source == DecisionSource::kCluster);

@@ -337,6 +337,7 @@ TEST_CASE("metrics: promtool takes the exposition and the counters move with the
         1);
   CHECK(sample(scrape, R"(sluice_gateway_decision_duration_seconds_count{endpoint="check"})") == 7);
   CHECK(sample(scrape, "sluice_gateway_ready") == 1);
+  CHECK(sample(scrape, "sluice_gateway_node_breaker_open{node=\"" + g.node.address() + "\"}") == 0);
   CHECK(sample(scrape, R"(sluice_gateway_rule_reloads_total{result="failed"})") == 0);
   CHECK(sample(scrape, "sluice_gateway_rules_policies") == 5);
   CHECK_THAT(scrape,

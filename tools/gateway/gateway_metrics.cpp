@@ -139,6 +139,15 @@ std::string GatewayMetrics::scrape(const ScrapeState& state) {
   add_value(open, static_cast<double>(c.nodes_down));
   families.push_back(std::move(open));
 
+  auto per_node = family("sluice_gateway_node_breaker_open",
+                         "1 while the node's breaker is open (its keys follow the failure policy "
+                         "without a call), by node address; the nodes of the cluster map",
+                         MetricType::Gauge);
+  for (const client::NodeBreaker& node : state.breakers) {
+    add_value(per_node, node.down ? 1 : 0, {{"node", node.address}});
+  }
+  families.push_back(std::move(per_node));
+
   auto timeouts = family("sluice_gateway_cluster_timeouts_total",
                          "Calls to the cluster that ended at the deadline", MetricType::Counter);
   add_value(timeouts, static_cast<double>(c.timed_out));

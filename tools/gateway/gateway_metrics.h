@@ -28,7 +28,8 @@ inline constexpr std::size_t kMaxPolicyLabels = 256;
 // What the gateway reads elsewhere at each scrape.
 struct ScrapeState {
   bool ready = false;
-  client::ClientCounters client;  // the client's own counts since connect
+  client::ClientCounters client;              // the client's own counts since connect
+  std::vector<client::NodeBreaker> breakers;  // each node's breaker now
   http::ServerCounters http;
   std::uint64_t reloads_ok = 0;
   std::uint64_t reloads_failed = 0;
