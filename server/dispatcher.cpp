@@ -414,7 +414,9 @@ void Dispatcher::handle_pull(Peer& peer, std::uint32_t request_id, std::uint64_t
           continue;
         }
       }
-      view->states->set(p, PartitionServing::kFenced, view->epoch());
+      // Marked with the newer of the two epochs: a node that has not adopted the puller's map
+      // yet must know the fence is that map's (Server::Impl::adopt_locked keeps it then).
+      view->states->set(p, PartitionServing::kFenced, std::max(epoch, view->epoch()));
     }
   }
   shard_.engine().pull_page(peer.reply_buffer(), request_id, framing_, request, wanted_,

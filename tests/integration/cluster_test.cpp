@@ -211,14 +211,14 @@ TEST_CASE("a node fenced under a map it never adopted gathers and serves its par
     REQUIRE(cluster.node(i).server().TEST_adopt_map(map(2, cluster::NodeState::kJoining)).empty());
   }
   REQUIRE(cluster.settled());
-  // Epoch 3, on node-1 only: active, it takes half the partitions, fencing them on node-0.
-  const cluster::ClusterMap three = map(3, cluster::NodeState::kActive);
-  REQUIRE(cluster.node(1).server().TEST_adopt_map(three).empty());
+  // Epoch 4, on node-1 only: active, it takes half the partitions, fencing them on node-0.
+  const cluster::ClusterMap four = map(4, cluster::NodeState::kActive);
+  REQUIRE(cluster.node(1).server().TEST_adopt_map(four).empty());
   REQUIRE(cluster.settled());
   std::vector<std::string> moved;
   for (int k = 0; moved.size() < 20; ++k) {
     const std::string key = "fenced:" + std::to_string(k);
-    if (primary_of(three, key) == 1) moved.push_back(key);
+    if (primary_of(four, key) == 1) moved.push_back(key);
   }
   const Rule rule{Algorithm::kFixedWindow, 3, 3'600'000, 0};
   {
@@ -230,9 +230,20 @@ TEST_CASE("a node fenced under a map it never adopted gathers and serves its par
     RawClient node0(cluster.node(0).port());
     CHECK(node0.acquire(moved.front(), rule).status == ItemStatus::kUnavailable);
   }
-  // node-0 skips epoch 3 and adopts epoch 4, where node-1 is joining again: by epochs 2 and 4
-  // nothing moved for node-0.
-  REQUIRE(cluster.node(0).server().TEST_adopt_map(map(4, cluster::NodeState::kJoining)).empty());
+  // node-0, lagging, adopts epoch 3 (node-1 still joining there): a map older than the fence's,
+  // so the fence stands while node-1 serves the keys under epoch 4. Nothing is gathered.
+  REQUIRE(cluster.node(0).server().TEST_adopt_map(map(3, cluster::NodeState::kJoining)).empty());
+  REQUIRE(cluster.settled());
+  {
+    RawClient node0(cluster.node(0).port());
+    for (const std::string& key : moved) {
+      INFO(key);
+      CHECK(node0.acquire(key, rule).status == ItemStatus::kUnavailable);
+    }
+  }
+  // node-0 skips epoch 4 and adopts epoch 5, where node-1 is joining again: by epochs 3 and 5
+  // nothing moved for node-0, yet the fence is older than epoch 5.
+  REQUIRE(cluster.node(0).server().TEST_adopt_map(map(5, cluster::NodeState::kJoining)).empty());
   REQUIRE(cluster.settled());
   RawClient node0(cluster.node(0).port());
   for (const std::string& key : moved) {
