@@ -4,37 +4,33 @@
 
 namespace sluice::http {
 
-namespace {
-
-prometheus::MetricFamily family(std::string_view prefix, std::string_view name,
-                                prometheus::MetricType type, std::string help) {
+prometheus::MetricFamily metric_family(std::string_view name, prometheus::MetricType type,
+                                       std::string_view help) {
   prometheus::MetricFamily f;
-  f.name = std::string(prefix) + "_" + std::string(name);
-  f.help = std::move(help);
+  f.name = std::string(name);
+  f.help = std::string(help);
   f.type = type;
   return f;
 }
 
-prometheus::ClientMetric value(prometheus::MetricType type, std::uint64_t v,
-                               std::vector<prometheus::ClientMetric::Label> labels = {}) {
+prometheus::ClientMetric metric_sample(prometheus::MetricType type, double value,
+                                       std::vector<prometheus::ClientMetric::Label> labels) {
   prometheus::ClientMetric m;
   m.label = std::move(labels);
   if (type == prometheus::MetricType::Counter) {
-    m.counter.value = static_cast<double>(v);
+    m.counter.value = value;
   } else {
-    m.gauge.value = static_cast<double>(v);
+    m.gauge.value = value;
   }
   return m;
 }
 
-}  // namespace
-
 void append_metric_families(const ServerCounters& c, std::string_view prefix,
                             std::vector<prometheus::MetricFamily>& out) {
   using prometheus::MetricType;
-  auto add = [&](std::string_view name, MetricType type, std::string help, std::uint64_t v) {
-    out.push_back(family(prefix, name, type, std::move(help)));
-    out.back().metric.push_back(value(type, v));
+  auto add = [&](std::string_view name, MetricType type, std::string_view help, std::uint64_t v) {
+    out.push_back(metric_family(std::string(prefix) + "_" + std::string(name), type, help));
+    out.back().metric.push_back(metric_sample(type, static_cast<double>(v)));
   };
   add("requests_total", MetricType::Counter, "HTTP requests read whole and passed to the handler",
       c.requests);
@@ -47,11 +43,13 @@ void append_metric_families(const ServerCounters& c, std::string_view prefix,
   add("connections_open", MetricType::Gauge, "HTTP connections open now", c.connections_open);
   add("connections_refused_total", MetricType::Counter,
       "HTTP connections closed at accept because max_connections were open", c.connections_refused);
-  out.push_back(family(prefix, "timeouts_total", MetricType::Counter,
-                       "HTTP connections closed by a timeout: idle between requests, or too slow "
-                       "to send a request or take a response (read)"));
-  out.back().metric.push_back(value(MetricType::Counter, c.idle_timeouts, {{"kind", "idle"}}));
-  out.back().metric.push_back(value(MetricType::Counter, c.read_timeouts, {{"kind", "read"}}));
+  out.push_back(metric_family(std::string(prefix) + "_timeouts_total", MetricType::Counter,
+                              "HTTP connections closed by a timeout: idle between requests, or "
+                              "too slow to send a request or take a response (read)"));
+  out.back().metric.push_back(
+      metric_sample(MetricType::Counter, static_cast<double>(c.idle_timeouts), {{"kind", "idle"}}));
+  out.back().metric.push_back(
+      metric_sample(MetricType::Counter, static_cast<double>(c.read_timeouts), {{"kind", "read"}}));
 }
 
 }  // namespace sluice::http

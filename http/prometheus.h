@@ -4,12 +4,20 @@
 
 #include <prometheus/metric_family.h>
 
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "http/server.h"
 
 namespace sluice::http {
+
+// A family with no samples yet, for a Collectable's Collect() to fill.
+prometheus::MetricFamily metric_family(std::string_view name, prometheus::MetricType type,
+                                       std::string_view help);
+// One sample of a counter or a gauge (by `type`), with its labels.
+prometheus::ClientMetric metric_sample(prometheus::MetricType type, double value,
+                                       std::vector<prometheus::ClientMetric::Label> labels = {});
 
 // Appends <prefix>_requests_total, _bad_requests_total, _connections_total,
 // _connections_open, _connections_refused_total and _timeouts_total{kind="idle|read"}.

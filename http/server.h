@@ -100,6 +100,11 @@ class Responder {
 
 using Handler = std::function<void(const Request& request, Responder responder)>;
 
+// Beast's string view (a target, a field's name or value) as a std::string_view.
+inline std::string_view as_view(boost::beast::string_view text) {
+  return {text.data(), text.size()};
+}
+
 // A response with `status`, Content-Type text/plain and `body` (the usual one-line answer).
 Response text_response(Status status, std::string body);
 

@@ -115,29 +115,13 @@ constexpr bool stat_metrics_in_order() {
 }
 static_assert(stat_metrics_in_order(), "kStatMetrics needs one entry per ShardStat, in order");
 
-MetricFamily family(std::string_view name, MetricType type, std::string_view help) {
-  MetricFamily f;
-  f.name = std::string(name);
-  f.help = std::string(help);
-  f.type = type;
-  return f;
-}
-
-ClientMetric sample(MetricType type, double value, std::vector<ClientMetric::Label> labels = {}) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (type == MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  return m;
-}
+using http::metric_family;
+using http::metric_sample;
 
 void add_one(std::vector<MetricFamily>& out, std::string_view name, MetricType type,
              std::string_view help, double value) {
-  out.push_back(family(name, type, help));
-  out.back().metric.push_back(sample(type, value));
+  out.push_back(metric_family(name, type, help));
+  out.back().metric.push_back(metric_sample(type, value));
 }
 
 constexpr std::array<std::string_view, 4> kStateNames = {"joining", "active", "draining", "down"};
@@ -165,28 +149,28 @@ std::vector<MetricFamily> NodeMetrics::Collect() const {
 
   // Decisions by algorithm and outcome.
   MetricFamily decisions =
-      family("sluice_decisions_total", kCounter,
-             "Decisions made on this node as the key's owner (peeks not counted; a lease "
-             "granted counts as allowed), by algorithm and outcome");
+      metric_family("sluice_decisions_total", kCounter,
+                    "Decisions made on this node as the key's owner (peeks not counted; a lease "
+                    "granted counts as allowed), by algorithm and outcome");
   for (std::uint8_t a = kMinAlgorithm; a <= kMaxAlgorithm; ++a) {
     for (const bool allowed : {true, false}) {
       std::uint64_t n = 0;
       for (unsigned i = 0; i < shards; ++i)
         n += server_.shard_counters(i).decisions.get(a, allowed);
       decisions.metric.push_back(
-          sample(kCounter, static_cast<double>(n),
-                 {{"algorithm", std::string(algorithm_name(static_cast<Algorithm>(a)))},
-                  {"outcome", allowed ? "allowed" : "denied"}}));
+          metric_sample(kCounter, static_cast<double>(n),
+                        {{"algorithm", std::string(algorithm_name(static_cast<Algorithm>(a)))},
+                         {"outcome", allowed ? "allowed" : "denied"}}));
     }
   }
   out.push_back(std::move(decisions));
 
   // ACQUIRE frame latency: the shards' buckets summed, then made cumulative.
-  MetricFamily latency =
-      family("sluice_decision_duration_seconds", MetricType::Histogram,
-             "Time on the node per ACQUIRE frame, from the start of its parse to its reply "
-             "appended to the connection's output (hand-overs to other shards included; socket "
-             "and queueing time before the parse not included)");
+  MetricFamily latency = metric_family(
+      "sluice_decision_duration_seconds", MetricType::Histogram,
+      "Time on the node per ACQUIRE frame, from the start of its parse to its reply "
+      "appended to the connection's output (hand-overs to other shards included; socket "
+      "and queueing time before the parse not included)");
   {
     constexpr std::size_t kBuckets = LatencyHistogram::kBoundsNs.size() + 1;
     std::array<std::uint64_t, kBuckets> buckets{};
@@ -224,19 +208,19 @@ std::vector<MetricFamily> NodeMetrics::Collect() const {
           "limit)",
           static_cast<double>(config.max_connections));
   add_one(out, "sluice_shards", kGauge, "Shard threads", static_cast<double>(shards));
-  out.push_back(family("sluice_build_info", kGauge, "The sluiced version; always 1"));
-  out.back().metric.push_back(sample(kGauge, 1, {{"version", std::string(kVersion)}}));
+  out.push_back(metric_family("sluice_build_info", kGauge, "The sluiced version; always 1"));
+  out.back().metric.push_back(metric_sample(kGauge, 1, {{"version", std::string(kVersion)}}));
 
   // The cluster.
   const ClusterStatus cluster = server_.cluster_status();
   add_one(out, "sluice_cluster_epoch", kGauge,
           "Epoch of the cluster map in force (0 outside a cluster)",
           static_cast<double>(cluster.epoch));
-  MetricFamily members =
-      family("sluice_cluster_members", kGauge, "Nodes of the cluster map in force, by state");
+  MetricFamily members = metric_family("sluice_cluster_members", kGauge,
+                                       "Nodes of the cluster map in force, by state");
   for (std::size_t s = 0; s < kStateNames.size(); ++s) {
-    members.metric.push_back(sample(kGauge, static_cast<double>(cluster.members[s]),
-                                    {{"state", std::string(kStateNames[s])}}));
+    members.metric.push_back(metric_sample(kGauge, static_cast<double>(cluster.members[s]),
+                                           {{"state", std::string(kStateNames[s])}}));
   }
   out.push_back(std::move(members));
   add_one(out, "sluice_node_ready", kGauge,
@@ -245,38 +229,42 @@ std::vector<MetricFamily> NodeMetrics::Collect() const {
   add_one(out, "sluice_node_fenced", kGauge,
           "1 while the node serves nothing as primary: its fence is closed (etcd mode)",
           cluster.fenced ? 1 : 0);
-  MetricFamily reason =
-      family("sluice_node_fence_reason", kGauge,
-             "Why the fence is closed: 1 for the current reason, 0 for the others (etcd mode)");
+  MetricFamily reason = metric_family(
+      "sluice_node_fence_reason", kGauge,
+      "Why the fence is closed: 1 for the current reason, 0 for the others (etcd mode)");
   for (std::size_t r = 0; r < kFenceReasons.size(); ++r) {
-    reason.metric.push_back(sample(kGauge, cluster.fence_reason == r ? 1 : 0,
-                                   {{"reason", std::string(kFenceReasons[r])}}));
+    reason.metric.push_back(metric_sample(kGauge, cluster.fence_reason == r ? 1 : 0,
+                                          {{"reason", std::string(kFenceReasons[r])}}));
   }
   out.push_back(std::move(reason));
 
   // Replication per peer (a label per node of the map: bounded by the cluster's size).
-  MetricFamily pending = family("sluice_replication_pending_records", kGauge,
-                                "Records queued for a replica or sent and not yet acknowledged");
-  MetricFamily lag = family("sluice_replication_lag_seconds", kGauge,
-                            "Age of the oldest record not yet acknowledged by a replica (0 when "
-                            "none waits)");
-  MetricFamily bytes = family("sluice_replication_pending_bytes", kGauge,
-                              "REPLICATE bytes sent to a replica and not yet acknowledged");
+  MetricFamily pending =
+      metric_family("sluice_replication_pending_records", kGauge,
+                    "Records queued for a replica or sent and not yet acknowledged");
+  MetricFamily lag =
+      metric_family("sluice_replication_lag_seconds", kGauge,
+                    "Age of the oldest record not yet acknowledged by a replica (0 when "
+                    "none waits)");
+  MetricFamily bytes = metric_family("sluice_replication_pending_bytes", kGauge,
+                                     "REPLICATE bytes sent to a replica and not yet acknowledged");
   MetricFamily dropped =
-      family("sluice_replication_peer_dropped_records_total", kCounter,
-             "Records dropped toward a replica since it entered this node's map");
-  MetricFamily up = family("sluice_replication_link_up", kGauge,
-                           "1 when every link to a replica is up (0 down, or idle: none made)");
-  MetricFamily stalled = family("sluice_replication_stalled", kGauge,
-                                "1 while a replica's lag is at least --replication-stall-after");
+      metric_family("sluice_replication_peer_dropped_records_total", kCounter,
+                    "Records dropped toward a replica since it entered this node's map");
+  MetricFamily up =
+      metric_family("sluice_replication_link_up", kGauge,
+                    "1 when every link to a replica is up (0 down, or idle: none made)");
+  MetricFamily stalled =
+      metric_family("sluice_replication_stalled", kGauge,
+                    "1 while a replica's lag is at least --replication-stall-after");
   for (const ClusterStatus::Peer& peer : cluster.peers) {
     const std::vector<ClientMetric::Label> labels = {{"peer", peer.node}};
-    pending.metric.push_back(sample(kGauge, static_cast<double>(peer.records), labels));
-    lag.metric.push_back(sample(kGauge, static_cast<double>(peer.lag_ms) / 1e3, labels));
-    bytes.metric.push_back(sample(kGauge, static_cast<double>(peer.bytes), labels));
-    dropped.metric.push_back(sample(kCounter, static_cast<double>(peer.dropped), labels));
-    up.metric.push_back(sample(kGauge, peer.up ? 1 : 0, labels));
-    stalled.metric.push_back(sample(kGauge, peer.stalled ? 1 : 0, labels));
+    pending.metric.push_back(metric_sample(kGauge, static_cast<double>(peer.records), labels));
+    lag.metric.push_back(metric_sample(kGauge, static_cast<double>(peer.lag_ms) / 1e3, labels));
+    bytes.metric.push_back(metric_sample(kGauge, static_cast<double>(peer.bytes), labels));
+    dropped.metric.push_back(metric_sample(kCounter, static_cast<double>(peer.dropped), labels));
+    up.metric.push_back(metric_sample(kGauge, peer.up ? 1 : 0, labels));
+    stalled.metric.push_back(metric_sample(kGauge, peer.stalled ? 1 : 0, labels));
   }
   for (MetricFamily* f : {&pending, &lag, &bytes, &dropped, &up, &stalled}) {
     if (!f->metric.empty()) out.push_back(std::move(*f));

@@ -11,8 +11,6 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
-std::string_view view(boost::beast::string_view text) { return {text.data(), text.size()}; }
-
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -47,7 +45,7 @@ rules::RequestAttributes check_attributes(const http::Request& request, std::str
   rules::RequestAttributes out;
   out.headers.reserve(16);
   for (const auto& field : request) {
-    out.headers.emplace_back(view(field.name_string()), view(field.value()));
+    out.headers.emplace_back(http::as_view(field.name_string()), http::as_view(field.value()));
   }
   const bool nginx = by == ForwardedBy::kNginx;
   const auto present = [&](std::string_view name) -> std::optional<std::string_view> {
@@ -56,8 +54,9 @@ rules::RequestAttributes check_attributes(const http::Request& request, std::str
     return std::nullopt;
   };
   out.method = present(nginx ? "X-Original-Method" : "X-Forwarded-Method")
-                   .value_or(view(request.method_string()));
-  out.path = present(nginx ? "X-Original-URI" : "X-Forwarded-Uri").value_or(view(request.target()));
+                   .value_or(http::as_view(request.method_string()));
+  out.path = present(nginx ? "X-Original-URI" : "X-Forwarded-Uri")
+                 .value_or(http::as_view(request.target()));
   out.client_ip = peer;
   if (nginx) {
     if (auto real = present("X-Real-IP")) out.client_ip = *real;

@@ -15,8 +15,6 @@ namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-std::string_view view(boost::beast::string_view text) { return {text.data(), text.size()}; }
-
 std::uint64_t unix_ms() {
   return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                         std::chrono::system_clock::now().time_since_epoch())
@@ -94,7 +92,7 @@ Gateway::Gateway(client::Client& client, RulesView rules, GatewayMetrics& metric
     : client_(client), rules_(std::move(rules)), metrics_(metrics), options_(options) {}
 
 void Gateway::handle(const http::Request& request, http::Responder responder) {
-  const auto [path, query] = split_target(view(request.target()));
+  const auto [path, query] = split_target(http::as_view(request.target()));
   const auto method = request.method();
   namespace bh = boost::beast::http;
   if (path == "/check") return check(request, std::move(responder));
@@ -164,7 +162,7 @@ void Gateway::check(const http::Request& request, http::Responder responder) {
   auto pending = std::make_shared<Pending>(std::move(responder));
   pending->arrived = SteadyClock::now();
   pending->kind = Pending::Kind::kCheck;
-  const auto [path, query] = split_target(view(request.target()));
+  const auto [path, query] = split_target(http::as_view(request.target()));
   if (has_query_item(query, "deny=403")) pending->deny_status = 403;
   pending->rules = rules_.current();
   rules::RequestAttributes attributes =

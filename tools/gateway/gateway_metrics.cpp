@@ -20,23 +20,8 @@ const prometheus::Histogram::BucketBoundaries& duration_buckets() {
   return buckets;
 }
 
-MetricFamily family(std::string name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
-}
-
 void add_value(MetricFamily& f, double value, std::vector<ClientMetric::Label> labels = {}) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (f.type == MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  f.metric.push_back(std::move(m));
+  f.metric.push_back(http::metric_sample(f.type, value, std::move(labels)));
 }
 
 }  // namespace
@@ -91,74 +76,73 @@ void GatewayMetrics::answered(std::string_view endpoint, bool allowed,
 std::string GatewayMetrics::scrape(const ScrapeState& state) {
   std::vector<MetricFamily> families = registry_.Collect();
 
-  auto ready = family("sluice_gateway_ready",
-                      "1 when /readyz answers 200 (rules loaded, and the cluster reachable or "
-                      "the failure policy open)",
-                      MetricType::Gauge);
+  auto ready =
+      http::metric_family("sluice_gateway_ready", MetricType::Gauge,
+                          "1 when /readyz answers 200 (rules loaded, and the cluster reachable or "
+                          "the failure policy open)");
   add_value(ready, state.ready ? 1 : 0);
   families.push_back(std::move(ready));
 
-  auto reloads = family("sluice_gateway_rule_reloads_total",
-                        "Rules files read after the first, by result (ok: swapped in; failed: "
-                        "refused, the rules before stay)",
-                        MetricType::Counter);
+  auto reloads =
+      http::metric_family("sluice_gateway_rule_reloads_total", MetricType::Counter,
+                          "Rules files read after the first, by result (ok: swapped in; failed: "
+                          "refused, the rules before stay)");
   add_value(reloads, static_cast<double>(state.reloads_ok), {{"result", "ok"}});
   add_value(reloads, static_cast<double>(state.reloads_failed), {{"result", "failed"}});
   families.push_back(std::move(reloads));
 
-  auto rules =
-      family("sluice_gateway_rules_info",
-             "The rules in force: their file and the hash of its bytes", MetricType::Gauge);
+  auto rules = http::metric_family("sluice_gateway_rules_info", MetricType::Gauge,
+                                   "The rules in force: their file and the hash of its bytes");
   add_value(rules, 1, {{"hash", state.rules_hash}, {"source", state.rules_source}});
   families.push_back(std::move(rules));
 
-  auto policies =
-      family("sluice_gateway_rules_policies", "Policies in the rules in force", MetricType::Gauge);
+  auto policies = http::metric_family("sluice_gateway_rules_policies", MetricType::Gauge,
+                                      "Policies in the rules in force");
   add_value(policies, static_cast<double>(state.policies));
   families.push_back(std::move(policies));
 
   const client::ClientCounters& c = state.client;
-  auto fallback = family("sluice_gateway_fallback_decisions_total",
-                         "Limits decided by a failure policy (open: the local fallback; closed: "
-                         "denied) because their node could not answer",
-                         MetricType::Counter);
+  auto fallback =
+      http::metric_family("sluice_gateway_fallback_decisions_total", MetricType::Counter,
+                          "Limits decided by a failure policy (open: the local fallback; closed: "
+                          "denied) because their node could not answer");
   add_value(fallback, static_cast<double>(c.fallback_decisions));
   families.push_back(std::move(fallback));
 
-  auto down = family("sluice_gateway_breaker_events_total",
-                     "Cluster nodes taken as down (breaker opened) and found answering again",
-                     MetricType::Counter);
+  auto down =
+      http::metric_family("sluice_gateway_breaker_events_total", MetricType::Counter,
+                          "Cluster nodes taken as down (breaker opened) and found answering again");
   add_value(down, static_cast<double>(c.node_down_events), {{"event", "opened"}});
   add_value(down, static_cast<double>(c.node_up_events), {{"event", "closed"}});
   families.push_back(std::move(down));
 
-  auto open = family("sluice_gateway_breakers_open",
-                     "Cluster nodes whose breaker is open now: their keys follow the failure "
-                     "policy without a call",
-                     MetricType::Gauge);
+  auto open =
+      http::metric_family("sluice_gateway_breakers_open", MetricType::Gauge,
+                          "Cluster nodes whose breaker is open now: their keys follow the failure "
+                          "policy without a call");
   add_value(open, static_cast<double>(c.nodes_down));
   families.push_back(std::move(open));
 
-  auto per_node = family("sluice_gateway_node_breaker_open",
-                         "1 while the node's breaker is open (its keys follow the failure policy "
-                         "without a call), by node address; the nodes of the cluster map",
-                         MetricType::Gauge);
+  auto per_node =
+      http::metric_family("sluice_gateway_node_breaker_open", MetricType::Gauge,
+                          "1 while the node's breaker is open (its keys follow the failure policy "
+                          "without a call), by node address; the nodes of the cluster map");
   for (const client::NodeBreaker& node : state.breakers) {
     add_value(per_node, node.down ? 1 : 0, {{"node", node.address}});
   }
   families.push_back(std::move(per_node));
 
-  auto timeouts = family("sluice_gateway_cluster_timeouts_total",
-                         "Calls to the cluster that ended at the deadline", MetricType::Counter);
+  auto timeouts = http::metric_family("sluice_gateway_cluster_timeouts_total", MetricType::Counter,
+                                      "Calls to the cluster that ended at the deadline");
   add_value(timeouts, static_cast<double>(c.timed_out));
   families.push_back(std::move(timeouts));
 
-  auto leases = family("sluice_gateway_leases_total", "Leases of hot keys granted by the cluster",
-                       MetricType::Counter);
+  auto leases = http::metric_family("sluice_gateway_leases_total", MetricType::Counter,
+                                    "Leases of hot keys granted by the cluster");
   add_value(leases, static_cast<double>(c.leases));
   families.push_back(std::move(leases));
 
-  auto build = family("sluice_build_info", "The running version", MetricType::Gauge);
+  auto build = http::metric_family("sluice_build_info", MetricType::Gauge, "The running version");
   add_value(build, 1, {{"version", std::string(kVersion)}});
   families.push_back(std::move(build));
 
