@@ -652,7 +652,48 @@ class Parser {
 
 ParseResult RuleSet::parse(std::string_view yaml_text, std::string_view file_name,
                            const RuleSetOptions& options) {
+  if (EnvoyConfig::recognizes(yaml_text)) {
+    const SourceText one{std::string(file_name), std::string(yaml_text)};
+    return parse_files(std::span(&one, 1), file_name, options);
+  }
   return Parser(file_name, options).run(yaml_text);
+}
+
+ParseResult RuleSet::parse_files(std::span<const SourceText> files, std::string_view source,
+                                 const RuleSetOptions& options) {
+  std::vector<Diagnostic> errors;
+  std::optional<RuleSet> own;
+  std::string own_file;
+  EnvoyConfig envoy;
+  const EnvoyConfigOptions envoy_options{.merge_domains = options.merge_envoy_domains,
+                                         .max_key_bytes = options.max_key_bytes,
+                                         .sliding_log_cap = options.sliding_log_cap};
+  for (const SourceText& file : files) {
+    if (EnvoyConfig::recognizes(file.bytes)) {
+      envoy.add_file(file.bytes, file.name, envoy_options, errors);
+      continue;
+    }
+    if (own) {
+      errors.push_back(Diagnostic{file.name, 0, 0,
+                                  "a second Sluice rules file (the first is " + own_file +
+                                      "): a set holds one, beside any envoy configs"});
+      continue;
+    }
+    auto parsed = Parser(file.name, options).run(file.bytes);
+    if (!parsed) {
+      errors.insert(errors.end(), parsed.error().begin(), parsed.error().end());
+      continue;
+    }
+    own.emplace(std::move(parsed).value());
+    own_file = file.name;
+  }
+  if (!errors.empty()) return Unexpected{std::move(errors)};
+  RuleSet set = own ? std::move(*own) : RuleSet();
+  set.envoy_ = std::move(envoy);
+  set.hash_ = rules_hash(files, source);
+  set.source_ = source;
+  set.max_key_bytes_ = std::max(options.max_key_bytes, kMinMaxKeyBytes);
+  return set;
 }
 
 }  // namespace sluice::rules

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 
 namespace sluice::rules {
@@ -39,6 +40,55 @@ Expected<std::string> read_file(const std::filesystem::path& file) {
   ::close(fd);
   if (!error.empty()) return Unexpected{std::move(error)};
   return bytes;
+}
+
+}  // namespace sluice::rules
+
+namespace sluice::rules {
+
+std::string hash_hex(std::string_view bytes);
+
+Expected<std::vector<SourceText>> read_rules(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<SourceText> out;
+  if (!fs::is_directory(path, ec)) {
+    auto bytes = read_file(path);
+    if (!bytes) return Unexpected{std::move(bytes).error()};
+    out.push_back(SourceText{path.string(), std::move(bytes).value()});
+    return out;
+  }
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with('.')) continue;
+    if (!name.ends_with(".yaml") && !name.ends_with(".yml")) continue;
+    std::error_code kind;
+    if (!fs::is_regular_file(it->path(), kind)) continue;  // follows symlinks
+    files.push_back(it->path());
+  }
+  if (ec) return Unexpected{ec.message()};
+  if (files.empty()) return Unexpected{std::string("no .yaml or .yml file in the directory")};
+  std::sort(files.begin(), files.end());
+  std::size_t total = 0;
+  for (const fs::path& file : files) {
+    auto bytes = read_file(file);
+    if (!bytes) return Unexpected{file.string() + ": " + bytes.error()};
+    total += bytes->size();
+    if (total > kMaxRulesFileBytes) return Unexpected{std::string("larger than 16 MiB in all")};
+    out.push_back(SourceText{file.string(), std::move(bytes).value()});
+  }
+  return out;
+}
+
+std::string rules_hash(std::span<const SourceText> files, std::string_view source) {
+  if (files.size() == 1 && files.front().name == source) return hash_hex(files.front().bytes);
+  std::string all;
+  for (const SourceText& file : files) {
+    all.append(file.name).append(1, '\0').append(std::to_string(file.bytes.size()));
+    all.append(1, '\0').append(file.bytes);
+  }
+  return hash_hex(all);
 }
 
 }  // namespace sluice::rules

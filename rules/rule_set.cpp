@@ -178,13 +178,16 @@ const Policy* RuleSet::policy(std::string_view name) const {
   return it == by_name_.end() ? nullptr : &policies_[it->second];
 }
 
-ParseResult RuleSet::load(const std::filesystem::path& file, const RuleSetOptions& options) {
-  auto bytes = read_file(file);
-  if (!bytes) {
+ParseResult RuleSet::load(const std::filesystem::path& path, const RuleSetOptions& options) {
+  auto files = read_rules(path);
+  if (!files) {
     return Unexpected{std::vector<Diagnostic>{
-        Diagnostic{file.string(), 0, 0, "cannot read the file: " + bytes.error()}}};
+        Diagnostic{path.string(), 0, 0, "cannot read the file: " + files.error()}}};
   }
-  return parse(*bytes, file.string(), options);
+  if (files->size() == 1 && files->front().name == path.string()) {
+    return parse(files->front().bytes, path.string(), options);
+  }
+  return parse_files(*files, path.string(), options);
 }
 
 }  // namespace sluice::rules

@@ -17,6 +17,8 @@
 #include "core/expected.h"
 #include "core/rule.h"
 #include "rules/diagnostic.h"
+#include "rules/envoy_config.h"
+#include "rules/read_file.h"
 #include "rules/request.h"
 
 namespace sluice::rules {
@@ -81,6 +83,9 @@ inline constexpr std::size_t kMaxNameBytes = 64;
 struct RuleSetOptions {
   std::size_t max_key_bytes = kDefaultMaxKeyBytes;        // below kMinMaxKeyBytes reads as that
   std::uint32_t sliding_log_cap = kDefaultSlidingLogCap;  // the daemon's --sliding-log-cap
+  // envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: several files of one domain add up (else a
+  // second file of a domain is an error).
+  bool merge_envoy_domains = false;
 };
 
 class RuleSet;
@@ -92,8 +97,14 @@ class RuleSet {
   // and becomes source().
   static ParseResult parse(std::string_view yaml_text, std::string_view file_name,
                            const RuleSetOptions& options = {});
-  // Reads `file` and parses it; a file that cannot be read is one diagnostic.
-  static ParseResult load(const std::filesystem::path& file, const RuleSetOptions& options = {});
+  // Reads `path` and parses it; a file that cannot be read is one diagnostic. A directory is
+  // read as parse_files() of its rules files (read_rules()).
+  static ParseResult load(const std::filesystem::path& path, const RuleSetOptions& options = {});
+  // Several files as one set: envoyproxy/ratelimit configs (a top-level `domain`) make up
+  // envoy(), at most one Sluice rules file gives the policies and matches (none: no match).
+  // `source` names the set (its directory). The hash is of every file's name and bytes.
+  static ParseResult parse_files(std::span<const SourceText> files, std::string_view source,
+                                 const RuleSetOptions& options = {});
 
   // Replaces `out` with every limit that applies to `request`: matches in file order, each
   // match's policies in their listed order. Reuses `out`'s capacity.
@@ -106,6 +117,8 @@ class RuleSet {
   std::string_view hash() const { return hash_; }      // XXH3-128 of the bytes, 32 hex digits
   std::string_view source() const { return source_; }  // the path (or name) it came from
   std::string_view tier_header() const { return tier_header_; }  // attributes.tier
+  // The envoyproxy/ratelimit domains of the set (empty when it has none).
+  const EnvoyConfig& envoy() const { return envoy_; }
 
   // The counted key of `policy` in `match` for `key_value` (already escaped and joined): the
   // format of docs/RULES.md, "Counted keys", cut and hashed to fit max_key_bytes.
@@ -122,6 +135,7 @@ class RuleSet {
   std::string hash_;
   std::string source_;
   std::string tier_header_;
+  EnvoyConfig envoy_;
   std::size_t max_key_bytes_ = kDefaultMaxKeyBytes;
 };
 

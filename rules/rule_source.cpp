@@ -33,8 +33,14 @@ std::string resolve(const fs::path& file) {
 }
 
 std::string summary(const RuleSet& set) {
+  std::string envoy;
+  if (!set.envoy().empty()) {
+    envoy = std::to_string(set.envoy().domain_count()) + " envoy domains (" +
+            std::to_string(set.envoy().limit_count()) + " limits), ";
+  }
   return std::to_string(set.policies().size()) + " policies, " +
-         std::to_string(set.matches().size()) + " matches, hash " + std::string(set.hash());
+         std::to_string(set.matches().size()) + " matches, " + envoy + "hash " +
+         std::string(set.hash());
 }
 
 }  // namespace
@@ -62,6 +68,21 @@ RuleSource::Fingerprint RuleSource::fingerprint(const fs::path& file) {
   f.size = static_cast<std::uint64_t>(st.st_size);
   f.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000ll + st.st_mtim.tv_nsec;
   f.ctime_ns = st.st_ctim.tv_sec * 1'000'000'000ll + st.st_ctim.tv_nsec;
+  if (S_ISDIR(st.st_mode)) {
+    // A directory changes when any file in it does: each entry's own fingerprint, in order.
+    std::vector<std::string> entries;
+    std::error_code ec;
+    for (fs::directory_iterator it(file, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.starts_with('.')) continue;
+      const Fingerprint e = fingerprint(it->path());
+      entries.push_back(name + "|" + e.resolved + "|" + std::to_string(e.inode) + "|" +
+                        std::to_string(e.size) + "|" + std::to_string(e.mtime_ns) + "|" +
+                        std::to_string(e.ctime_ns));
+    }
+    std::sort(entries.begin(), entries.end());
+    for (const std::string& e : entries) f.listing += e + "\n";
+  }
   return f;
 }
 
@@ -145,7 +166,7 @@ ReloadOutcome RuleSource::attempt(Trigger trigger) {
   if (trigger == Trigger::kPoll && now == seen_) return outcome;
   seen_ = now;
 
-  auto bytes = read_file(path_);
+  auto bytes = read_rules(path_);
   if (!bytes) {
     // A file that is gone stays gone until it is back: one refusal, not one per event.
     if (trigger != Trigger::kExplicit && missing_logged_) return outcome;
@@ -160,14 +181,16 @@ ReloadOutcome RuleSource::attempt(Trigger trigger) {
   }
   missing_logged_ = false;
 
-  const std::string hash = hash_hex(*bytes);
+  const std::string hash = rules_hash(*bytes, path_.string());
   if (hash == in_force->hash()) {
     refused_hash_.clear();
     return outcome;
   }
   if (trigger != Trigger::kExplicit && hash == refused_hash_) return outcome;
 
-  auto parsed = RuleSet::parse(*bytes, path_.string(), options_.rules);
+  const bool one_file = bytes->size() == 1 && bytes->front().name == path_.string();
+  auto parsed = one_file ? RuleSet::parse(bytes->front().bytes, path_.string(), options_.rules)
+                         : RuleSet::parse_files(*bytes, path_.string(), options_.rules);
   if (!parsed) {
     refused_hash_ = hash;
     outcome.status = ReloadStatus::kRefused;
@@ -207,9 +230,15 @@ ReloadOutcome RuleSource::attempt(Trigger trigger) {
 void RuleSource::update_watches() {
   if (inotify_fd_ < 0) return;
   if (dir_watch_ < 0) {
-    const fs::path dir = path_.has_parent_path() ? path_.parent_path() : fs::path(".");
+    // A rules directory is watched itself (every file in it counts); a file, in its directory.
+    std::error_code ec;
+    is_directory_ = fs::is_directory(path_, ec);
+    const fs::path dir = is_directory_         ? path_
+                         : path_.has_parent_path() ? path_.parent_path()
+                                                 : fs::path(".");
     dir_watch_ = ::inotify_add_watch(inotify_fd_, dir.c_str(), kWatchMask);
   }
+  if (is_directory_) return;
   const fs::path resolved = resolve(path_);
   const std::string resolved_dir = resolved.empty() ? "" : resolved.parent_path().string();
   if (resolved_dir == target_dir_ && (target_watch_ >= 0 || resolved_dir.empty())) return;
@@ -262,6 +291,11 @@ void RuleSource::watch_loop() {
               (event->mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_Q_OVERFLOW)) != 0;
           // In the path's directory: the file itself, or a ConfigMap's "..data" links.
           if (event->wd == dir_watch_ && (entry == name || entry.starts_with(".."))) {
+            relevant = true;
+          }
+          // In a rules directory: any file but a dot-file (a ConfigMap's "..data" included).
+          if (is_directory_ && event->wd == dir_watch_ &&
+              (!entry.starts_with('.') || entry.starts_with(".."))) {
             relevant = true;
           }
           if (event->wd == target_watch_ && entry == target_name_) relevant = true;

@@ -90,6 +90,7 @@ class RuleSource {
     std::string resolved;  // the path through every symlink
     std::uint64_t device = 0, inode = 0, size = 0;
     std::int64_t mtime_ns = 0, ctime_ns = 0;
+    std::string listing;  // a directory: its rules files' own fingerprints
     friend bool operator==(const Fingerprint&, const Fingerprint&) = default;
   };
   static Fingerprint fingerprint(const std::filesystem::path& file);
@@ -124,7 +125,8 @@ class RuleSource {
 
   // The watcher's: set up in the constructor, then touched by the watcher thread alone.
   int inotify_fd_ = -1;
-  int dir_watch_ = -1;     // the path's directory
+  bool is_directory_ = false;  // the path is a rules directory (watched itself)
+  int dir_watch_ = -1;         // the path's directory, or the path when it is a directory
   int target_watch_ = -1;  // the directory of the file the path resolves to
   std::string target_dir_;
   std::string target_name_;

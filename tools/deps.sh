@@ -12,6 +12,8 @@ packages=(
   nftables libyaml-cpp-dev
   prometheus-cpp-dev prometheus  # metrics; prometheus for promtool only (never its service)
   nginx-light wrk                # the gateway's nginx test and overhead bench (never a service)
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # the RLS front
+  python3-grpcio python3-protobuf  # a gRPC client that is not ours, for the RLS tests
 )
 [ "$#" -gt 0 ] && packages+=("$@")
 

@@ -43,7 +43,11 @@ GatewayMetrics::GatewayMetrics()
       duration_(prometheus::BuildHistogram()
                     .Name("sluice_gateway_decision_duration_seconds")
                     .Help("From a decision request's arrival to its answer, by endpoint")
-                    .Register(registry_)) {}
+                    .Register(registry_)),
+      rls_requests_(prometheus::BuildCounter()
+                        .Name("sluice_gateway_rls_requests_total")
+                        .Help("ShouldRateLimit calls answered, by domain and code")
+                        .Register(registry_)) {}
 
 std::string GatewayMetrics::policy_label(std::string_view policy) {
   std::lock_guard lock(mutex_);
@@ -71,6 +75,24 @@ void GatewayMetrics::answered(std::string_view endpoint, bool allowed,
       .Increment();
   duration_.Add({{"endpoint", std::string(endpoint)}}, duration_buckets())
       .Observe(std::chrono::duration<double>(took).count());
+}
+
+void GatewayMetrics::rls_answered(std::string_view domain, std::string_view code,
+                                  std::chrono::nanoseconds took) {
+  std::string label;
+  {
+    // Domains come from the rules (others are "unknown"); bounded like policies all the same.
+    std::lock_guard lock(mutex_);
+    if (domains_.find(domain) != domains_.end()) {
+      label = std::string(domain);
+    } else if (domains_.size() >= kMaxPolicyLabels) {
+      label = "other";
+    } else {
+      label = *domains_.emplace(domain).first;
+    }
+  }
+  rls_requests_.Add({{"domain", label}, {"code", std::string(code)}}).Increment();
+  if (code == "OK" || code == "OVER_LIMIT") answered("rls", code == "OK", took);
 }
 
 std::string GatewayMetrics::scrape(const ScrapeState& state) {

@@ -50,6 +50,11 @@ class GatewayMetrics {
   // One request answered: endpoint "check" or "acquire", and its time from arrival to answer.
   void answered(std::string_view endpoint, bool allowed, std::chrono::nanoseconds took);
 
+  // One ShouldRateLimit call answered: its domain ("unknown" for one the rules lack, "" for a
+  // refused call), its code (OK, OVER_LIMIT, or the gRPC status of a refusal), and its time
+  // from arrival to answer (also under endpoint="rls" in the requests and duration families).
+  void rls_answered(std::string_view domain, std::string_view code, std::chrono::nanoseconds took);
+
   // The exposition (text format 0.0.4): the registry's families and those of `state`.
   std::string scrape(const ScrapeState& state);
 
@@ -61,8 +66,10 @@ class GatewayMetrics {
   prometheus::Family<prometheus::Counter>& shadow_denials_;
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& duration_;
-  std::mutex mutex_;  // policies_
+  prometheus::Family<prometheus::Counter>& rls_requests_;
+  std::mutex mutex_;  // policies_, domains_
   std::set<std::string, std::less<>> policies_;
+  std::set<std::string, std::less<>> domains_;
 };
 
 }  // namespace sluice::gateway

@@ -28,6 +28,7 @@
 #include "rules/rule_source.h"
 #include "tools/gateway/gateway.h"
 #include "tools/gateway/gateway_metrics.h"
+#include "tools/gateway/rls.h"
 
 namespace {
 
@@ -43,6 +44,8 @@ struct Flags {
   unsigned threads = 1;
   sluice::gateway::ForwardedBy forwarded_by = sluice::gateway::ForwardedBy::kNginx;
   sluice::rules::RuleSetOptions rule_options;
+  std::optional<sluice::net::HostPort> grpc_listen;  // the Envoy RLS front, when asked for
+  sluice::gateway::RlsOptions rls;
 };
 
 std::optional<Flags> parse_flags(int argc, char** argv) {
@@ -76,10 +79,26 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       "max-key", po::value<std::string>()->default_value("256"),
       "the cluster's --max-key: counted keys are kept within it")(
       "sliding-log-cap", po::value<std::string>()->default_value("10000"),
-      "the cluster's --sliding-log-cap: a sliding_log policy above it is refused");
+      "the cluster's --sliding-log-cap: a sliding_log policy above it is refused")(
+      "grpc-listen", po::value<std::string>(),
+      "HOST:PORT to serve Envoy's Rate Limit Service (ShouldRateLimit) on; off by default")(
+      "rls-deadline", po::value<std::string>()->default_value("15ms"),
+      "the longest a ShouldRateLimit call waits for the cluster (less when the caller's "
+      "deadline is sooner); past it the failure policy answers")(
+      "rls-headers", po::value<std::string>()->default_value("draft"),
+      "response_headers_to_add: draft (RateLimit-Policy, RateLimit, Retry-After), legacy "
+      "(RateLimit-Limit, -Remaining, -Reset as envoyproxy/ratelimit), both or none")(
+      "rls-merge-domains", po::bool_switch(),
+      "envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG: config files of one domain add up")(
+      "rls-max-descriptors", po::value<std::string>()->default_value("64"),
+      "descriptors in one ShouldRateLimit call; more: INVALID_ARGUMENT")(
+      "rls-max-entries", po::value<std::string>()->default_value("32"),
+      "entries in one descriptor; more: INVALID_ARGUMENT")(
+      "rls-max-message-bytes", po::value<std::string>()->default_value("64KiB"),
+      "a ShouldRateLimit request's size; more: RESOURCE_EXHAUSTED");
   const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, options);
   if (vm.count("help") != 0) {
-    fmt::print("Usage: sluice-gateway --rules FILE [options]\n{}", fmt::streamed(options));
+    fmt::print("Usage: sluice-gateway --rules PATH [options]\n{}", fmt::streamed(options));
     return std::nullopt;
   }
   if (vm.count("version") != 0) {
@@ -98,7 +117,7 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   f.listen_host = listen->host;
   f.listen_port = listen->port;
   f.client.servers = sluice::cli::servers_flag("servers", text("servers"));
-  if (vm.count("rules") == 0) throw FlagError{"--rules FILE is required"};
+  if (vm.count("rules") == 0) throw FlagError{"--rules PATH is required"};
   f.rules = text("rules");
   if (vm.count("auth-token-file") != 0) {
     f.client.auth_token = sluice::cli::token_file_flag("sluice-gateway", text("auth-token-file"));
@@ -131,6 +150,32 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       sluice::cli::count_flag("max-key", text("max-key"), sluice::rules::kMinMaxKeyBytes, 65535));
   f.rule_options.sliding_log_cap = static_cast<std::uint32_t>(
       sluice::cli::count_flag("sliding-log-cap", text("sliding-log-cap"), 1, 1u << 24));
+  if (vm.count("grpc-listen") != 0) {
+    const auto grpc = sluice::net::parse_host_port(text("grpc-listen"));
+    boost::system::error_code bad_ip;
+    if (grpc) boost::asio::ip::make_address(grpc->host, bad_ip);
+    if (!grpc || bad_ip) {
+      throw FlagError{"--grpc-listen " + text("grpc-listen") +
+                      ": expected IP:PORT, e.g. 127.0.0.1:8081"};
+    }
+    f.grpc_listen = *grpc;
+  }
+  f.rls.failure_policy = f.client.failure_policy;
+  f.rls.deadline = std::chrono::milliseconds(
+      sluice::cli::duration_flag("rls-deadline", text("rls-deadline"), 1, 60'000));
+  const std::string headers = text("rls-headers");
+  if (headers != "draft" && headers != "legacy" && headers != "both" && headers != "none") {
+    throw FlagError{"--rls-headers " + headers + ": expected draft, legacy, both or none"};
+  }
+  f.rls.headers = headers == "draft" || headers == "both";
+  f.rls.legacy_headers = headers == "legacy" || headers == "both";
+  f.rule_options.merge_envoy_domains = vm["rls-merge-domains"].as<bool>();
+  f.rls.max_descriptors = static_cast<std::size_t>(
+      sluice::cli::count_flag("rls-max-descriptors", text("rls-max-descriptors"), 1, 4096));
+  f.rls.max_entries = static_cast<std::size_t>(
+      sluice::cli::count_flag("rls-max-entries", text("rls-max-entries"), 1, 4096));
+  f.rls.max_message_bytes = sluice::cli::size_flag(
+      "rls-max-message-bytes", text("rls-max-message-bytes"), 256, 64 * 1024 * 1024);
   return f;
 }
 
@@ -204,6 +249,29 @@ int main(int argc, char** argv) {
                     e.what()));
     return 1;
   }
+  // Envoy's Rate Limit Service, beside the HTTP server: its deadlines run on `io`.
+  std::optional<sluice::gateway::RlsFront> rls_front;
+  std::optional<sluice::gateway::RlsServer> rls_server;
+  std::thread rls_stopper;
+  if (flags->grpc_listen) {
+    sluice::gateway::RulesView rls_view;
+    rls_view.current = [&rules] { return rules.current(); };
+    rls_view.reloads = [&rules] {
+      return sluice::gateway::RulesView::Reloads{rules.reloads_ok(), rules.reloads_failed()};
+    };
+    rls_front.emplace(**client, std::move(rls_view), metrics, io, flags->rls);
+    rls_server.emplace(*rls_front);
+    try {
+      rls_server->start(flags->grpc_listen->host, flags->grpc_listen->port);
+    } catch (const std::exception& e) {
+      say(e.what());
+      return 1;
+    }
+    const auto& envoy = rules.current()->envoy();
+    say(fmt::format("serving Envoy's Rate Limit Service on {} ({} envoy domains, {} limits)",
+                    sluice::net::format_host_port(flags->grpc_listen->host, rls_server->port()),
+                    envoy.domain_count(), envoy.limit_count()));
+  }
   // SIGHUP: read the rules file now (RuleSource logs what happened).
   boost::asio::signal_set hangups(io, SIGHUP);
   // SIGINT, SIGTERM: stop serving; io.run() returns once the connections are closed.
@@ -213,6 +281,11 @@ int main(int argc, char** argv) {
     say(fmt::format("signal {}: stopping", signal));
     hangups.cancel();
     server.stop();
+    // gRPC's shutdown waits for the calls in flight, which end by their deadline on `io`: so on
+    // a thread of its own while `io` still runs; no new call (nor timer) comes after it.
+    if (rls_server) {
+      rls_stopper = std::thread([&] { rls_server->shutdown(std::chrono::milliseconds(200)); });
+    }
   });
   std::function<void(const boost::system::error_code&, int)> on_hangup =
       [&](const boost::system::error_code& ec, int) {
@@ -229,6 +302,7 @@ int main(int argc, char** argv) {
   for (unsigned i = 1; i < flags->threads; ++i) threads.emplace_back([&] { io.run(); });
   io.run();
   for (auto& t : threads) t.join();
+  if (rls_stopper.joinable()) rls_stopper.join();
   // The client first: its destructor fails what is still in flight and joins its I/O thread,
   // where decisions are answered, while the gateway, its metrics and `io` still exist.
   client->reset();

@@ -1,0 +1,99 @@
+// sluice-gateway's Envoy Rate Limit Service front (docs/GATEWAY.md, "Envoy's Rate Limit
+// Service"): envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit over gRPC. Each
+// descriptor of a request is looked up in the envoyproxy/ratelimit domains of the rules in force
+// (rules::EnvoyConfig) and every limit found is decided in one batched call through the client;
+// the answer is built as envoyproxy/ratelimit builds it. A request is answered within its
+// deadline: past it, the failure policy of each limit answers and the late decisions are
+// dropped.
+#pragma once
+
+#include <grpcpp/server.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "client/client.h"
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "net/asio.h"
+#include "tools/gateway/gateway.h"
+#include "tools/gateway/gateway_metrics.h"
+
+namespace sluice::gateway {
+
+namespace rls = ::envoy::service::ratelimit::v3;
+
+struct RlsOptions {
+  // For limits without a failure_policy of their own (the gateway's --failure-policy).
+  client::FailurePolicy failure_policy = client::FailurePolicy::kOpen;
+  // The longest a request waits for the cluster; less when the caller's own deadline is
+  // sooner (Envoy's filter timeout is 20 ms by default).
+  std::chrono::milliseconds deadline{15};
+  // response_headers_to_add: RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-
+  // headers), Retry-After when over; and with `legacy_headers` the RateLimit-Limit,
+  // RateLimit-Remaining and RateLimit-Reset trio envoyproxy/ratelimit adds when
+  // LIMIT_RESPONSE_HEADERS_ENABLED is set.
+  bool headers = true;
+  bool legacy_headers = false;
+  std::size_t max_descriptors = 64;  // per request; more: INVALID_ARGUMENT
+  std::size_t max_entries = 32;      // per descriptor; more: INVALID_ARGUMENT
+  std::size_t max_message_bytes = 64 * 1024;
+};
+
+// The decision logic, free of the gRPC server: tests call decide() directly.
+class RlsFront {
+ public:
+  using Done = std::function<void(grpc::Status)>;
+
+  // `client`, `metrics`, `timers` and what `rules` refers to must outlive the front; `timers`
+  // runs the deadlines (the gateway's io_context).
+  RlsFront(client::Client& client, RulesView rules, GatewayMetrics& metrics,
+           boost::asio::io_context& timers, RlsOptions options);
+
+  // Decides `request` into `response`, then calls `done` once, from the client's I/O thread,
+  // the timers' thread or this one. `request` and `response` must live until then.
+  // `caller_deadline` is the caller's own (time_point::max() when it has none).
+  void decide(const rls::RateLimitRequest& request, rls::RateLimitResponse& response, Done done,
+              std::chrono::steady_clock::time_point caller_deadline =
+                  std::chrono::steady_clock::time_point::max());
+
+  const RlsOptions& options() const { return options_; }
+
+ private:
+  struct Pending;
+  void finish(Pending& pending, std::span<const client::Result<client::Decision>> results);
+  bool fails_closed(const rules::EnvoyLimit& limit) const;
+
+  client::Client& client_;
+  RulesView rules_;
+  GatewayMetrics& metrics_;
+  boost::asio::io_context& timers_;
+  RlsOptions options_;
+};
+
+// The gRPC server: RlsFront behind RateLimitService's callback API.
+class RlsServer {
+ public:
+  explicit RlsServer(RlsFront& front);
+  ~RlsServer();
+  RlsServer(const RlsServer&) = delete;
+  RlsServer& operator=(const RlsServer&) = delete;
+
+  // Listens on host:port (0: any free port); throws std::runtime_error when it cannot.
+  void start(const std::string& host, std::uint16_t port);
+  std::uint16_t port() const { return port_; }
+  // Stops taking calls and waits up to `grace` for those in flight (they end by their
+  // deadline); the client must still be running.
+  void shutdown(std::chrono::milliseconds grace);
+
+ private:
+  class Service;
+  RlsFront& front_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace sluice::gateway
