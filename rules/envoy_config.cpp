@@ -18,12 +18,12 @@ namespace {
 
 constexpr std::string_view kTopKeys[] = {"domain", "descriptors"};
 constexpr std::string_view kDescriptorKeys[] = {
-    "key",       "value",           "rate_limit",      "descriptors",     "shadow_mode",
+    "key",        "value",           "rate_limit",      "descriptors",     "shadow_mode",
     "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"};
 // The peer's fields of a rate_limit, then Sluice's extensions.
 constexpr std::string_view kRateLimitKeys[] = {
-    "unit",      "requests_per_unit", "unlimited", "name",  "replaces",      "algorithm",
-    "unit_multiplier", "period",      "burst",     "failure_policy"};
+    "unit",      "requests_per_unit", "unlimited", "name",  "replaces",
+    "algorithm", "unit_multiplier",   "period",    "burst", "failure_policy"};
 constexpr std::string_view kReplacesKeys[] = {"name"};
 
 bool contains(std::span<const std::string_view> names, std::string_view name) {
@@ -167,6 +167,14 @@ bool EnvoyConfig::recognizes(std::string_view text) {
     const YAML::Node root = YAML::Load(std::string(text));
     return root.IsMap() && root["domain"].IsDefined();
   } catch (const std::exception&) {
+    // Not YAML: still the peer's when a line starts with "domain:", so the error the user sees
+    // is the peer's "error loading config file" rather than one about Sluice's own fields.
+    for (std::size_t at = 0; at < text.size();) {
+      if (text.substr(at).starts_with("domain:")) return true;
+      const std::size_t end = text.find('\n', at);
+      if (end == std::string_view::npos) break;
+      at = end + 1;
+    }
     return false;
   }
 }
@@ -186,12 +194,10 @@ class EnvoyReader {
 
   void error(const YAML::Node& at, std::string message) {
     const YAML::Mark mark = at.Mark();
-    errors_.push_back(
-        Diagnostic{file_, mark.line + 1, mark.column + 1, std::move(message)});
+    errors_.push_back(Diagnostic{file_, mark.line + 1, mark.column + 1, std::move(message)});
   }
   void error(const YAML::Mark& mark, std::string message) {
-    errors_.push_back(
-        Diagnostic{file_, mark.line + 1, mark.column + 1, std::move(message)});
+    errors_.push_back(Diagnostic{file_, mark.line + 1, mark.column + 1, std::move(message)});
   }
   std::size_t error_count() const { return errors_.size(); }
 
@@ -261,7 +267,8 @@ class EnvoyReader {
     limit.detailed_metric = detailed;
     const auto unlimited = flag(node, "unlimited");
     const auto unit_text = scalar(node, "unit");
-    const auto requests = number(node, "requests_per_unit", std::numeric_limits<std::uint32_t>::max());
+    const auto requests =
+        number(node, "requests_per_unit", std::numeric_limits<std::uint32_t>::max());
     const auto name = scalar(node, "name");
     if (!unlimited || !unit_text || !requests || !name) return std::nullopt;
     limit.unlimited = *unlimited;
@@ -313,8 +320,9 @@ class EnvoyReader {
     if (const YAML::Node a = node["algorithm"]; a.IsDefined()) {
       const auto algorithm = a.IsScalar() ? parse_algorithm(a.Scalar()) : std::nullopt;
       if (!algorithm) {
-        error(a, "algorithm: expected fixed_window, sliding_window, sliding_log, token_bucket or "
-                 "gcra");
+        error(a,
+              "algorithm: expected fixed_window, sliding_window, sliding_log, token_bucket or "
+              "gcra");
       } else {
         rule.algorithm = *algorithm;
       }
@@ -372,8 +380,8 @@ class EnvoyReader {
   }
 
   // The peer's loadDescriptors: `parent` gets the children listed in `list`.
-  void descriptors(const YAML::Node& list, const std::string& parent_key,
-                   EnvoyConfig::Node& parent, std::size_t& limits) {
+  void descriptors(const YAML::Node& list, const std::string& parent_key, EnvoyConfig::Node& parent,
+                   std::size_t& limits) {
     if (!list.IsDefined() || list.IsNull()) return;
     if (!list.IsSequence()) {
       error(list, "config error, descriptors is not a list");
@@ -412,7 +420,8 @@ class EnvoyReader {
       if (*share && !wildcard) {
         error(item["share_threshold"],
               "share_threshold can only be used with wildcard values (containing '*'), but found "
-              "key '" + final_key + "'");
+              "key '" +
+                  final_key + "'");
         continue;
       }
       auto node = std::make_unique<EnvoyConfig::Node>();
@@ -545,7 +554,8 @@ EnvoyMatch EnvoyConfig::match(std::string_view domain, std::span<const EnvoyEntr
     level = next;
   }
   if (out.limit == nullptr) return out;
-  out.counted_key = counted_key(domain, entries, any_shared ? std::span(shared) : std::span<const std::string_view>());
+  out.counted_key = counted_key(
+      domain, entries, any_shared ? std::span(shared) : std::span<const std::string_view>());
   out.stats_key = out.limit->detailed_metric ? detailed : out.limit->stats_key;
   return out;
 }

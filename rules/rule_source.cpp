@@ -233,9 +233,9 @@ void RuleSource::update_watches() {
     // A rules directory is watched itself (every file in it counts); a file, in its directory.
     std::error_code ec;
     is_directory_ = fs::is_directory(path_, ec);
-    const fs::path dir = is_directory_         ? path_
+    const fs::path dir = is_directory_             ? path_
                          : path_.has_parent_path() ? path_.parent_path()
-                                                 : fs::path(".");
+                                                   : fs::path(".");
     dir_watch_ = ::inotify_add_watch(inotify_fd_, dir.c_str(), kWatchMask);
   }
   if (is_directory_) return;

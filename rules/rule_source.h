@@ -127,7 +127,7 @@ class RuleSource {
   int inotify_fd_ = -1;
   bool is_directory_ = false;  // the path is a rules directory (watched itself)
   int dir_watch_ = -1;         // the path's directory, or the path when it is a directory
-  int target_watch_ = -1;  // the directory of the file the path resolves to
+  int target_watch_ = -1;      // the directory of the file the path resolves to
   std::string target_dir_;
   std::string target_name_;
   int wake_fd_ = -1;  // eventfd: the destructor's stop signal to the watcher

@@ -408,3 +408,62 @@ TEST_CASE("the debouncer waits for quiet but no longer than its maximum", "[sour
 
 }  // namespace
 }  // namespace sluice::rules
+
+namespace sluice::rules {
+namespace {
+
+// An envoyproxy/ratelimit config whose one limit admits `limit` per second.
+std::string envoy_with_limit(int limit) {
+  return "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n"
+         "      requests_per_unit: " +
+         std::to_string(limit) + "\n";
+}
+
+std::uint32_t envoy_limit_in_force(const RuleSource& source) {
+  const EnvoyEntry entry{"k", "v"};
+  const EnvoyMatch m = source.current()->envoy().match("d", std::span(&entry, 1));
+  return m.limit == nullptr ? 0 : m.limit->requests_per_unit;
+}
+
+TEST_CASE("a rules directory mounted from a ConfigMap is reloaded on each swap",
+          "[source][watch]") {
+  TempDir dir;
+  ConfigMapDir config_map(dir.path());
+  config_map.update("..2026_12_06_10_01_00.1", envoy_with_limit(1));
+  LogLines log;
+  // The directory, not a file in it: every .yaml in it is read.
+  auto source = open_source(dir.path(), log, inotify_only());
+  CHECK(envoy_limit_in_force(*source) == 1);
+  const auto swap_to = [&](const std::string& version, const std::string& text,
+                           std::uint32_t limit) {
+    config_map.update(version, text);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      const std::uint64_t seen = source->attempts();
+      if (envoy_limit_in_force(*source) == limit) return true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left <= 0ms) return false;
+      source->wait_for_attempts(seen + 1, left);
+    }
+  };
+  CHECK(swap_to("..2026_12_06_10_05_00.2", envoy_with_limit(2), 2));
+  // A bad config is refused, once, and the rules in force stay.
+  const std::uint64_t before = source->attempts();
+  config_map.update("..2026_12_06_10_06_00.3", envoy_with_limit(3) + "      unit_typo: x\n");
+  REQUIRE(source->wait_for_attempts(before + 1, 10s));
+  CHECK(source->reloads_failed() == 1);
+  CHECK(envoy_limit_in_force(*source) == 2);
+  const auto lines = log.taken();
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines.back().find("config error, unknown key 'unit_typo'") != std::string::npos);
+  CHECK(swap_to("..2026_12_06_10_07_00.4", envoy_with_limit(4), 4));
+  CHECK(source->reloads_ok() == 2);
+  // A second file added beside is read too.
+  write_file(dir.path() / "other.yaml", "domain: e\ndescriptors: []\n");
+  CHECK(source->check_now().status == ReloadStatus::kReloaded);
+  CHECK(source->current()->envoy().domain_count() == 2);
+}
+
+}  // namespace
+}  // namespace sluice::rules

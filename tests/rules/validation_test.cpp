@@ -1,5 +1,7 @@
 // Every mistake in a rules file is a diagnostic "FILE:LINE:COLUMN: FIELD: message", and every
 // one of a file is reported: the exact messages of docs/RULES.md, "Errors", one by one.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -291,9 +293,14 @@ TEST_CASE("a file that cannot be read is one diagnostic without a place", "[vali
   REQUIRE(missing.error().size() == 1);
   CHECK(missing.error()[0].to_string() ==
         "/nonexistent/rules.yaml: cannot read the file: No such file or directory");
-  const auto dir = RuleSet::load(std::filesystem::temp_directory_path());
+  // A directory is a set of rules files (envoy_config_test.cpp): one without any is refused.
+  const auto empty_dir =
+      std::filesystem::temp_directory_path() / ("sluice-empty-rules-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(empty_dir);
+  const auto dir = RuleSet::load(empty_dir);
+  std::filesystem::remove_all(empty_dir);
   REQUIRE_FALSE(dir);
-  CHECK(dir.error()[0].message == "cannot read the file: is a directory");
+  CHECK(dir.error()[0].message == "cannot read the file: no .yaml or .yml file in the directory");
 }
 
 TEST_CASE("every prefix of a file and every byte flipped is parsed or refused without throwing",

@@ -81,9 +81,7 @@ struct RlsFront::Pending {
     std::uint64_t hits = 1;
     bool unlimited = false;
     std::optional<std::size_t> batch_index;
-    const EnvoyLimit* active() const {
-      return override_limit ? &*override_limit : limit;
-    }
+    const EnvoyLimit* active() const { return override_limit ? &*override_limit : limit; }
   };
   std::vector<Item> items;
   std::atomic<bool> answered{false};  // the first of the cluster's answer and the deadline wins
@@ -153,9 +151,8 @@ void RlsFront::decide(const rls::RateLimitRequest& request, rls::RateLimitRespon
     Pending::Item& item = pending->items[static_cast<std::size_t>(i)];
     entries.clear();
     for (const auto& entry : descriptor.entries()) entries.push_back({entry.key(), entry.value()});
-    item.hits = descriptor.has_hits_addend()
-                    ? descriptor.hits_addend().value()
-                    : std::max<std::uint64_t>(1, request.hits_addend());
+    item.hits = descriptor.has_hits_addend() ? descriptor.hits_addend().value()
+                                             : std::max<std::uint64_t>(1, request.hits_addend());
     if (descriptor.has_limit()) {
       // Envoy's route chose the limit: the request's own, counted under the same key.
       const auto unit = static_cast<EnvoyUnit>(descriptor.limit().unit());
@@ -166,7 +163,8 @@ void RlsFront::decide(const rls::RateLimitRequest& request, rls::RateLimitRespon
                       .limit = own.requests_per_unit,
                       .period_ms = rules::envoy_unit_seconds(unit) * 1000};
       own.stats_key = request.domain();
-      for (const auto& e : entries) own.stats_key += "." + std::string(e.key) + "_" + std::string(e.value);
+      for (const auto& e : entries)
+        own.stats_key += "." + std::string(e.key) + "_" + std::string(e.value);
       item.stats_key = own.stats_key;
       item.counted_key = config.counted_key(request.domain(), entries);
       item.override_limit = std::move(own);
@@ -185,7 +183,8 @@ void RlsFront::decide(const rls::RateLimitRequest& request, rls::RateLimitRespon
   }
   // A limit another matched limit replaces is not applied (the peer's `replaces`).
   for (Pending::Item& item : pending->items) {
-    if (item.limit != nullptr && !item.limit->name.empty() && replaced.count(item.limit->name) != 0) {
+    if (item.limit != nullptr && !item.limit->name.empty() &&
+        replaced.count(item.limit->name) != 0) {
       item.limit = nullptr;
     }
   }
@@ -233,9 +232,10 @@ void RlsFront::finish(Pending& pending, std::span<const client::Result<client::D
   // The other of the answer and the deadline came first. (The timer is left to fire: it finds
   // the call answered; cancelling it here would touch it from another thread.)
   if (pending.answered.exchange(true)) return;
-  const bool timed_out = results.empty() &&
-                         std::any_of(pending.items.begin(), pending.items.end(),
-                                     [](const Pending::Item& i) { return i.batch_index.has_value(); });
+  const bool timed_out = results.empty() && std::any_of(pending.items.begin(), pending.items.end(),
+                                                        [](const Pending::Item& i) {
+                                                          return i.batch_index.has_value();
+                                                        });
   const std::uint64_t now_ms = unix_ms();
   rls::RateLimitResponse& response = *pending.response;
   std::vector<LimitOutcome> outcomes;
@@ -252,7 +252,7 @@ void RlsFront::finish(Pending& pending, std::span<const client::Result<client::D
     const std::string_view label = limit_label(*limit, item.stats_key);
     const client::Result<client::Decision>* result =
         item.batch_index && *item.batch_index < results.size() ? &results[*item.batch_index]
-                                                                : nullptr;
+                                                               : nullptr;
     LimitOutcome outcome;
     outcome.policy = label;
     outcome.shadow = limit->shadow;
@@ -323,8 +323,7 @@ class RlsServer::Service final : public rls::RateLimitService::CallbackService {
                                           wall - std::chrono::system_clock::now());
     }
     front_.decide(
-        *request, *response, [reactor](grpc::Status status) { reactor->Finish(status); },
-        deadline);
+        *request, *response, [reactor](grpc::Status status) { reactor->Finish(status); }, deadline);
     return reactor;
   }
 
