@@ -99,6 +99,22 @@ TEST_CASE("rules check passes the example rules file", "[rules_check]") {
   CHECK(ran.out == example + ": ok (6 policies, 4 matches)\n");
 }
 
+TEST_CASE("rules check reads the envoyproxy ratelimit example configs", "[rules_check]") {
+  const std::string dir = std::string(SLUICE_SOURCE_DIR) + "/examples/envoy";
+  const Ran ran = run("rules check " + dir);
+  CHECK(ran.status == kExitOk);
+  CHECK(ran.out == dir + "/api.yaml: ok (envoyproxy/ratelimit config: 1 domain, 7 limits)\n" + dir +
+                       "/sluice_extensions.yaml: ok (envoyproxy/ratelimit config: 1 domain, 3 "
+                       "limits)\n");
+  // A mistake in the peer's format is reported with the peer's message.
+  TempDir temp;
+  const std::string bad = temp.file(
+      "envoy.yaml", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight}\n");
+  const Ran refused = run("rules check " + bad);
+  CHECK(refused.status == kExitDenied);
+  CHECK(refused.out == bad + ":4:24: invalid rate limit unit 'fortnight'\n");
+}
+
 TEST_CASE("rules without check or without a path is a usage error", "[rules_check]") {
   using testing::parse;
   const auto refused = [](const std::string& line) { return parse(line).text; };

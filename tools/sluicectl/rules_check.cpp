@@ -44,6 +44,11 @@ int check_rules_files(const std::vector<std::string>& paths, std::FILE* out) {
     }
     for (const fs::path& file : *files) {
       const rules::ParseResult parsed = rules::RuleSet::load(file);
+      if (parsed && !parsed->envoy().empty()) {
+        fmt::print(out, "{}: ok (envoyproxy/ratelimit config: {} domain, {} limits)\n",
+                   file.string(), parsed->envoy().domain_count(), parsed->envoy().limit_count());
+        continue;
+      }
       if (parsed) {
         fmt::print(out, "{}: ok ({} policies, {} matches)\n", file.string(),
                    parsed->policies().size(), parsed->matches().size());
