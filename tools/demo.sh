@@ -7,7 +7,9 @@
 # and then, in front of the cluster: sluice-gateway with examples/rules.yaml and Debian's nginx
 # with examples/nginx/sluice.conf, curl through nginx with one API key until 429 (the headers
 # printed), the rules edited and reloaded (the new limit in the headers), and a few lines of
-# the gateway's and a node's /metrics. It stops everything it started.
+# the gateway's and a node's /metrics; then a gateway serving Envoy's Rate Limit Service over
+# gRPC with an envoyproxy/ratelimit config, called until OVER_LIMIT. It stops everything it
+# started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -285,6 +287,47 @@ curl -s "http://127.0.0.1:$gateway_port/metrics" | grep -E '^sluice_gateway_(dec
 echo "\$ curl -s http://127.0.0.1:$metrics_port/metrics | grep -E '^sluice_(decisions_total|cluster_members|node_fenced)'   # node-0"
 curl -s "http://127.0.0.1:$metrics_port/metrics" | grep -E '^sluice_(decisions_total|cluster_members|node_fenced)'
 
+# ---- Envoy's Rate Limit Service: ShouldRateLimit over gRPC --------------------------------------
+echo
+echo "demo: Envoy's Rate Limit Service: a gateway with --grpc-listen reading an envoyproxy/ratelimit"
+echo "config unchanged, asked with tools/rls_call.py (one ShouldRateLimit call each, as Envoy asks)"
+cat >"$dir/envoy.yaml" <<'ENVOY'
+domain: demo
+descriptors:
+  - key: api_key
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+ENVOY
+echo "\$ cat envoy.yaml"
+cat "$dir/envoy.yaml"
+rls_port=$(pick_port 46000)
+echo "\$ sluice-gateway --listen 127.0.0.1:$((rls_port + 1)) --grpc-listen 127.0.0.1:$rls_port --servers 127.0.0.1:${ports[0]} --rules envoy.yaml &"
+"$bin/sluice-gateway" --listen "127.0.0.1:$((rls_port + 1))" --grpc-listen "127.0.0.1:$rls_port" \
+  --servers "127.0.0.1:${ports[0]}" --rules "$dir/envoy.yaml" >"$dir/rls-gateway.log" 2>&1 &
+rls_pid=$!
+pids+=("$rls_pid")
+if ! listening "$rls_port" "$rls_pid"; then
+  cat "$dir/rls-gateway.log" >&2
+  echo "demo: sluice-gateway --grpc-listen did not start" >&2
+  exit 1
+fi
+over=0
+for i in 1 2 3 4 5; do
+  echo "\$ tools/rls_call.py 127.0.0.1:$rls_port demo api_key=demo-key   # call $i (3 a minute)"
+  rc=0
+  tools/rls_call.py "127.0.0.1:$rls_port" demo api_key=demo-key || rc=$?
+  if [ "$rc" -eq 1 ]; then
+    over=1
+    break
+  fi
+  [ "$rc" -eq 0 ] || exit 1
+done
+if [ "$over" -ne 1 ]; then
+  echo "demo: ShouldRateLimit never answered OVER_LIMIT" >&2
+  exit 1
+fi
+
 stop_all
 echo
-echo "demo: stopped nginx, the gateway, etcd and the nodes"
+echo "demo: stopped nginx, the gateways, etcd and the nodes"
