@@ -165,12 +165,13 @@ EnvoyConfig& EnvoyConfig::operator=(EnvoyConfig&&) noexcept = default;
 bool EnvoyConfig::recognizes(std::string_view text) {
   try {
     const YAML::Node root = YAML::Load(std::string(text));
-    return root.IsMap() && root["domain"].IsDefined();
+    return root.IsMap() && (root["domain"].IsDefined() || root["descriptors"].IsDefined());
   } catch (const std::exception&) {
     // Not YAML: still the peer's when a line starts with "domain:", so the error the user sees
     // is the peer's "error loading config file" rather than one about Sluice's own fields.
     for (std::size_t at = 0; at < text.size();) {
-      if (text.substr(at).starts_with("domain:")) return true;
+      const std::string_view line = text.substr(at);
+      if (line.starts_with("domain:") || line.starts_with("descriptors:")) return true;
       const std::size_t end = text.find('\n', at);
       if (end == std::string_view::npos) break;
       at = end + 1;

@@ -85,8 +85,9 @@ class EnvoyConfig {
   EnvoyConfig(EnvoyConfig&&) noexcept;
   EnvoyConfig& operator=(EnvoyConfig&&) noexcept;
 
-  // Whether `text` is an envoyproxy/ratelimit config: a YAML mapping with a `domain` field (or,
-  // when it is not valid YAML, a line that starts with "domain:").
+  // Whether `text` is an envoyproxy/ratelimit config: a YAML mapping with a `domain` or a
+  // `descriptors` field (or, when it is not valid YAML, a line that starts with "domain:" or
+  // "descriptors:").
   static bool recognizes(std::string_view text);
 
   // Adds one file's domain; every mistake of the file goes to `errors` (then nothing of the

@@ -240,6 +240,8 @@ TEST_CASE("errors are the peer's messages with file line and column", "[envoy]")
       std::vector<std::string>{"envoy.yaml:5:5: duplicate descriptor composite key 'd.a_v'"});
   CHECK(errors_of("domain: \"\"\ndescriptors: []\n") ==
         std::vector<std::string>{"envoy.yaml:1:9: config file cannot have empty domain"});
+  CHECK(errors_of("descriptors:\n  - key: a\n") ==
+        std::vector<std::string>{"envoy.yaml:1:1: config file cannot have empty domain"});
   CHECK(errors_of("domain: d\ndescriptors:\n  - value: v\n") ==
         std::vector<std::string>{"envoy.yaml:3:5: descriptor has empty key"});
   CHECK(errors_of("domain: d\ndescriptors:\n  - key: a\n    rate_limits: {}\n") ==
