@@ -429,10 +429,11 @@ class EnvoyReader {
       node->value = *value;
       node->share_threshold = *share;
       if (const YAML::Node r = item["rate_limit"]; r.IsDefined() && !r.IsNull()) {
-        auto limit = rate_limit(r, full_key, *shadow, *detailed);
-        if (!limit) continue;
-        node->limit = std::move(limit);
-        ++limits;
+        // A bad limit is reported; the entry stays, so a duplicate of it is reported too.
+        if (auto limit = rate_limit(r, full_key, *shadow, *detailed)) {
+          node->limit = std::move(limit);
+          ++limits;
+        }
       }
       descriptors(item["descriptors"], full_key + ".", *node, limits);
       if (wildcard) {

@@ -63,12 +63,20 @@ TEST_CASE("gateway flags: bad values exit 2 naming the flag") {
   refused("--proxy traefik", "--proxy traefik: expected nginx or forwarded");
   refused("--max-key 100", "--max-key 100");
   refused("stray", "unexpected argument 'stray'");
+  refused("--grpc-listen localhost:8081", "--grpc-listen localhost:8081: expected IP:PORT");
+  refused("--grpc-listen 127.0.0.1", "--grpc-listen 127.0.0.1: expected IP:PORT");
+  refused("--rls-headers some", "--rls-headers some: expected draft, legacy, both or none");
+  refused("--rls-deadline 0", "--rls-deadline 0");
+  refused("--rls-max-descriptors 0", "--rls-max-descriptors 0");
+  refused("--rls-max-entries 5000", "--rls-max-entries 5000");
+  refused("--rls-max-message-bytes 100", "--rls-max-message-bytes 100");
   const test::Run no_rules = gateway("");
   CHECK(no_rules.status == 2);
-  CHECK_THAT(no_rules.output, Catch::Contains("--rules FILE is required"));
+  CHECK_THAT(no_rules.output, Catch::Contains("--rules PATH is required"));
   const test::Run help = gateway("--help");
   CHECK(help.status == 0);
   CHECK_THAT(help.output, Catch::Contains("--max-body-bytes"));
+  CHECK_THAT(help.output, Catch::Contains("--grpc-listen"));
 }
 
 TEST_CASE("gateway: a rules file with errors exits 1 listing each as FILE:LINE:COLUMN") {
@@ -83,6 +91,23 @@ TEST_CASE("gateway: a rules file with errors exits 1 listing each as FILE:LINE:C
   CHECK_THAT(run.output, Catch::Contains(bad.string() + ":4:16: policies.p.algorithm"));
   CHECK_THAT(run.output, Catch::Contains(bad.string() + ":5:12: policies.p.limit"));
   CHECK_THAT(run.output, Catch::Contains(": refused ("));
+}
+
+TEST_CASE("gateway: an envoyproxy ratelimit config with errors exits 1 with the peer's messages") {
+  test::require_binary(GATEWAY_PATH);
+  Files files;
+  const fs::path bad = files.write("envoy.yaml",
+                                   "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n"
+                                   "      unit: fortnight\n  - key: a\n");
+  const test::Run run =
+      gateway("--rules " + bad.string() + " --listen 127.0.0.1:1 --grpc-listen 127.0.0.1:1");
+  INFO(run.output);
+  CHECK(run.status == 1);
+  CHECK_THAT(run.output,
+             Catch::Contains(bad.string() + ":5:13: invalid rate limit unit 'fortnight'"));
+  CHECK_THAT(run.output,
+             Catch::Contains(bad.string() + ":6:5: duplicate descriptor composite key 'd.a'"));
+  CHECK_THAT(run.output, Catch::Contains("refused (2 errors)"));
 }
 
 TEST_CASE("gateway: the header and body limits given as flags hold at their edges") {
