@@ -9,7 +9,7 @@ packages=(
   libboost-dev libboost-program-options-dev
   libfmt-dev catch2 libbenchmark-dev libxxhash-dev
   nlohmann-json3-dev etcd-server etcd-client
-  nftables libyaml-cpp-dev
+  nftables libyaml-cpp-dev pkgconf
   prometheus-cpp-dev prometheus  # metrics; prometheus for promtool only (never its service)
   nginx-light wrk                # the gateway's nginx test and overhead bench (never a service)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # the RLS front

@@ -2,7 +2,9 @@
 # The project's own checks, in this order; exits non-zero on any failure:
 #   format  clang-format over every C++ file in the tree (a fresh clone or a release tarball:
 #           no git needed)
-#   normal  build with -Wall -Wextra -Werror (RelWithDebInfo) and run every test
+#   normal  build with -Wall -Wextra -Werror (RelWithDebInfo), run every test, then install the
+#           build into a temporary prefix and build and run examples/embed against it
+#           (find_package and pkg-config: tools/check_install.sh)
 #   asan    build and run every test again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan    build and run the server, client, integration, rules, http and gateway tests under
 #           ThreadSanitizer
@@ -154,6 +156,8 @@ normal_pass() {
   timed "normal: configure+build" configure_and_build "$dir" "" -DCMAKE_BUILD_TYPE=RelWithDebInfo
   mapfile -t bins < <(test_binaries "$dir")
   timed "normal: test" run_tests "$dir" "${bins[@]}"
+  # The build as a C++ project outside the tree uses it: installed, found, linked, run.
+  timed "normal: install check" bash tools/check_install.sh "$dir"
 }
 
 asan_pass() {
