@@ -359,6 +359,13 @@ void MapTracker::refresh_from_any() {
     request_refresh(*link->publics.front());
     return;
   }
+  // None is up. Without a route no call reconnects them (a ringless map fails every call before
+  // it reaches a connection), so reconnect here, each at its own backoff: the next refresh
+  // finds one ready.
+  if (control != nullptr) control->connect_when_due();
+  for (auto& link : links_) {
+    if (!link->retired && !link->publics.empty()) link->publics.front()->connect_when_due();
+  }
 }
 
 void MapTracker::on_refresh_reply(const protocol::Frame& reply) {

@@ -154,7 +154,8 @@ class MapTracker {
   // Whether the map in force has no active node (every node's lease lost, say): it routes no
   // key, so no reply brings a newer epoch, and the client's timer asks for one instead.
   bool ringless() const { return current_map_ && current_map_->ring().nodes().empty(); }
-  // Asks any node that answers (the seed's connection first) for its map.
+  // Asks any node that answers (the seed's connection first) for its map; when none is
+  // connected, reconnects them (each at its own backoff) so that a later call finds one.
   void refresh_from_any();
   // On the client's timer: closes the idle connections of retired links. True while some are
   // still busy (the timer must keep ticking).

@@ -241,6 +241,12 @@ void NodeConnection::begin_connect() {
   (void)admit_locked();
 }
 
+void NodeConnection::connect_when_due() {
+  std::lock_guard lock(mu_);
+  if (state_ != State::kDisconnected || monotonic_now_ns() < next_attempt_ns_) return;
+  (void)admit_locked();
+}
+
 Status NodeConnection::wait_ready(std::chrono::milliseconds limit, bool run_io) {
   std::unique_lock lock(mu_);
   if (state_ == State::kReady) return Status();

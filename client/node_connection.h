@@ -244,6 +244,9 @@ class NodeConnection {
 
   // Starts connecting now if disconnected, ignoring the backoff (used at start-up).
   void begin_connect();
+  // Starts connecting if disconnected and its backoff has passed (a connection nobody calls
+  // through, e.g. while the client's map has no active node); no-op otherwise.
+  void connect_when_due();
   // Whether HELLO has been answered and the connection is up.
   bool ready() const;
   // Starts connecting if disconnected and waits until HELLO is answered or the attempt fails.

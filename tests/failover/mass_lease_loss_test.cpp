@@ -161,15 +161,40 @@ std::optional<SteadyClock::time_point> load_until_all_active(EtcdCluster& cluste
   return active_at;
 }
 
-// Once every node is active: a second of traffic on every key, then the nodes' maps settle.
-Traffic second_after_all_active(EtcdCluster& cluster, client::Client& client,
-                                const Exhausted& exhausted) {
-  Traffic after;
+// Once every node is active the client must find them too: its connections come back at their
+// own backoff (NodeConnection: at most 1 s, after a connect timeout of 500 ms here), and a map
+// with no active node asks for a newer one every 100 ms. So first traffic on every key until
+// one whole round of them has no error (within kClientBack), then a second of traffic on every
+// key, then the nodes' maps settle.
+constexpr auto kClientBack = 3s;
+struct AfterActive {
+  Traffic recovering;                    // until the client's first round without an error
+  std::optional<long long> client_back;  // ms after all were active; nullopt: not within 3 s
+  Traffic after;                         // the second after that
+};
+
+AfterActive after_all_active(EtcdCluster& cluster, client::Client& client,
+                             const Exhausted& exhausted, SteadyClock::time_point active_at) {
+  AfterActive out;
+  std::uint64_t errors_before_round = 0;
+  int in_round = 0;
+  load(client, exhausted, all_keys(), out.recovering, [&](SteadyClock::time_point now) {
+    if (++in_round == kKeys) {
+      if (out.recovering.errors == errors_before_round) {
+        out.client_back = ms(now - active_at);
+        return true;
+      }
+      errors_before_round = out.recovering.errors;
+      in_round = 0;
+    }
+    return now - active_at > kClientBack;
+  });
+  if (!out.client_back) return out;
   const auto until = SteadyClock::now() + 1s;
-  load(client, exhausted, all_keys(), after,
+  load(client, exhausted, all_keys(), out.after,
        [&](SteadyClock::time_point now) { return now >= until; });
   cluster.wait_for_all();
-  return after;
+  return out;
 }
 
 TEST_CASE(
@@ -187,23 +212,31 @@ TEST_CASE(
   INFO("node-0's log: " << cluster.log(0) << "\nnode-1's log: " << cluster.log(1)
                         << "\nnode-2's log: " << cluster.log(2));
   REQUIRE(active_at.has_value());
-  const Traffic after = second_after_all_active(cluster, *client, exhausted);
+  const AfterActive then = after_all_active(cluster, *client, exhausted, *active_at);
+  INFO("the client's errors once all were active: " << then.recovering.errors << ", the first: "
+                                                    << then.recovering.first_error);
+  REQUIRE(then.client_back.has_value());
+  const Traffic& after = then.after;
 
   std::uint64_t granted = 0;
   for (std::size_t k = 0; k < exhausted.keys.size(); ++k) {
     INFO("key " << exhausted.keys[k]);
     CHECK(traffic.admitted[k].empty());
+    CHECK(then.recovering.admitted[k].empty());
     CHECK(after.admitted[k].empty());
-    granted += traffic.admitted[k].size() + after.admitted[k].size();
+    granted +=
+        traffic.admitted[k].size() + then.recovering.admitted[k].size() + after.admitted[k].size();
   }
-  INFO("first error once all were active: " << after.first_error);
+  INFO("first error in the second after: " << after.first_error);
   CHECK(after.errors == 0);
   report(fmt::format(
       "every lease lost, resumed together: stopped {} ms (until etcd had no member left); all "
-      "active {} ms after the resume, {} calls meanwhile ({} errors, the first: {}); {} calls in "
-      "the second after ({} errors); {} of the {} exhausted keys' calls admitted again",
+      "active {} ms after the resume, {} calls meanwhile ({} errors, the first: {}); the client "
+      "back {} ms after that ({} errors meanwhile); {} calls in the second after ({} errors); "
+      "{} of the {} exhausted keys' calls admitted again",
       stopped_ms, ms(*active_at - resumed_at), traffic.calls, traffic.errors, traffic.first_error,
-      after.calls, after.errors, granted, exhausted.keys.size()));
+      *then.client_back, then.recovering.errors, after.calls, after.errors, granted,
+      exhausted.keys.size()));
 }
 
 TEST_CASE(
@@ -248,8 +281,12 @@ TEST_CASE(
   INFO("node-0's log: " << cluster.log(0) << "\nnode-1's log: " << cluster.log(1)
                         << "\nnode-2's log: " << cluster.log(2));
   REQUIRE(active_at.has_value());
-  const Traffic after = second_after_all_active(cluster, *client, exhausted);
-  INFO("first error once all were active: " << after.first_error);
+  const AfterActive then = after_all_active(cluster, *client, exhausted, *active_at);
+  INFO("the client's errors once all were active: " << then.recovering.errors << ", the first: "
+                                                    << then.recovering.first_error);
+  REQUIRE(then.client_back.has_value());
+  const Traffic& after = then.after;
+  INFO("first error in the second after: " << after.first_error);
   CHECK(after.errors == 0);
 
   std::uint64_t granted_gap = 0;
@@ -262,7 +299,7 @@ TEST_CASE(
     const bool is_held = exhausted.holders[k].count(0) != 0;
     granted_gap += gap.admitted.empty() ? 0 : gap.admitted[k].size();
     const std::uint64_t returning = traffic.admitted[k].size();
-    const std::uint64_t once_active = after.admitted[k].size();
+    const std::uint64_t once_active = then.recovering.admitted[k].size() + after.admitted[k].size();
     (is_held ? granted_held : granted_orphans_returning) += returning;
     granted_after_active += once_active;
     orphans_granted += !is_held && returning != 0 ? 1 : 0;
@@ -282,12 +319,13 @@ TEST_CASE(
       "its {} exhausted keys ({} calls, {} errors: the client sent some to the stopped nodes "
       "until it saw node-0's new epoch); node-1 and node-2 resumed, all active {} ms later ({} "
       "calls, {} errors): {} admissions on the {} keys node-0 held, {} on {} of the {} keys it "
-      "did not hold (before their holders were back; the last {} ms after the resume), {} in "
-      "the second after all were active ({} calls)",
+      "did not hold (before their holders were back; the last {} ms after the resume); the "
+      "client back {} ms after all were active ({} errors meanwhile), {} admissions from then "
+      "to the end of the second after ({} calls)",
       stopped_ms, alone_after_ms, ms(*serving_at - first_at), granted_gap, held.size(), gap.calls,
       gap.errors, ms(*active_at - healed_at), traffic.calls, traffic.errors, granted_held,
       held.size(), granted_orphans_returning, orphans_granted, orphans.size(), last_orphan_ms,
-      granted_after_active, after.calls));
+      *then.client_back, then.recovering.errors, granted_after_active, after.calls));
 }
 
 }  // namespace
