@@ -50,13 +50,27 @@ struct RulesBox {
   }
 };
 
+// The gateway's client of the tests: every decision by the node (no lease), `policy` on failure.
+inline std::unique_ptr<client::Client> connect_client(std::vector<std::string> servers,
+                                                      client::FailurePolicy policy) {
+  client::ClientOptions options;
+  options.servers = std::move(servers);
+  options.failure_policy = policy;
+  options.timeout = std::chrono::milliseconds(2000);
+  options.connect_timeout = std::chrono::milliseconds(300);
+  options.lease_duration = std::chrono::milliseconds(0);
+  auto connected = client::Client::connect(options);
+  REQUIRE(connected.ok());
+  return std::move(*connected);
+}
+
 struct GatewayHarness {
   // `servers`: the client's seeds (default: the in-process node).
   explicit GatewayHarness(std::string_view yaml,
                           client::FailurePolicy policy = client::FailurePolicy::kOpen,
                           std::vector<std::string> servers = {})
-      : client(
-            connect(servers.empty() ? std::vector<std::string>{node.address()} : servers, policy)),
+      : client(connect_client(servers.empty() ? std::vector<std::string>{node.address()} : servers,
+                              policy)),
         gateway(*client, box(yaml), metrics,
                 GatewayOptions{.failure_policy = policy, .forwarded_by = ForwardedBy::kNginx}),
         http({}, [this](const http::Request& request, http::Responder responder) {
@@ -97,18 +111,6 @@ struct GatewayHarness {
   test::http_support::HttpFixture http;
 
  private:
-  static std::unique_ptr<client::Client> connect(std::vector<std::string> servers,
-                                                 client::FailurePolicy policy) {
-    client::ClientOptions options;
-    options.servers = std::move(servers);
-    options.failure_policy = policy;
-    options.timeout = std::chrono::milliseconds(2000);
-    options.connect_timeout = std::chrono::milliseconds(300);
-    options.lease_duration = std::chrono::milliseconds(0);  // every decision by the node
-    auto connected = client::Client::connect(options);
-    REQUIRE(connected.ok());
-    return std::move(*connected);
-  }
   RulesView box(std::string_view yaml) {
     rules.rules = parse_rules(yaml);
     return rules.view();

@@ -215,7 +215,7 @@ void RlsFront::decide(const rls::RateLimitRequest& request, rls::RateLimitRespon
   // The deadline: ours, or a little before the caller's, whichever is sooner.
   SteadyClock::time_point deadline = pending->arrived + options_.deadline;
   if (caller_deadline != SteadyClock::time_point::max()) {
-    deadline = std::min(deadline, caller_deadline - std::chrono::milliseconds(2));
+    deadline = std::min(deadline, caller_deadline - options_.caller_margin);
   }
   pending->timer = std::make_unique<boost::asio::steady_timer>(timers_, deadline);
   pending->timer->async_wait([this, pending](const boost::system::error_code& ec) {
@@ -260,7 +260,12 @@ void RlsFront::finish(Pending& pending, std::span<const client::Result<client::D
     outcome.period_ms = limit->rule.period_ms;
     set_current_limit(*status, *limit);
     if (result != nullptr && result->ok()) {
-      const client::Decision& d = **result;
+      client::Decision d = **result;
+      // hits_addend 0 counted nothing: what is left is the one-unit peek's remaining plus the
+      // unit it asked about (the peer's INCRBY 0 reports limit - count).
+      if (item.hits == 0 && d.allowed && d.remaining < std::numeric_limits<std::uint32_t>::max()) {
+        ++d.remaining;
+      }
       outcome.decision = d;
       metrics_.decided(label, d.allowed ? "allowed" : "denied", client::source_name(d.source));
       if (d.allowed) {

@@ -31,6 +31,8 @@ struct RlsOptions {
   // The longest a request waits for the cluster; less when the caller's own deadline is
   // sooner (Envoy's filter timeout is 20 ms by default).
   std::chrono::milliseconds deadline{15};
+  // How long before the caller's deadline the answer is sent, for its way back.
+  std::chrono::milliseconds caller_margin{2};
   // response_headers_to_add: RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-
   // headers), Retry-After when over; and with `legacy_headers` the RateLimit-Limit,
   // RateLimit-Remaining and RateLimit-Reset trio envoyproxy/ratelimit adds when
