@@ -2,6 +2,10 @@
 
 #include <fmt/core.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "auth/token.h"
@@ -80,6 +84,43 @@ std::string token_file_flag(std::string_view program, const std::string& path) {
   return std::move(file.token);
 }
 
+std::vector<std::pair<std::string, std::string>> read_config_file(
+    const std::string& path, const po::options_description& options) {
+  std::ifstream in(path);
+  if (!in) throw FlagError("--config " + path + ": cannot read: " + std::strerror(errno));
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string line;
+  const auto trim = [](std::string_view text) {
+    const auto first = text.find_first_not_of(" \t\r");
+    if (first == std::string_view::npos) return std::string();
+    const auto last = text.find_last_not_of(" \t\r");
+    return std::string(text.substr(first, last - first + 1));
+  };
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::string text = trim(line);
+    if (text.empty() || text.front() == '#') continue;
+    const auto at = [&](const std::string& why) {
+      return FlagError(fmt::format("{}:{}: {}", path, number, why));
+    };
+    const auto equals = text.find('=');
+    if (equals == std::string::npos) throw at("expected NAME = VALUE, got '" + text + "'");
+    std::string name = trim(std::string_view(text).substr(0, equals));
+    std::string value = trim(std::string_view(text).substr(equals + 1));
+    if (name.starts_with("--")) name.erase(0, 2);
+    if (name == "config" || name == "help" || name == "version") {
+      throw at("'" + name + "' cannot be set in a config file");
+    }
+    const po::option_description* option = options.find_nothrow(name, false);
+    if (option == nullptr) throw at("unknown option '" + name + "'");
+    if (option->semantic()->max_tokens() == 0) {  // a switch
+      if (value == "false") continue;
+      if (value != "true") throw at("'" + name + "' is a switch: write '" + name + " = true'");
+    }
+    out.emplace_back(std::move(name), std::move(value));
+  }
+  return out;
+}
+
 po::variables_map parse_command_line(int argc, char** argv,
                                      const po::options_description& options) {
   po::variables_map vm;
@@ -90,13 +131,32 @@ po::variables_map parse_command_line(int argc, char** argv,
     po::positional_options_description stray;
     stray.add("stray", -1);
     po::store(po::command_line_parser(argc, argv).options(all).positional(stray).run(), vm);
-    po::notify(vm);
   } catch (const po::error& e) {
     throw FlagError(e.what());
   }
   if (vm.count("stray") != 0) {
     throw FlagError("unexpected argument '" + vm["stray"].as<std::vector<std::string>>().front() +
                     "' (flags start with --)");
+  }
+  if (options.find_nothrow("config", false) != nullptr && vm.count("config") != 0) {
+    const std::string path = vm["config"].as<std::string>();
+    // Stored after the command line: what it set stays (store() keeps a value already there
+    // unless it is a default).
+    std::ostringstream text;
+    for (const auto& [name, value] : read_config_file(path, options)) {
+      text << name << '=' << value << '\n';
+    }
+    std::istringstream in(text.str());
+    try {
+      po::store(po::parse_config_file(in, options), vm);
+    } catch (const po::error& e) {
+      throw FlagError("--config " + path + ": " + e.what());
+    }
+  }
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw FlagError(e.what());
   }
   return vm;
 }

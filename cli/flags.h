@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace sluice::cli {
@@ -50,7 +51,18 @@ std::string token_file_flag(std::string_view program, const std::string& path);
 // Parses `argv` against `options`. A positional argument throws FlagError "unexpected argument
 // 'X' (flags start with --)"; program_options' own errors (an unknown flag, a missing value)
 // become FlagError with its message.
+//
+// When `options` has a "config" option and the command line gives --config FILE, FILE's lines
+// set the options the command line did not (read_config_file): flags on the command line win.
+// A --config that cannot be read, or a bad line, throws FlagError naming FILE and the line.
 boost::program_options::variables_map parse_command_line(
     int argc, char** argv, const boost::program_options::options_description& options);
+
+// The options of a config file, one per line: `NAME = VALUE` where NAME is a flag without its
+// `--` (`port = 7420`); a switch is `NAME = true` (or `false`, the same as leaving it out);
+// blank lines and lines starting with `#` are skipped. A NAME that `options` lacks, or that is
+// config, help or version, throws FlagError "FILE:LINE: ...". Returns the pairs in file order.
+std::vector<std::pair<std::string, std::string>> read_config_file(
+    const std::string& path, const boost::program_options::options_description& options);
 
 }  // namespace sluice::cli

@@ -59,6 +59,9 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   po::options_description options("sluiced options");
   // Values are read as strings and parsed here: program_options accepts "-1" for an unsigned.
   options.add_options()("help,h", "print this help and exit")(
+      "config", po::value<std::string>(),
+      "read options from FILE, one `NAME = VALUE` per line (NAME: a flag without --; a switch is "
+      "`NAME = true`); flags on the command line win")(
       "bind", po::value<std::string>()->default_value("127.0.0.1"), "address to listen on")(
       "source-address", po::value<std::string>()->default_value(""),
       "local address of the connections this node opens, to other nodes and to etcd (default: "

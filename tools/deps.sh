@@ -14,6 +14,7 @@ packages=(
   nginx-light wrk                # the gateway's nginx test and overhead bench (never a service)
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # the RLS front
   python3-grpcio python3-protobuf  # a gRPC client that is not ours, for the RLS tests
+  dpkg-dev systemd                 # cpack -G DEB (dpkg-shlibdeps), systemd-analyze verify
 )
 [ "$#" -gt 0 ] && packages+=("$@")
 

@@ -4,7 +4,8 @@
 #           no git needed)
 #   normal  build with -Wall -Wextra -Werror (RelWithDebInfo), run every test, then install the
 #           build into a temporary prefix and build and run examples/embed against it
-#           (find_package and pkg-config: tools/check_install.sh)
+#           (find_package and pkg-config: tools/check_install.sh); then make the Debian
+#           packages and check them (tools/check_packages.sh)
 #   asan    build and run every test again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan    build and run the server, client, integration, rules, http and gateway tests under
 #           ThreadSanitizer
@@ -158,6 +159,8 @@ normal_pass() {
   timed "normal: test" run_tests "$dir" "${bins[@]}"
   # The build as a C++ project outside the tree uses it: installed, found, linked, run.
   timed "normal: install check" bash tools/check_install.sh "$dir"
+  # The Debian packages: made, installed into a throwaway root, run, units verified.
+  timed "normal: package check" bash tools/check_packages.sh "$dir"
 }
 
 asan_pass() {

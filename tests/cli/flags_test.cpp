@@ -133,5 +133,63 @@ TEST_CASE("parse_command_line reads flags and refuses stray arguments and unknow
   CHECK(flag_message([&] { parse({"--prot", "1"}); }).find("prot") != std::string::npos);
 }
 
+TEST_CASE("a config file fills in what the command line did not set, and the command line wins") {
+  po::options_description options("test");
+  options.add_options()("config", po::value<std::string>(), "file")(
+      "port", po::value<std::string>()->default_value("7420"), "port")(
+      "bind", po::value<std::string>()->default_value("127.0.0.1"), "bind")(
+      "node-id", po::value<std::string>()->default_value(""), "id")("busy-poll", "switch")(
+      "huge-pages", "switch");
+  const auto parse = [&](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    args.insert(args.begin(), "cli_tests");
+    for (std::string& arg : args) argv.push_back(arg.data());
+    return parse_command_line(static_cast<int>(argv.size()), argv.data(), options);
+  };
+  const TempFile file(
+      "# a sample\n\n  port = 9000\nbind=0.0.0.0\nnode-id = node-1 \nbusy-poll = true\n"
+      "huge-pages = false\n");
+  const po::variables_map vm = parse({"--config", file.path()});
+  CHECK(vm["port"].as<std::string>() == "9000");
+  CHECK(vm["bind"].as<std::string>() == "0.0.0.0");
+  CHECK(vm["node-id"].as<std::string>() == "node-1");
+  CHECK(vm.count("busy-poll") == 1);
+  CHECK(vm.count("huge-pages") == 0);
+  const po::variables_map both = parse({"--port", "1", "--config", file.path()});
+  CHECK(both["port"].as<std::string>() == "1");
+  CHECK(both["bind"].as<std::string>() == "0.0.0.0");
+  // Without --config, no file is read.
+  CHECK(parse({})["port"].as<std::string>() == "7420");
+}
+
+TEST_CASE("a config file is refused when missing, and each bad line with the file and line") {
+  po::options_description options("test");
+  options.add_options()("config", po::value<std::string>(), "file")(
+      "port", po::value<std::string>()->default_value("7420"), "port")("busy-poll", "switch");
+  const auto message = [&](const std::string& text) {
+    const TempFile file(text);
+    return flag_message([&] {
+             std::string program = "cli_tests", flag = "--config", path = file.path();
+             std::vector<char*> argv = {program.data(), flag.data(), path.data()};
+             parse_command_line(static_cast<int>(argv.size()), argv.data(), options);
+           }) +
+           "|" + file.path();
+  };
+  const auto is = [](const std::string& got, const std::string& line_and_why) {
+    const std::string path = got.substr(got.find('|') + 1);
+    return got.substr(0, got.find('|')) == path + ":" + line_and_why;
+  };
+  CHECK(is(message("port = 1\nprot = 2\n"), "2: unknown option 'prot'"));
+  CHECK(is(message("# c\nport 1\n"), "2: expected NAME = VALUE, got 'port 1'"));
+  CHECK(is(message("config = other.conf\n"), "1: 'config' cannot be set in a config file"));
+  CHECK(is(message("busy-poll = yes\n"), "1: 'busy-poll' is a switch: write 'busy-poll = true'"));
+  CHECK(message("port = 1\nport = 2\n").starts_with("--config "));
+  CHECK(flag_message([&] {
+          std::string program = "cli_tests", flag = "--config", path = "/nonexistent/sluice.conf";
+          std::vector<char*> argv = {program.data(), flag.data(), path.data()};
+          parse_command_line(static_cast<int>(argv.size()), argv.data(), options);
+        }) == "--config /nonexistent/sluice.conf: cannot read: No such file or directory");
+}
+
 }  // namespace
 }  // namespace sluice::cli

@@ -50,7 +50,10 @@ struct Flags {
 
 std::optional<Flags> parse_flags(int argc, char** argv) {
   po::options_description options("sluice-gateway options");
-  options.add_options()("help,h", "print this help and exit")("version", "print the version")(
+  options.add_options()("help,h", "print this help and exit")(
+      "config", po::value<std::string>(),
+      "read options from FILE, one `NAME = VALUE` per line (NAME: a flag without --; a switch is "
+      "`NAME = true`); flags on the command line win")("version", "print the version")(
       "listen", po::value<std::string>()->default_value("127.0.0.1:8080"),
       "HOST:PORT to serve /check, /v1/acquire, /healthz, /readyz and /metrics on")(
       "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
