@@ -1,5 +1,5 @@
 // Envoy's Rate Limit Service asked by a gRPC client that is not ours: Debian's python3-grpcio
-// runs tests/gateway/rls_check.py against the sluice-gateway binary (--grpc-listen) in front of
+// runs tests/rls/rls_check.py against the sluice-gateway binary (--grpc-listen) in front of
 // a cluster of three sluiced processes, all started here on 127.0.0.1 and stopped at the end.
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -23,7 +23,7 @@ using namespace std::chrono_literals;
 constexpr const char* kPython = "/usr/bin/python3";
 constexpr int kShards = 2;
 
-// The config of tests/gateway/rls_test.cpp, in envoyproxy/ratelimit's format.
+// The config of tests/rls/rls_test.cpp, in envoyproxy/ratelimit's format.
 constexpr const char* kConfig = R"(domain: rls_test
 descriptors:
   - key: remote_address
@@ -120,7 +120,7 @@ TEST_CASE("rls: Python's grpcio asks the gateway binary in front of a 3-node clu
   }
 
   const test::Run run =
-      test::run_command(std::string(kPython) + " " + SOURCE_DIR + "/tests/gateway/rls_check.py " +
+      test::run_command(std::string(kPython) + " " + SOURCE_DIR + "/tests/rls/rls_check.py " +
                         grpc_address + " " + http_address);
   INFO("rls_check.py: " << run.output << "\ngateway log: " << read_file(gateway_log));
   CHECK(run.status == 0);

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A gRPC client that is not ours (Debian's python3-grpcio, messages compiled from
 tools/rls_proto/ with protoc) asks a running sluice-gateway --grpc-listen, in front of a real
-cluster, the cases of tests/gateway/rls_test.cpp. Run by tests/gateway/rls_python_test.cpp with
+cluster, the cases of tests/rls/rls_test.cpp. Run by tests/rls/rls_python_test.cpp with
 the config it writes (RLS_CONFIG there) and --rls-headers both.
 
     rls_check.py GRPC_HOST:PORT HTTP_HOST:PORT

@@ -1,7 +1,7 @@
 // sluice-gateway's Envoy Rate Limit Service front over real gRPC, in-process: RlsServer on
 // 127.0.0.1 in front of a real node (manual clock: no window rolls during a test), asked by a
 // C++ client built from our .proto (grpc::Channel and the generated stub). The same cases as
-// tests/gateway/rls_check.py, which asks the sluice-gateway binary from Python.
+// tests/rls/rls_check.py, which asks the sluice-gateway binary from Python.
 #include "net/asio.h"  // before any other Asio header
 
 #include <grpcpp/create_channel.h>
