@@ -20,6 +20,7 @@
 
 #include "cli/flags.h"
 #include "core/version.h"
+#include "etcd/etcd_client.h"
 #include "net/host_port.h"
 #include "server/auth.h"
 #include "server/server.h"
@@ -71,7 +72,7 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "shard i listens on base + i (0 = port + 1 + i)")(
       "shards", po::value<std::string>()->default_value("0"), "shard threads (0 = one per core)")(
       "max-memory", po::value<std::string>()->default_value("1GiB"),
-      "memory for counters across all shards (e.g. 64MiB, 1GiB)")(
+      "memory for counters across all shards (e.g. 64MiB, 1GiB; at least 1MiB)")(
       "max-frame", po::value<std::string>()->default_value("1MiB"), "largest frame body")(
       "max-key", po::value<std::string>()->default_value("256"), "longest key in bytes")(
       "max-batch", po::value<std::string>()->default_value("4096"), "most items per request")(
@@ -155,8 +156,8 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   config.shard_base_port =
       static_cast<std::uint16_t>(count_flag("shard-base-port", text("shard-base-port"), 0, 65535));
   config.shards = static_cast<unsigned>(count_flag("shards", text("shards"), 0, 1024));
-  config.max_memory =
-      size_flag("max-memory", text("max-memory"), 1, std::numeric_limits<std::size_t>::max());
+  config.max_memory = size_flag("max-memory", text("max-memory"), 1u << 20,
+                                std::numeric_limits<std::size_t>::max());
   config.max_frame = static_cast<std::uint32_t>(
       size_flag("max-frame", text("max-frame"), 64, std::numeric_limits<std::uint32_t>::max()));
   config.max_key = static_cast<std::uint16_t>(count_flag("max-key", text("max-key"), 1, 65535));
@@ -196,6 +197,10 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
   if (ttl_ms % 1000 != 0) throw FlagError{"--lease-ttl: whole seconds (etcd's TTLs are)"};
   config.etcd_lease_ttl = std::chrono::seconds(ttl_ms / 1000);
   if (!config.etcd.empty()) {
+    // A malformed URL is a bad flag value (exit 2), not a failure to start.
+    if (const auto endpoints = sluice::etcd::parse_endpoints(config.etcd); !endpoints) {
+      throw FlagError{"--etcd " + config.etcd + ": " + endpoints.error()};
+    }
     if (!config.cluster_file.empty()) {
       throw FlagError{"--etcd and --cluster are two cluster modes: give one"};
     }
