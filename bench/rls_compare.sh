@@ -26,7 +26,9 @@
 # intended send time), after a 2 s closed-loop warm-up of each backend. Target: rls with 3
 # descriptors, open loop at 10,000/s: p99 under 1 ms.
 #
-# Prints every run and a table; writes bench/results/rls_compare.json (a run with the defaults)
+# Each rls line also gives the share of its calls the gateway itself answered within 250 us and
+# 1 ms (its decision_duration_seconds histogram, read from /metrics before and after the run),
+# which tells the gateway's time from gRPC's and the generator's. Prints every run and a table; writes bench/results/rls_compare.json (a run with the defaults)
 # or bench/results/rls_compare-quick.json (any shorter run). Stops everything it started.
 #
 # Environment: RLS_SECONDS (default 10), RLS_RATE (10000), RLS_KEYS (100000), RLS_CONNS (4),
@@ -147,7 +149,19 @@ load() { # NAME ARGS...: one sluice-load run on LOAD_CPU, its JSON in $DIR/NAME.
     >"$DIR/$name.json" || true # a run with errors exits 1; its JSON says what happened
   [[ -s "$DIR/$name.json" ]] || die "sluice-load printed nothing for $name"
 }
-rls() { load "$@" --backend rls --servers "127.0.0.1:$GRPC_PORT"; }
+# The gateway's own latency histogram (sluice_gateway_decision_duration_seconds{endpoint="rls"}:
+# from the call reaching the RLS front to its answer being built, gRPC's transport and queues
+# not included), before and after an rls run.
+scrape() { # FILE
+  python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
+    "http://127.0.0.1:$HTTP_PORT/metrics" >"$1" || : >"$1"
+}
+rls() {
+  local name=$1
+  scrape "$DIR/$name.before"
+  load "$@" --backend rls --servers "127.0.0.1:$GRPC_PORT"
+  scrape "$DIR/$name.after"
+}
 redis() {
   load "$@" --backend redis --redis-design incr_window --servers "127.0.0.1:$REDIS_PORT"
 }
@@ -166,17 +180,46 @@ def row(path):
             "denied": r["denied"], "errors": r["errors"], "behind": r.get("behind", 0),
             "first_error": r.get("first_error", "")}
 
+def buckets(path):
+    out = {}
+    try:
+        text = open(path).read()
+    except OSError:
+        return out
+    for l in text.splitlines():
+        if l.startswith('sluice_gateway_decision_duration_seconds_bucket{endpoint="rls",le="'):
+            le = l.split('le="')[1].split('"')[0]
+            out[le] = float(l.rsplit(" ", 1)[1])
+    return out
+
+# The share of the run's calls the gateway answered within 250 us and 1 ms, by its histogram.
+def gateway_share(path):
+    base = path[:-5]
+    before, after = buckets(base + ".before"), buckets(base + ".after")
+    total = after.get("+Inf", 0) - before.get("+Inf", 0)
+    if total <= 0:
+        return None
+    within = lambda le: (after.get(le, 0) - before.get(le, 0)) / total * 100
+    return within("0.00025"), within("0.001")
+
 def line(path):
     w = row(path)
     out = (f"{w['backend']:<20} {w['descriptors']} descriptor{'s' if w['descriptors'] > 1 else ' '}"
            f" {w['mode']:<12} {w['throughput']:>9,.0f}/s  p50 {w['p50']:>6} us  p99 {w['p99']:>6} us"
            f"  p99.9 {w['p999']:>6} us  max {w['max']:>6} us  (sent {w['sent']} allowed {w['allowed']}"
            f" denied {w['denied']} errors {w['errors']} behind {w['behind']})")
+    share = gateway_share(path)
+    if share:
+        out += f"; the gateway's own time: {share[0]:.1f}% within 250 us, {share[1]:.1f}% within 1 ms"
     if w["first_error"]: out += " first error: " + w["first_error"]
     print(out)
 
 def finish(result, meta, rate, *paths):
     rows = [row(p) for p in paths]
+    for p, w in zip(paths, rows):
+        share = gateway_share(p)
+        if share:
+            w["gateway_within_250us_pct"], w["gateway_within_1ms_pct"] = share
     print("table:")
     print(f"  {'backend':<20} {'desc':>4}  {'mode':<12} {'throughput':>11} {'p50 us':>7}"
           f" {'p99 us':>7} {'p99.9 us':>8} {'errors':>6} {'denied':>6} {'behind':>6}")
