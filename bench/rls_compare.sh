@@ -26,7 +26,8 @@
 # intended send time), after a 2 s closed-loop warm-up of each backend. Target: rls with 3
 # descriptors, open loop at 10,000/s: p99 under 1 ms.
 #
-# Each rls line also gives the share of its calls the gateway itself answered within 250 us and
+# Each line gives how busy each core was over the run (/proc/stat: the machine's other work
+# shows there too). Each rls line also gives the share of its calls the gateway itself answered within 250 us and
 # 1 ms (its decision_duration_seconds histogram, read from /metrics before and after the run),
 # which tells the gateway's time from gRPC's and the generator's. Prints every run and a table; writes bench/results/rls_compare.json (a run with the defaults)
 # or bench/results/rls_compare-quick.json (any shorter run). Stops everything it started.
@@ -141,12 +142,17 @@ cpus_of() {
     awk '/^Cpus_allowed_list:/ {print $2}' | sort -u | paste -sd' '
 }
 
+# Every CPU's line of /proc/stat, to tell how busy each core was during a run (other work on
+# the machine included).
+cpu_stat() { grep '^cpu[0-9]' /proc/stat >"$1"; }
 load() { # NAME ARGS...: one sluice-load run on LOAD_CPU, its JSON in $DIR/NAME.json
   local name=$1
   shift
+  cpu_stat "$DIR/$name.cpu-before"
   taskset -c "$LOAD_CPU" "$LOAD" -q --json --keys "$KEYS" --connections "$CONNS" \
     --depth "$DEPTH" --algorithm fixed_window --limit "$GENEROUS" --period 1s "$@" \
     >"$DIR/$name.json" || true # a run with errors exits 1; its JSON says what happened
+  cpu_stat "$DIR/$name.cpu-after"
   [[ -s "$DIR/$name.json" ]] || die "sluice-load printed nothing for $name"
 }
 # The gateway's own latency histogram (sluice_gateway_decision_duration_seconds{endpoint="rls"}:
@@ -202,12 +208,31 @@ def gateway_share(path):
     within = lambda le: (after.get(le, 0) - before.get(le, 0)) / total * 100
     return within("0.00025"), within("0.001")
 
+# How busy each core was over the run, in percent: {"cpu0": 57.1, "cpu1": 93.0}.
+def cpu_busy(path):
+    def read(p):
+        out = {}
+        for l in open(p):
+            f = l.split()
+            v = [int(x) for x in f[1:]]
+            out[f[0]] = (sum(v) - v[3] - v[4], sum(v))  # all but idle and iowait, all
+        return out
+    base = path[:-5]
+    try:
+        a, b = read(base + ".cpu-before"), read(base + ".cpu-after")
+    except OSError:
+        return {}
+    return {c: 100 * (b[c][0] - a[c][0]) / max(1, b[c][1] - a[c][1]) for c in b if c in a}
+
 def line(path):
     w = row(path)
     out = (f"{w['backend']:<20} {w['descriptors']} descriptor{'s' if w['descriptors'] > 1 else ' '}"
            f" {w['mode']:<12} {w['throughput']:>9,.0f}/s  p50 {w['p50']:>6} us  p99 {w['p99']:>6} us"
            f"  p99.9 {w['p999']:>6} us  max {w['max']:>6} us  (sent {w['sent']} allowed {w['allowed']}"
            f" denied {w['denied']} errors {w['errors']} behind {w['behind']})")
+    busy = cpu_busy(path)
+    if busy:
+        out += "; busy " + " ".join(f"{c} {v:.0f}%" for c, v in sorted(busy.items()))
     share = gateway_share(path)
     if share:
         out += f"; the gateway's own time: {share[0]:.1f}% within 250 us, {share[1]:.1f}% within 1 ms"
@@ -220,6 +245,7 @@ def finish(result, meta, rate, *paths):
         share = gateway_share(p)
         if share:
             w["gateway_within_250us_pct"], w["gateway_within_1ms_pct"] = share
+        w["cpu_busy_pct"] = cpu_busy(p)
     print("table:")
     print(f"  {'backend':<20} {'desc':>4}  {'mode':<12} {'throughput':>11} {'p50 us':>7}"
           f" {'p99 us':>7} {'p99.9 us':>8} {'errors':>6} {'denied':>6} {'behind':>6}")
