@@ -26,8 +26,8 @@
 # intended send time), after a 2 s closed-loop warm-up of each backend. Target: rls with 3
 # descriptors, open loop at 10,000/s: p99 under 1 ms.
 #
-# Each line gives how busy each core was over the run (/proc/stat: the machine's other work
-# shows there too). Each rls line also gives the share of its calls the gateway itself answered within 250 us and
+# Each line gives the CPU each process used over the run (percent of one core: sluice-load on
+# its core; sluiced, the gateway and redis-server sharing theirs). Each rls line also gives the share of its calls the gateway itself answered within 250 us and
 # 1 ms (its decision_duration_seconds histogram, read from /metrics before and after the run),
 # which tells the gateway's time from gRPC's and the generator's. Prints every run and a table; writes bench/results/rls_compare.json (a run with the defaults)
 # or bench/results/rls_compare-quick.json (any shorter run). Stops everything it started.
@@ -142,17 +142,27 @@ cpus_of() {
     awk '/^Cpus_allowed_list:/ {print $2}' | sort -u | paste -sd' '
 }
 
-# Every CPU's line of /proc/stat, to tell how busy each core was during a run (other work on
-# the machine included).
-cpu_stat() { grep '^cpu[0-9]' /proc/stat >"$1"; }
+# The CPU time each server process has used so far, in clock ticks (/proc/PID/stat's utime +
+# stime: the scheduler's own account; the per-core ticks of /proc/stat miss short bursts).
+cpu_ticks() { # FILE
+  local role pid
+  for role in sluiced:$SLUICED_PID gateway:$GATEWAY_PID redis:$REDIS_PID; do
+    pid=${role#*:}
+    echo "${role%%:*} $(awk '{print $14 + $15}' /proc/"$pid"/stat 2>/dev/null || echo 0)"
+  done >"$1"
+}
 load() { # NAME ARGS...: one sluice-load run on LOAD_CPU, its JSON in $DIR/NAME.json
   local name=$1
   shift
-  cpu_stat "$DIR/$name.cpu-before"
-  taskset -c "$LOAD_CPU" "$LOAD" -q --json --keys "$KEYS" --connections "$CONNS" \
-    --depth "$DEPTH" --algorithm fixed_window --limit "$GENEROUS" --period 1s "$@" \
-    >"$DIR/$name.json" || true # a run with errors exits 1; its JSON says what happened
-  cpu_stat "$DIR/$name.cpu-after"
+  cpu_ticks "$DIR/$name.cpu-before"
+  # The generator's own CPU time: `times` in the subshell gives its children's, after the run.
+  (
+    taskset -c "$LOAD_CPU" "$LOAD" -q --json --keys "$KEYS" --connections "$CONNS" \
+      --depth "$DEPTH" --algorithm fixed_window --limit "$GENEROUS" --period 1s "$@" \
+      >"$DIR/$name.json" || true # a run with errors exits 1; its JSON says what happened
+    times >"$DIR/$name.times" # a builtin: no fork, so the children are this subshell's
+  )
+  cpu_ticks "$DIR/$name.cpu-after"
   [[ -s "$DIR/$name.json" ]] || die "sluice-load printed nothing for $name"
 }
 # The gateway's own latency histogram (sluice_gateway_decision_duration_seconds{endpoint="rls"}:
@@ -168,12 +178,23 @@ rls() {
   load "$@" --backend rls --servers "127.0.0.1:$GRPC_PORT"
   scrape "$DIR/$name.after"
 }
+# After a Redis run, its counters go (FLUSHALL, synchronous): else Redis would spend the next
+# run expiring them, on the core it shares with the gateway.
+flush_redis() {
+  local reply
+  exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT"
+  printf 'FLUSHALL\r\n' >&3
+  read -r -t 30 reply <&3 || reply="no reply"
+  exec 3<&-
+  [[ "$reply" == +OK* ]] || die "FLUSHALL: $reply"
+}
 redis() {
   load "$@" --backend redis --redis-design incr_window --servers "127.0.0.1:$REDIS_PORT"
+  flush_redis
 }
 
 cat >"$DIR/report.py" <<'PY'
-import json, os, sys
+import json, os, re, sys
 
 def row(path):
     r = json.load(open(path))
@@ -208,21 +229,24 @@ def gateway_share(path):
     within = lambda le: (after.get(le, 0) - before.get(le, 0)) / total * 100
     return within("0.00025"), within("0.001")
 
-# How busy each core was over the run, in percent: {"cpu0": 57.1, "cpu1": 93.0}.
+# The CPU each process used over the run, in percent of one core over the run's duration:
+# {"sluice-load": 41.0, "sluiced": 12.3, "gateway": 80.1, "redis": 0.2}.
 def cpu_busy(path):
-    def read(p):
-        out = {}
-        for l in open(p):
-            f = l.split()
-            v = [int(x) for x in f[1:]]
-            out[f[0]] = (sum(v) - v[3] - v[4], sum(v))  # all but idle and iowait, all
-        return out
     base = path[:-5]
+    seconds = json.load(open(path))["duration_s"] or 1
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
     try:
+        children = open(base + ".times").read().splitlines()[-1]  # times' second line
+        minutes = re.findall(r"(\d+)m([\d.]+)s", children)
+        out["sluice-load"] = 100 * sum(int(m) * 60 + float(s) for m, s in minutes) / seconds
+        read = lambda p: {l.split()[0]: int(l.split()[1]) for l in open(p)}
         a, b = read(base + ".cpu-before"), read(base + ".cpu-after")
-    except OSError:
-        return {}
-    return {c: 100 * (b[c][0] - a[c][0]) / max(1, b[c][1] - a[c][1]) for c in b if c in a}
+    except (OSError, ValueError):
+        return out
+    for role in b:
+        out[role] = 100 * (b[role] - a.get(role, 0)) / ticks / seconds
+    return out
 
 def line(path):
     w = row(path)
@@ -232,7 +256,7 @@ def line(path):
            f" denied {w['denied']} errors {w['errors']} behind {w['behind']})")
     busy = cpu_busy(path)
     if busy:
-        out += "; busy " + " ".join(f"{c} {v:.0f}%" for c, v in sorted(busy.items()))
+        out += "; CPU " + ", ".join(f"{c} {v:.0f}%" for c, v in busy.items())
     share = gateway_share(path)
     if share:
         out += f"; the gateway's own time: {share[0]:.1f}% within 250 us, {share[1]:.1f}% within 1 ms"
@@ -245,7 +269,7 @@ def finish(result, meta, rate, *paths):
         share = gateway_share(p)
         if share:
             w["gateway_within_250us_pct"], w["gateway_within_1ms_pct"] = share
-        w["cpu_busy_pct"] = cpu_busy(p)
+        w["cpu_pct_of_a_core"] = cpu_busy(p)
     print("table:")
     print(f"  {'backend':<20} {'desc':>4}  {'mode':<12} {'throughput':>11} {'p50 us':>7}"
           f" {'p99 us':>7} {'p99.9 us':>8} {'errors':>6} {'denied':>6} {'behind':>6}")
