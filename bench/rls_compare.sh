@@ -27,9 +27,12 @@
 # descriptors, open loop at 10,000/s: p99 under 1 ms.
 #
 # Each line gives the CPU each process used over the run (percent of one core: sluice-load on
-# its core; sluiced, the gateway and redis-server sharing theirs). Each rls line also gives the share of its calls the gateway itself answered within 250 us and
-# 1 ms (its decision_duration_seconds histogram, read from /metrics before and after the run),
-# which tells the gateway's time from gRPC's and the generator's. Prints every run and a table; writes bench/results/rls_compare.json (a run with the defaults)
+# its core; sluiced, the gateway and redis-server sharing theirs). Each rls line also gives the
+# share of its calls the gateway itself answered within 250 us and 1 ms (its
+# decision_duration_seconds histogram, read from /metrics before and after the run), which
+# tells the gateway's time from gRPC's and the generator's.
+#
+# Prints every run and a table; writes bench/results/rls_compare.json (a run with the defaults)
 # or bench/results/rls_compare-quick.json (any shorter run). Stops everything it started.
 #
 # Environment: RLS_SECONDS (default 10), RLS_RATE (10000), RLS_KEYS (100000), RLS_CONNS (4),
