@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <future>
 #include <list>
 #include <map>
 #include <memory>
@@ -239,6 +240,19 @@ TEST_CASE("options that cannot stop or do not fit the backend are refused", "[dr
   o.backend = BackendKind::kSluice;
   o.op = Operation::kPing;
   CHECK(validate(o).empty());
+  o.op = Operation::kAcquire;
+  o.auth_token.clear();
+  o.descriptors = 3;  // for rls and incr_window only
+  CHECK(validate(o) ==
+        "--descriptors is for --backend rls and --backend redis --redis-design incr_window");
+  o.backend = BackendKind::kRedis;
+  o.redis_design = RedisDesign::kIncrWindow;
+  CHECK(validate(o).empty());
+  o.descriptors = 9;
+  CHECK(validate(o) == "--descriptors 9: must be 1..8");
+  o.descriptors = 1;
+  o.rls_domain = "api";
+  CHECK(validate(o) == "--rls-domain is for --backend rls");
 }
 
 // A RESP server with scripted answers: SCRIPT LOAD, EVALSHA (a per-key counter admits the first
@@ -260,6 +274,12 @@ class FakeRedis {
   }
   std::string address() const {
     return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port());
+  }
+  // The counters INCR and INCRBY created so far, by name, with their values.
+  std::map<std::string, std::int64_t> counters() {
+    std::promise<std::map<std::string, std::int64_t>> copy;
+    asio::post(io_, [&] { copy.set_value(counters_); });
+    return copy.get_future().get();
   }
 
  private:
@@ -377,6 +397,40 @@ TEST_CASE("the Redis incr_window driver reads pipelined INCR, PEXPIRE and GET", 
   CHECK(result->allowed <= 20 * 7);
   CHECK(result->allowed > 0);
   check_consistent(*result);
+}
+
+TEST_CASE("incr_window with 3 descriptors increments 3 counters per decision in one pipeline",
+          "[driver]") {
+  FakeRedis fake(0);
+  LoadOptions o = redis_options(fake);
+  o.redis_design = RedisDesign::kIncrWindow;
+  o.rule = Rule{Algorithm::kFixedWindow, 7, 3'600'000, 0};
+  o.descriptors = 3;
+  o.requests = 600;
+  o.depth = 2;
+  const auto result = run_load(o);
+  REQUIRE(result.ok());
+  CHECK(result->sent == 600);
+  CHECK(result->errors == 0);
+  check_consistent(*result);
+  // Every decision went to its key's 3 counters: all the window's counters of a key (two
+  // windows, if the hour turned during the run) add up to 3 per decision sent for it.
+  const auto counters = fake.counters();
+  std::int64_t total = 0;
+  std::map<std::string, std::int64_t> per_descriptor;
+  for (const auto& [name, value] : counters) {
+    total += value;
+    const auto close = name.find('}');
+    REQUIRE(close != std::string::npos);
+    const std::string rest = name.substr(close + 1);
+    per_descriptor[rest.starts_with(":d") ? rest.substr(0, 3) : std::string("d0")] += value;
+  }
+  CHECK(total == 3 * 600);
+  CHECK(per_descriptor ==
+        std::map<std::string, std::int64_t>{{":d1", 600}, {":d2", 600}, {"d0", 600}});
+  // The fake's counters never reset and the 3 of a key move together: at most 7 per key.
+  CHECK(result->allowed <= 20 * 7);
+  CHECK(result->allowed > 0);
 }
 
 TEST_CASE("a Redis open loop far above capacity keeps depth per connection and ends on time",

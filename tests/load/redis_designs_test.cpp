@@ -183,5 +183,71 @@ TEST_CASE("sliding window: the previous window weighs by its remaining overlap",
   CHECK(read_incr_window(rule, pending, replies).outcome == Outcome::kError);
 }
 
+TEST_CASE("fixed window with 3 descriptors: an INCR and PEXPIRE pair per descriptor's counter",
+          "[redis]") {
+  const Rule rule = make_rule(Algorithm::kFixedWindow, 3, 1000);
+  RespWriter w;
+  const auto pending = append_incr_window(w, "k:7", rule, 1, 2'250, 3);
+  CHECK(pending.window == 2);
+  CHECK(pending.descriptors == 3);
+  CHECK(pending.replies == 6);
+  CHECK(w.commands() == 6);
+  CHECK(w.view() ==
+        "*2\r\n$4\r\nINCR\r\n$7\r\n{k:7}:2\r\n"
+        "*3\r\n$7\r\nPEXPIRE\r\n$7\r\n{k:7}:2\r\n$4\r\n1000\r\n"
+        "*2\r\n$4\r\nINCR\r\n$10\r\n{k:7}:d1:2\r\n"
+        "*3\r\n$7\r\nPEXPIRE\r\n$10\r\n{k:7}:d1:2\r\n$4\r\n1000\r\n"
+        "*2\r\n$4\r\nINCR\r\n$10\r\n{k:7}:d2:2\r\n"
+        "*3\r\n$7\r\nPEXPIRE\r\n$10\r\n{k:7}:d2:2\r\n$4\r\n1000\r\n");
+}
+
+TEST_CASE("fixed window with 3 descriptors: allowed only when every counter is within the limit",
+          "[redis]") {
+  const Rule rule = make_rule(Algorithm::kFixedWindow, 3, 1000);
+  RespWriter w;
+  const auto pending = append_incr_window(w, "k", rule, 1, 10'400, 3);
+  RespParser parser;
+  std::vector<RespValue> replies;
+
+  parse_replies(parser, ":1\r\n:1\r\n:3\r\n:1\r\n:2\r\n:1\r\n", replies);
+  auto d = read_incr_window(rule, pending, replies);
+  CHECK(d.outcome == Outcome::kAllowed);
+  CHECK(d.remaining == 0);  // the fullest counter's
+
+  parse_replies(parser, ":1\r\n:1\r\n:2\r\n:1\r\n:4\r\n:1\r\n", replies);
+  d = read_incr_window(rule, pending, replies);
+  CHECK(d.outcome == Outcome::kDenied);
+  CHECK(d.retry_after_ms == 600);
+
+  parse_replies(parser, ":1\r\n:1\r\n-OOM no memory\r\n:1\r\n:1\r\n:1\r\n", replies);
+  d = read_incr_window(rule, pending, replies);
+  CHECK(d.outcome == Outcome::kError);
+  CHECK(d.error == "OOM no memory");
+
+  parse_replies(parser, ":1\r\n:1\r\n:1\r\n:1\r\n", replies);  // two descriptors' worth
+  CHECK(read_incr_window(rule, pending, replies).outcome == Outcome::kError);
+}
+
+TEST_CASE("sliding window with 2 descriptors: each fetches its own previous window", "[redis]") {
+  const Rule rule = make_rule(Algorithm::kSlidingWindow, 10, 60'000);
+  RespWriter w;
+  const auto pending = append_incr_window(w, "u", rule, 1, 60'000 * 5 + 15'000, 2);
+  CHECK(pending.replies == 6);
+  CHECK(w.view() ==
+        "*2\r\n$4\r\nINCR\r\n$5\r\n{u}:5\r\n"
+        "*3\r\n$7\r\nPEXPIRE\r\n$5\r\n{u}:5\r\n$6\r\n120000\r\n"
+        "*2\r\n$3\r\nGET\r\n$5\r\n{u}:4\r\n"
+        "*2\r\n$4\r\nINCR\r\n$8\r\n{u}:d1:5\r\n"
+        "*3\r\n$7\r\nPEXPIRE\r\n$8\r\n{u}:d1:5\r\n$6\r\n120000\r\n"
+        "*2\r\n$3\r\nGET\r\n$8\r\n{u}:d1:4\r\n");
+  RespParser parser;
+  std::vector<RespValue> replies;
+  // The first is within (8 * 3/4 + 4 = 10), the second over (8 * 3/4 + 5 = 11).
+  parse_replies(parser, ":4\r\n:1\r\n$1\r\n8\r\n:5\r\n:1\r\n$1\r\n8\r\n", replies);
+  CHECK(read_incr_window(rule, pending, replies).outcome == Outcome::kDenied);
+  parse_replies(parser, ":4\r\n:1\r\n$1\r\n8\r\n:4\r\n:1\r\n$-1\r\n", replies);
+  CHECK(read_incr_window(rule, pending, replies).outcome == Outcome::kAllowed);
+}
+
 }  // namespace
 }  // namespace sluice::load

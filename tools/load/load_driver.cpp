@@ -17,6 +17,7 @@
 #include "net/host_port.h"
 #include "tools/load/http_backend.h"
 #include "tools/load/redis_backend.h"
+#include "tools/load/rls_backend.h"
 #include "tools/load/sluice_backend.h"
 #include "tools/load/worker.h"
 
@@ -32,6 +33,7 @@ std::optional<BackendKind> parse_backend(std::string_view name) {
   if (name == "sluice") return BackendKind::kSluice;
   if (name == "redis") return BackendKind::kRedis;
   if (name == "http") return BackendKind::kHttp;
+  if (name == "rls") return BackendKind::kRls;
   return std::nullopt;
 }
 
@@ -43,6 +45,8 @@ std::string_view backend_name(BackendKind backend) {
       return "redis";
     case BackendKind::kHttp:
       return "http";
+    case BackendKind::kRls:
+      return "rls";
   }
   return "unknown";
 }
@@ -104,6 +108,35 @@ std::string validate_http(const LoadOptions& o) {
   return "";
 }
 
+// --descriptors and --rls-domain: where they apply, and a domain and keys a call can carry.
+std::string validate_rls(const LoadOptions& o) {
+  const bool rls = o.backend == BackendKind::kRls;
+  if (!rls && o.rls_domain != LoadOptions{}.rls_domain) return "--rls-domain is for --backend rls";
+  if (o.descriptors < 1 || o.descriptors > kMaxDescriptors) {
+    return fmt::format("--descriptors {}: must be 1..{}", o.descriptors, kMaxDescriptors);
+  }
+  const bool incr_window = o.backend == BackendKind::kRedis && o.op == Operation::kAcquire &&
+                           o.redis_design == RedisDesign::kIncrWindow;
+  if (o.descriptors != 1 && !rls && !incr_window) {
+    return "--descriptors is for --backend rls and --backend redis --redis-design incr_window";
+  }
+  if (!rls) return "";
+  if (o.op != Operation::kAcquire) return "--op ping and incr are not for --backend rls";
+  if (o.batch != 1) {
+    return fmt::format(
+        "--batch {}: --backend rls sends one ShouldRateLimit call per decision (--batch 1; "
+        "--descriptors sets the call's size, --depth the calls in flight)",
+        o.batch);
+  }
+  if (o.rls_domain.empty() || !is_visible(o.rls_domain)) {
+    return "--rls-domain " + o.rls_domain + ": expected a domain name (visible ASCII)";
+  }
+  if (!is_visible(o.key_prefix)) {
+    return "--key-prefix " + o.key_prefix + ": a key goes in a descriptor: visible ASCII only";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string validate(const LoadOptions& o) {
@@ -153,6 +186,7 @@ std::string validate(const LoadOptions& o) {
                        kMaxOnlyNodeKeys);
   }
   if (std::string why = validate_http(o); !why.empty()) return why;
+  if (std::string why = validate_rls(o); !why.empty()) return why;
   if (o.op == Operation::kAcquire) {
     if (const RuleError e = sluice::validate(o.rule, o.cost); e != RuleError::kOk) {
       return "bad rule: " + std::string(describe(e));
@@ -307,6 +341,10 @@ Result<LoadReport> run_load(const LoadOptions& options) {
       if (options.backend == BackendKind::kHttp) {
         return std::make_unique<HttpBackend>(host, options, formatter, shared, *endpoint,
                                              options.servers.front(), conns);
+      }
+      if (options.backend == BackendKind::kRls) {
+        return std::make_unique<RlsBackend>(host, options, formatter, shared,
+                                            options.servers.front(), conns);
       }
       return std::make_unique<RedisBackend>(host, options, formatter, shared, *endpoint, conns);
     };

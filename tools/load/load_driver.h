@@ -1,12 +1,12 @@
-// sluice-load's network drivers: run one bounded load against Sluice, Redis or an HTTP endpoint
-// and report.
+// sluice-load's network drivers: run one bounded load against Sluice, Redis, an HTTP endpoint or
+// Envoy's Rate Limit Service (gRPC), and report.
 //
 // A run has T worker threads, each with its own io_context, its share of the connections, its
 // own key generator (seed derived from --seed and the thread index), histogram and timeline.
 // A request is one unit on the wire: for Sluice one ACQUIRE frame per owning shard (up to
 // --batch items), for Redis one pipelined write of --batch decisions, for HTTP one write of
-// --batch pipelined GETs. Closed loop keeps
-// connections x depth requests in flight; open loop sends requests at --rate decisions per
+// --batch pipelined GETs, for Envoy's Rate Limit Service one ShouldRateLimit call. Closed loop
+// keeps connections x depth requests in flight; open loop sends requests at --rate decisions per
 // second on a fixed schedule and measures latency from each request's intended send time, so
 // a stall is charged to every request it delays (no coordinated omission); it too keeps at most
 // connections x depth requests in flight, and reports the part of the schedule it could not
@@ -15,7 +15,8 @@
 // This header is the API: the options, validate() and run_load(). The report and its two
 // summaries (LoadReport, report_json(), report_text(), error_window()) are declared in
 // report.h, which this header includes. Behind run_load(): worker.h (pacing, request books,
-// the stop) drives a Backend (backend.h): sluice_backend.h, redis_backend.h or http_backend.h.
+// the stop) drives a Backend (backend.h): sluice_backend.h, redis_backend.h, http_backend.h or
+// rls_backend.h.
 //
 // Nothing on the per-request path allocates once rings and buffers have reached their working
 // size. docs/LOAD.md describes the options, the connection mapping and the report.
@@ -38,7 +39,7 @@
 
 namespace sluice::load {
 
-enum class BackendKind : std::uint8_t { kSluice, kRedis, kHttp };
+enum class BackendKind : std::uint8_t { kSluice, kRedis, kHttp, kRls };
 // kAcquire: rate-limit decisions (Sluice ACQUIRE, or the Redis design). kPing: the transport
 // floor (Sluice PING frames sized like the ACQUIRE frames they stand for; Redis PING).
 // kIncr: Redis only, a bare INCR per decision (what redis-benchmark's INCR test sends).
@@ -102,6 +103,12 @@ struct LoadOptions {
   std::string http_path = "/";
   std::string key_header = "X-API-Key";
   int deny_status = 0;
+  // Envoy's Rate Limit Service (rls_backend.h): each decision is one ShouldRateLimit call in
+  // `rls_domain` with `descriptors` descriptors derived from its key (rls_request.h); OK is
+  // allowed, OVER_LIMIT denied. Redis incr_window: a decision is `descriptors` counters, the
+  // work envoyproxy/ratelimit does for such a call. 1..kMaxDescriptors.
+  std::string rls_domain = "bench";
+  unsigned descriptors = 1;
   // Called about once a second from the thread that called run_load(), with the totals so far.
   std::function<void(double elapsed_s, std::uint64_t sent, std::uint64_t allowed,
                      std::uint64_t denied, std::uint64_t errors)>

@@ -34,17 +34,18 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   po::options_description flags("sluice-load options");
   // Numbers are read as strings and parsed here: program_options accepts "-1" for an unsigned.
   flags.add_options()("help,h", "print this help and exit")(
-      "backend", po::value<std::string>()->default_value("sluice"), "sluice | redis | http")(
+      "backend", po::value<std::string>()->default_value("sluice"), "sluice | redis | http | rls")(
       "redis-design", po::value<std::string>()->default_value("lua_token_bucket"),
       "lua_token_bucket | incr_window")(
       "op", po::value<std::string>()->default_value("acquire"),
       "acquire | ping (transport floor) | incr (redis: bare INCR)")(
       "servers", po::value<std::string>()->default_value("127.0.0.1:7420"),
       "HOST:PORT[,HOST:PORT...]: seeds; the first that answers is used, and a cluster member's "
-      "map names the other nodes")("connections", po::value<std::string>()->default_value("50"),
-                                   "TCP connections in total, 1..1024, for either backend")(
-      "depth", po::value<std::string>()->default_value("1"),
-      "requests in flight per connection, 1..100000 (open loop: at most)")(
+      "map names the other nodes (redis, http, rls: the first is used)")(
+      "connections", po::value<std::string>()->default_value("50"),
+      "TCP connections in total, 1..1024, for every backend (rls: gRPC channels, one "
+      "connection each)")("depth", po::value<std::string>()->default_value("1"),
+                          "requests in flight per connection, 1..100000 (open loop: at most)")(
       "batch", po::value<std::string>()->default_value("1"),
       "decisions per request (Sluice: items per ACQUIRE frame; Redis: commands per write)")(
       "threads", po::value<std::string>()->default_value("1"),
@@ -88,6 +89,11 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "http: the header that carries each request's key (default X-API-Key)")(
       "deny-status", po::value<std::string>(),
       "http: a status counted as denied besides 429, 400..599 (e.g. 403)")(
+      "rls-domain", po::value<std::string>(),
+      "rls: the ShouldRateLimit calls' domain (default bench)")(
+      "descriptors", po::value<std::string>()->default_value("1"),
+      "rls: descriptors per ShouldRateLimit call, d0=KEY .. d<N-1>=KEY; redis incr_window: "
+      "counters per decision (INCR + PEXPIRE each), allowed when all are; 1..8")(
       "auth-token-file", po::value<std::string>(),
       "FILE holding the node's token (the file sluiced --auth-token-file reads); sluice only")(
       "json", "print the summary as one JSON object")("quiet,q", "no progress on stderr")(
@@ -95,8 +101,8 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, flags);
   if (vm.count("help") != 0) {
     std::cout
-        << "sluice-load: drives Sluice, Redis or an HTTP endpoint with rate-limit traffic and "
-           "reports\n"
+        << "sluice-load: drives Sluice, Redis, an HTTP endpoint or Envoy's Rate Limit Service "
+           "with rate-limit traffic and reports\n"
         << flags << "\n";
     return std::nullopt;
   }
@@ -109,7 +115,7 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   LoadOptions o;
   const auto backend = parse_backend(text("backend"));
   if (!backend)
-    throw FlagError{"--backend " + text("backend") + ": expected sluice, redis or http"};
+    throw FlagError{"--backend " + text("backend") + ": expected sluice, redis, http or rls"};
   o.backend = *backend;
   const auto design = parse_redis_design(text("redis-design"));
   if (!design) {
@@ -174,6 +180,12 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       o.backend != BackendKind::kHttp) {
     throw FlagError{"--path, --key-header and --deny-status are for --backend http"};
   }
+  if (vm.count("rls-domain") != 0) {
+    if (o.backend != BackendKind::kRls) throw FlagError{"--rls-domain is for --backend rls"};
+    o.rls_domain = text("rls-domain");
+  }
+  o.descriptors = static_cast<unsigned>(
+      count_flag("descriptors", text("descriptors"), 1, sluice::load::kMaxDescriptors));
   if (vm.count("auth-token-file") != 0) {
     // Refused before the file is read: a Redis run would never use it.
     if (o.backend != BackendKind::kSluice) throw FlagError{std::string(kAuthTokenNeedsSluice)};

@@ -157,7 +157,7 @@ void RedisBackend::issue(std::uint32_t r, std::span<const std::uint64_t> keys, s
     switch (o_.op) {
       case Operation::kAcquire:
         if (incr_window_) {
-          item.window = append_incr_window(writer_, key, o_.rule, o_.cost, now_ms);
+          item.window = append_incr_window(writer_, key, o_.rule, o_.cost, now_ms, o_.descriptors);
         } else {
           append_token_bucket(writer_, sha_, key, o_.rule, o_.cost);
         }
@@ -259,7 +259,7 @@ void RedisBackend::start_read(Conn& c) {
 // (the host was told).
 bool RedisBackend::read_replies(Conn& c, std::uint64_t now_ns) {
   Tally& tally = host_.tally();
-  RespValue values[3];
+  RespValue values[3 * kMaxDescriptors];
   while (c.in_flight > 0) {
     Part& p = c.ring[c.oldest & c.mask];
     const Item& item = items_[p.first + c.cursor];

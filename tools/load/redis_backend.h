@@ -1,8 +1,8 @@
 // sluice-load's Redis backend: its own sockets and RESP. A request is one pipelined write of
-// --batch decisions on one connection (EVALSHA, or INCR + PEXPIRE [+ GET] per decision for
-// incr_window, or a bare INCR or PING), its replies read in order. Everything a handler queued
-// for a connection goes out in one async_write at the end of that handler (flush()). A failed
-// connection or a malformed reply ends the worker's run (BackendHost::failed).
+// --batch decisions on one connection (EVALSHA, or INCR + PEXPIRE [+ GET] per decision and
+// per --descriptors for incr_window, or a bare INCR or PING), its replies read in order. Everything
+// a handler queued for a connection goes out in one async_write at the end of that handler
+// (flush()). A failed connection or a malformed reply ends the worker's run (BackendHost::failed).
 //
 // Per request nothing allocates once warm: the rings of writes in flight grow by doubling and
 // stay, the out and in buffers are swapped and keep their capacity, and Asio's handler memory

@@ -124,81 +124,125 @@ RedisDecision read_token_bucket(const RespParser& parser, const RespValue& reply
 }
 
 IncrWindowPending append_incr_window(RespWriter& out, std::string_view key, const Rule& rule,
-                                     std::uint32_t cost, std::uint64_t now_ms) {
+                                     std::uint32_t cost, std::uint64_t now_ms,
+                                     unsigned descriptors) {
   IncrWindowPending pending;
   const std::uint64_t period = std::max<std::uint64_t>(rule.period_ms, 1);
   pending.window = now_ms / period;
   pending.elapsed_ms = now_ms % period;
   const bool sliding = rule.algorithm == Algorithm::kSlidingWindow;
-  pending.replies = sliding ? 3 : 2;
+  descriptors = std::clamp(descriptors, 1u, kMaxDescriptors);
+  pending.descriptors = static_cast<std::uint8_t>(descriptors);
+  pending.replies = static_cast<std::uint8_t>((sliding ? 3 : 2) * descriptors);
 
   char window[24];
   const auto window_end = std::to_chars(window, window + sizeof window, pending.window).ptr;
   const std::string_view window_text(window, static_cast<std::size_t>(window_end - window));
+  char previous[24];
+  const auto previous_end =
+      std::to_chars(previous, previous + sizeof previous, pending.window - 1).ptr;
+  const std::string_view previous_text(previous, static_cast<std::size_t>(previous_end - previous));
 
-  // The hash tag {key} keeps every window of a key in one Redis Cluster slot.
-  if (cost == 1) {
-    out.begin_command(2);
-    out.arg("INCR");
-  } else {
+  for (unsigned d = 0; d < descriptors; ++d) {
+    // Descriptor 0 keeps the one-descriptor name; the others add ":d<i>" after the hash tag.
+    char tag[8] = {':', 'd'};
+    const auto tag_end = std::to_chars(tag + 2, tag + sizeof tag, d).ptr;
+    const std::string_view descriptor =
+        d == 0 ? std::string_view()
+               : std::string_view(tag, static_cast<std::size_t>(tag_end - tag));
+
+    // The hash tag {key} keeps every window of a key in one Redis Cluster slot.
+    if (cost == 1) {
+      out.begin_command(2);
+      out.arg("INCR");
+    } else {
+      out.begin_command(3);
+      out.arg("INCRBY");
+    }
+    out.arg_concat({"{", key, "}", descriptor, ":", window_text});
+    if (cost != 1) out.arg(cost);
+
+    // A counter must outlive its window, and for the sliding window the next one too.
     out.begin_command(3);
-    out.arg("INCRBY");
-  }
-  out.arg_concat({"{", key, "}:", window_text});
-  if (cost != 1) out.arg(cost);
+    out.arg("PEXPIRE");
+    out.arg_concat({"{", key, "}", descriptor, ":", window_text});
+    out.arg(sliding ? 2 * period : period);
 
-  // A counter must outlive its window, and for the sliding window the next one too.
-  out.begin_command(3);
-  out.arg("PEXPIRE");
-  out.arg_concat({"{", key, "}:", window_text});
-  out.arg(sliding ? 2 * period : period);
-
-  if (sliding) {
-    const auto previous_end = std::to_chars(window, window + sizeof window, pending.window - 1).ptr;
-    out.begin_command(2);
-    out.arg("GET");
-    out.arg_concat({"{", key, "}:",
-                    std::string_view(window, static_cast<std::size_t>(previous_end - window))});
+    if (sliding) {
+      out.begin_command(2);
+      out.arg("GET");
+      out.arg_concat({"{", key, "}", descriptor, ":", previous_text});
+    }
   }
   return pending;
 }
 
-RedisDecision read_incr_window(const Rule& rule, const IncrWindowPending& pending,
-                               std::span<const RespValue> replies) {
-  if (replies.size() != pending.replies || pending.replies < 2) {
-    return error_decision("wrong number of replies for an incr_window decision");
-  }
+namespace {
+
+// One descriptor's counter: its units used, scaled by the period (see read_incr_window()), or
+// an error decision in `failure`.
+bool read_counter(const Rule& rule, const IncrWindowPending& pending,
+                  std::span<const RespValue> replies, unsigned __int128& used,
+                  RedisDecision& failure) {
   std::int64_t counter = 0;
   std::int64_t expire_result = 0;
-  RedisDecision failure;
-  if (!as_integer(replies[0], counter, failure)) return failure;
-  if (!as_integer(replies[1], expire_result, failure)) return failure;
-  if (counter < 0) return error_decision("negative counter");
-
+  if (!as_integer(replies[0], counter, failure)) return false;
+  if (!as_integer(replies[1], expire_result, failure)) return false;
+  if (counter < 0) {
+    failure = error_decision("negative counter");
+    return false;
+  }
   const std::uint64_t period = std::max<std::uint64_t>(rule.period_ms, 1);
   // Weighted sum, scaled by the period to stay in integers: previous * (period - elapsed) +
   // counter * period, compared with limit * period. 128 bits: no overflow for any u64 counter.
-  unsigned __int128 used = static_cast<unsigned __int128>(counter) * period;
-  if (pending.replies == 3) {
+  used = static_cast<unsigned __int128>(counter) * period;
+  if (replies.size() == 3) {
     std::uint64_t previous = 0;
     const RespValue& get = replies[2];
-    if (get.type == RespType::kError) return error_decision(get.text);
+    if (get.type == RespType::kError) {
+      failure = error_decision(get.text);
+      return false;
+    }
     if (get.type == RespType::kBulkString) {
       const char* end = get.text.data() + get.text.size();
       auto [ptr, ec] = std::from_chars(get.text.data(), end, previous);
-      if (ec != std::errc() || ptr != end)
-        return error_decision("previous counter is not a number");
+      if (ec != std::errc() || ptr != end) {
+        failure = error_decision("previous counter is not a number");
+        return false;
+      }
     } else if (get.type != RespType::kNullBulk) {
-      return error_decision("expected a bulk string or null from GET");
+      failure = error_decision("expected a bulk string or null from GET");
+      return false;
     }
     used += static_cast<unsigned __int128>(previous) * (period - pending.elapsed_ms);
   }
+  return true;
+}
+
+}  // namespace
+
+RedisDecision read_incr_window(const Rule& rule, const IncrWindowPending& pending,
+                               std::span<const RespValue> replies) {
+  const std::size_t descriptors = std::max<std::size_t>(pending.descriptors, 1);
+  const std::size_t per = pending.replies / descriptors;
+  if (replies.size() != pending.replies || per < 2 || per > 3 ||
+      per * descriptors != pending.replies) {
+    return error_decision("wrong number of replies for an incr_window decision");
+  }
+  const std::uint64_t period = std::max<std::uint64_t>(rule.period_ms, 1);
   const unsigned __int128 allowed_scaled = static_cast<unsigned __int128>(rule.limit) * period;
+  unsigned __int128 most_used = 0;
+  for (std::size_t d = 0; d < descriptors; ++d) {
+    unsigned __int128 used = 0;
+    RedisDecision failure;
+    if (!read_counter(rule, pending, replies.subspan(d * per, per), used, failure)) return failure;
+    most_used = std::max(most_used, used);
+  }
 
   RedisDecision decision;
-  if (used <= allowed_scaled) {
+  if (most_used <= allowed_scaled) {
     decision.outcome = RedisDecision::Outcome::kAllowed;
-    decision.remaining = static_cast<std::int64_t>((allowed_scaled - used) / period);
+    decision.remaining = static_cast<std::int64_t>((allowed_scaled - most_used) / period);
   } else {
     decision.outcome = RedisDecision::Outcome::kDenied;
     // Until the next window: exact for the fixed window, an upper bound for the sliding one.

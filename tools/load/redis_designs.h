@@ -7,7 +7,10 @@
 //    on the client's clock. Per decision, pipelined: INCR (INCRBY when cost > 1) and PEXPIRE;
 //    for the sliding window counter also GET of the previous window's counter. As deployed,
 //    INCR counts refused requests too, so a refused request with cost > 1 can refuse later
-//    cheaper ones in the same window (never the other way round).
+//    cheaper ones in the same window (never the other way round). With D descriptors (the work
+//    envoyproxy/ratelimit does for a ShouldRateLimit call of D descriptors) a decision is D such
+//    groups in one pipeline, descriptor i > 0 on the counter "{key}:d<i>:<window>", and it is
+//    allowed only when every one is.
 //
 // Builders append to a RespWriter and allocate nothing once its buffer has grown. Readers take
 // the parsed replies and never throw; an unexpected reply is an error outcome, not a crash.
@@ -24,6 +27,9 @@
 namespace sluice::load {
 
 enum class RedisDesign : std::uint8_t { kLuaTokenBucket, kIncrWindow };
+
+// The most descriptors one incr_window decision (or one ShouldRateLimit call) carries.
+inline constexpr unsigned kMaxDescriptors = 8;
 
 // "lua_token_bucket", "incr_window".
 std::optional<RedisDesign> parse_redis_design(std::string_view name);
@@ -62,20 +68,26 @@ RedisDecision read_token_bucket(const RespParser& parser, const RespValue& reply
 struct IncrWindowPending {
   std::uint64_t window = 0;      // floor(now_ms / period_ms)
   std::uint64_t elapsed_ms = 0;  // now_ms - window start
-  std::uint8_t replies = 0;      // replies this decision takes: 2 (fixed) or 3 (sliding)
+  // Replies this decision takes: per descriptor 2 (fixed) or 3 (sliding), times descriptors.
+  std::uint8_t replies = 0;
+  std::uint8_t descriptors = 1;
 };
 
-// Appends the commands for one decision at client time `now_ms`. REQUIRES: rule.algorithm is
-// kFixedWindow or kSlidingWindow, rule.period_ms >= 1.
+// Appends the commands for one decision of `descriptors` counters at client time `now_ms`.
+// REQUIRES: rule.algorithm is kFixedWindow or kSlidingWindow, rule.period_ms >= 1,
+// 1 <= descriptors <= kMaxDescriptors.
 IncrWindowPending append_incr_window(RespWriter& out, std::string_view key, const Rule& rule,
-                                     std::uint32_t cost, std::uint64_t now_ms);
+                                     std::uint32_t cost, std::uint64_t now_ms,
+                                     unsigned descriptors = 1);
 
-// Reads the decision from its `pending.replies` replies, in order: the counter after INCR, the
-// PEXPIRE result, and for the sliding window the previous window's counter (null when absent).
-// Fixed window: allowed when counter <= limit. Sliding window counter: allowed when
-// previous * (period - elapsed) / period + counter <= limit (the previous window weighted by
-// the part of it that the sliding period still covers). REQUIRES: scalar replies (views into
-// the read buffer still valid).
+// Reads the decision from its `pending.replies` replies, in order, per descriptor: the counter
+// after INCR, the PEXPIRE result, and for the sliding window the previous window's counter
+// (null when absent). Fixed window: a counter is within its limit when counter <= limit.
+// Sliding window counter: when previous * (period - elapsed) / period + counter <= limit (the
+// previous window weighted by the part of it that the sliding period still covers). Allowed
+// when every descriptor's counter is within the limit; `remaining` is the smallest. An error
+// reply anywhere makes the decision an error. REQUIRES: scalar replies (views into the read
+// buffer still valid).
 RedisDecision read_incr_window(const Rule& rule, const IncrWindowPending& pending,
                                std::span<const RespValue> replies);
 

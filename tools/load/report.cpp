@@ -17,6 +17,11 @@ std::string report_json(const LoadOptions& o, const LoadReport& r) {
   j.field("op", operation_name(o.op));
   if (o.backend == BackendKind::kRedis && o.op == Operation::kAcquire) {
     j.field("redis_design", redis_design_name(o.redis_design));
+    if (o.redis_design == RedisDesign::kIncrWindow) j.field("descriptors", o.descriptors);
+  }
+  if (o.backend == BackendKind::kRls) {
+    j.field("rls_domain", o.rls_domain);
+    j.field("descriptors", o.descriptors);
   }
   if (o.backend == BackendKind::kHttp) {
     j.field("path", o.http_path);
@@ -109,6 +114,13 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
     what += fmt::format(" {}", operation_name(o.op));
   } else if (o.backend == BackendKind::kRedis) {
     what += fmt::format(" {}", redis_design_name(o.redis_design));
+    if (o.redis_design == RedisDesign::kIncrWindow && o.descriptors > 1) {
+      what += fmt::format(" x{} descriptors", o.descriptors);
+    }
+  } else if (o.backend == BackendKind::kRls) {
+    what +=
+        fmt::format(" ShouldRateLimit domain {}, {} descriptor{} (audit rule {})", o.rls_domain,
+                    o.descriptors, o.descriptors == 1 ? "" : "s", algorithm_name(o.rule.algorithm));
   } else if (o.backend == BackendKind::kHttp) {
     what += fmt::format(" GET {} ({}, audit rule {})", o.http_path, o.key_header,
                         algorithm_name(o.rule.algorithm));
