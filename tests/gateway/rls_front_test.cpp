@@ -35,6 +35,7 @@ descriptors:
   std::thread timer_thread([&] { timers.run(); });
   RlsOptions options;
   options.caller_margin = 0ms;
+  options.deadline_tick = 20us;  // the deadlines' own precision, below a round trip
   RlsFront front(*client, rules.view(), metrics, timers, options);
 
   constexpr int kCalls = 300;

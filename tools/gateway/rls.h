@@ -9,10 +9,14 @@
 
 #include <grpcpp/server.h>
 
+#include <boost/asio/steady_timer.hpp>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <queue>
 #include <string>
 
 #include "client/client.h"
@@ -33,6 +37,10 @@ struct RlsOptions {
   std::chrono::milliseconds deadline{15};
   // How long before the caller's deadline the answer is sent, for its way back.
   std::chrono::milliseconds caller_margin{2};
+  // While calls wait for the cluster, one timer ticks this often and answers those whose
+  // deadline has passed (a timer per call would cost two thread wake-ups per call); so a
+  // deadline is met within one tick.
+  std::chrono::microseconds deadline_tick{1000};
   // response_headers_to_add: RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-
   // headers), Retry-After when over; and with `legacy_headers` the RateLimit-Limit,
   // RateLimit-Remaining and RateLimit-Reset trio envoyproxy/ratelimit adds when
@@ -67,12 +75,27 @@ class RlsFront {
   struct Pending;
   void finish(Pending& pending, std::span<const client::Result<client::Decision>> results);
   bool fails_closed(const rules::EnvoyLimit& limit) const;
+  // Deadlines: watch() from any thread; tick() on the timers' thread.
+  void watch(std::shared_ptr<Pending> pending, std::chrono::steady_clock::time_point deadline);
+  void tick();
 
   client::Client& client_;
   RulesView rules_;
   GatewayMetrics& metrics_;
   boost::asio::io_context& timers_;
   RlsOptions options_;
+
+  struct Waiting {
+    std::chrono::steady_clock::time_point deadline;
+    std::shared_ptr<Pending> pending;
+    bool operator>(const Waiting& other) const { return deadline > other.deadline; }
+  };
+  std::mutex waiting_mutex_;
+  // Earliest deadline on top; a call stays until its deadline even when answered (then the
+  // tick finds it answered), so at most rate x deadline entries.
+  std::priority_queue<Waiting, std::vector<Waiting>, std::greater<>> waiting_;  // waiting_mutex_
+  bool ticking_ = false;                                                        // waiting_mutex_
+  boost::asio::steady_timer tick_timer_;  // the timers' thread only
 };
 
 // The gRPC server: RlsFront behind RateLimitService's callback API.
