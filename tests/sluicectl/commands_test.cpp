@@ -60,10 +60,14 @@ TEST_CASE("acquire, peek, reset and stats against a node: what they print and th
 
   const Ran stats = run(s + "stats --json");
   CHECK(stats.status == kExitOk);
-  CHECK_THAT(stats.out, Catch::StartsWith("{\"total\":{"));
+  // The node asked is named: its address and its id (by default bind:port).
+  CHECK_THAT(stats.out,
+             Catch::StartsWith("{\"server\":\"" + server.address() + "\",\"node_id\":\"" +
+                               server.address() + "\",\"total\":{"));
   CHECK_THAT(stats.out, Catch::Contains("\"allowed\":2"));
   const Ran table = run(s + "stats");
-  CHECK_THAT(table.out, Catch::StartsWith("counter "));
+  CHECK_THAT(table.out, Catch::StartsWith("stats of node " + server.address() + " (" +
+                                          server.address() + ")\ncounter "));
   CHECK_THAT(table.out, Catch::Contains("shard 0        shard 1          total\n"));
 
   const Ran ping = run(s + "ping");

@@ -123,25 +123,37 @@ std::vector<Stat> some_stats() {
           {"shard.x.bad", 7},     {"replication.node-1.up", 1}};
 }
 
-TEST_CASE("stats: a row per counter, a column per shard and the total, the rest after",
+client::ServerInfo stats_node() {
+  client::ServerInfo info;
+  info.endpoint = "127.0.0.1:7420";
+  info.node_id = "n1";
+  return info;
+}
+
+TEST_CASE("stats: the node asked, a row per counter, a column per shard and the total, the rest",
           "[format]") {
-  CHECK(format_stats(some_stats(), false) ==
+  CHECK(format_stats(stats_node(), some_stats(), false) ==
+        "stats of node n1 (127.0.0.1:7420)\n"
         "counter           shard 0        shard 1          total\n"
         "keys                    1              2              3\n"
         "allowed                 5              -              5\n"
         "only_total              -              -              9\n"
         "shard.x.bad 7\n"
         "replication.node-1.up 1\n");
-  CHECK(format_stats({}, false) == "counter          total\n");
+  CHECK(format_stats(stats_node(), {}, false) ==
+        "stats of node n1 (127.0.0.1:7420)\ncounter          total\n");
 }
 
-TEST_CASE("stats in JSON: totals, one object per shard, and the other counters", "[format]") {
-  CHECK(format_stats(some_stats(), true) ==
-        R"({"total":{"keys":3,"allowed":5,"only_total":9},"shards":[{"keys":1,"allowed":5},)"
+TEST_CASE("stats in JSON: the node asked, totals, one object per shard, and the other counters",
+          "[format]") {
+  CHECK(format_stats(stats_node(), some_stats(), true) ==
+        R"({"server":"127.0.0.1:7420","node_id":"n1",)"
+        R"("total":{"keys":3,"allowed":5,"only_total":9},"shards":[{"keys":1,"allowed":5},)"
         R"({"keys":2}],"other":{"shard.x.bad":7,"replication.node-1.up":1}})"
         "\n");
-  CHECK(format_stats({}, true) == R"({"total":{},"shards":[],"other":{}})"
-                                  "\n");
+  CHECK(format_stats(stats_node(), {}, true) ==
+        R"({"server":"127.0.0.1:7420","node_id":"n1","total":{},"shards":[],"other":{}})"
+        "\n");
 }
 
 ClusterInfo three_nodes() {

@@ -57,7 +57,7 @@ int run_nodes(const CtlOptions& o, const EtcdSide* etcd, std::FILE* out, std::FI
   if (o.command == "stats") {
     auto stats = client.stats();
     if (!stats.ok()) return fail(err, stats.status().to_string());
-    write(out, format_stats(*stats, o.json));
+    write(out, format_stats(client.server_info(), *stats, o.json));
     return kExitOk;
   }
   if (o.command == "cluster") {

@@ -132,7 +132,8 @@ std::string format_reset(std::string_view key, bool existed, bool json) {
                      existed ? "reset (the key existed)" : "not found (nothing to reset)");
 }
 
-std::string format_stats(const std::vector<Stat>& stats, bool json) {
+std::string format_stats(const client::ServerInfo& node, const std::vector<Stat>& stats,
+                         bool json) {
   std::vector<std::string> names;  // row order: first seen
   std::map<std::string, std::map<std::size_t, std::uint64_t>> per_shard;
   std::map<std::string, std::uint64_t> totals;
@@ -167,7 +168,8 @@ std::string format_stats(const std::vector<Stat>& stats, bool json) {
   }
 
   if (json) {
-    std::string out = "{\"total\":{";
+    std::string out = fmt::format("{{\"server\":{},\"node_id\":{},\"total\":{{",
+                                  json_string(node.endpoint), json_string(node.node_id));
     bool first = true;
     for (const auto& name : names) {
       if (!totals.count(name)) continue;
@@ -197,7 +199,8 @@ std::string format_stats(const std::vector<Stat>& stats, bool json) {
 
   std::size_t width = 7;
   for (const auto& name : names) width = std::max(width, name.size());
-  std::string out = fmt::format("{:<{}}", "counter", width);
+  std::string out = fmt::format("stats of node {} ({})\n", node.node_id, node.endpoint);
+  out += fmt::format("{:<{}}", "counter", width);
   for (std::size_t i = 0; i < shard_count; ++i) {
     out += fmt::format(" {:>14}", fmt::format("shard {}", i));
   }

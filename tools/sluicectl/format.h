@@ -26,10 +26,13 @@ std::string format_decision(std::string_view key, const client::Decision& d,
 // reset: whether the key existed.
 std::string format_reset(std::string_view key, bool existed, bool json);
 
-// stats: "shard.<i>.<name>" and "total.<name>" become a row per name (in the order first seen)
-// with a column per shard and one for the total ("-" where a counter is missing); any other
-// counter is listed after the table. JSON: {"total":{..},"shards":[{..},..],"other":{..}}.
-std::string format_stats(const std::vector<client::Stat>& stats, bool json);
+// stats of the node `node` describes (the one asked): a first line naming it, then
+// "shard.<i>.<name>" and "total.<name>" as a row per name (in the order first seen) with a
+// column per shard and one for the total ("-" where a counter is missing); any other counter is
+// listed after the table. JSON: {"server":..,"node_id":..,"total":{..},"shards":[{..},..],
+// "other":{..}}.
+std::string format_stats(const client::ServerInfo& node, const std::vector<client::Stat>& stats,
+                         bool json);
 
 // cluster: the map of the node at `endpoint` (the seed), each node's share of the ring, in etcd
 // mode whether it serves as primary (or is fenced, and why) and its etcd member, and its
