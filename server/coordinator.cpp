@@ -1,4 +1,5 @@
 #include "server/coordinator.h"
+#include "log/log.h"
 
 #include "net/asio.h"  // before any other Asio header
 
@@ -389,11 +390,13 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     timer_.async_wait([self, attempt](const boost::system::error_code& ec) {
       if (ec || self->stopped_ || self->finished_ || attempt != self->source_index_) return;
       const PullPlan::Source& gone = self->plan_.sources[attempt - 1];
-      fmt::print(stderr, "sluiced: pull of {} partitions from {}: no progress in {} ms ({}); {}\n",
-                 self->plan_.partitions.size(), gone.node, Coordinator::kSourceTimeout.count(),
-                 self->last_error_.empty() ? "no answer" : self->last_error_,
-                 attempt < self->plan_.sources.size() ? "trying the next source"
-                                                      : "serving with the records here");
+      log::warning(
+          "cluster",
+          fmt::format("pull of {} partitions from {}: no progress in {} ms ({}); {}",
+                      self->plan_.partitions.size(), gone.node, Coordinator::kSourceTimeout.count(),
+                      self->last_error_.empty() ? "no answer" : self->last_error_,
+                      attempt < self->plan_.sources.size() ? "trying the next source"
+                                                           : "serving with the records here"));
       self->leave_source();
     });
   }
@@ -416,11 +419,12 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
     const auto not_before = started_ + config.etcd_lease_ttl + config.fence_margin;
     const auto now = std::chrono::steady_clock::now();
     if (!context().fenced || now >= not_before) return next_source();
-    fmt::print(stderr,
-               "sluiced: pull of {} partitions: waiting {} ms more, until the unfenced source's "
-               "lease must have lapsed\n",
-               plan_.partitions.size(),
-               std::chrono::duration_cast<std::chrono::milliseconds>(not_before - now).count());
+    log::info("cluster",
+              fmt::format(
+                  "pull of {} partitions: waiting {} ms more, until the unfenced "
+                  "source's lease must have lapsed",
+                  plan_.partitions.size(),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(not_before - now).count()));
     timer_.expires_at(not_before);
     auto self = shared_from_this();
     const std::size_t attempt = source_index_;
@@ -467,14 +471,16 @@ class PullJob : public std::enable_shared_from_this<PullJob> {
                        : plan_.primary ? "to serve as primary"
                                        : "as replica";
     if (from_.empty()) {
-      fmt::print(stderr, "sluiced: epoch {}: {} partitions ({}): {}, serving with what is here\n",
-                 view_->epoch(), plan_.partitions.size(), kind,
-                 plan_.sources.empty() ? "no node to pull from" : "no source answered");
+      log::info("cluster",
+                fmt::format("epoch {}: {} partitions ({}): {}, serving with what is "
+                            "here",
+                            view_->epoch(), plan_.partitions.size(), kind,
+                            plan_.sources.empty() ? "no node to pull from" : "no source answered"));
     } else {
-      fmt::print(stderr,
-                 "sluiced: epoch {}: pulled {} records of {} partitions from {} in {} ms ({}{})\n",
-                 view_->epoch(), pulled_, plan_.partitions.size(), from_, took.count(), kind,
-                 request_.fence ? ", fenced" : "");
+      log::info("cluster",
+                fmt::format("epoch {}: pulled {} records of {} partitions from {} in {} ms ({}{})",
+                            view_->epoch(), pulled_, plan_.partitions.size(), from_, took.count(),
+                            kind, request_.fence ? ", fenced" : ""));
     }
     if (done_) done_(pulled_);
     owner_.finished(this);

@@ -59,11 +59,9 @@ EtcdMembership::EtcdMembership(asio::io_context& io, MembershipConfig config, Ad
 
 void EtcdMembership::start() { asio::co_spawn(io_, run(), asio::detached); }
 
-void EtcdMembership::say(const std::string& message) {
-  if (message == last_said_) return;
-  last_said_ = message;
-  fmt::print(stderr, "sluiced: etcd: {} {}\n", format_utc_ms(std::chrono::system_clock::now()),
-             message);
+void EtcdMembership::say(const std::string& message) { said_.write(log::Level::kInfo, message); }
+void EtcdMembership::warn(const std::string& message) {
+  said_.write(log::Level::kWarning, message);
 }
 
 void EtcdMembership::publish_fence() {
@@ -82,13 +80,14 @@ void EtcdMembership::note_fence() {
       say(ever_open_ ? "serving as primary again" : "fence open: serving as primary");
       ever_open_ = true;
     } else if (reason == cluster::FenceReason::kLeaseLapsed) {
-      say(
+      warn(
           fmt::format("fenced: no keepalive answered since one sent at {} (lease may have "
                       "lapsed): serving nothing as primary",
                       format_utc_ms(last_answered_)));
     } else if (reason == cluster::FenceReason::kMapUnconfirmed &&
                was != cluster::FenceReason::kNoLease) {
-      say("fenced: no read of the member set confirmed the map in time (map not confirmed): "
+      warn(
+          "fenced: no read of the member set confirmed the map in time (map not confirmed): "
           "serving nothing as primary");
     }
     // kNoLease: lose() and stop() say why; a map not yet confirmed in a new session is the
@@ -126,8 +125,8 @@ void EtcdMembership::lose(const std::string& why) {
   fence_.lose();
   publish_fence();
   if (cancel_warm_) cancel_warm_();  // a warm-up for a lost session is of no use
-  say(fmt::format("lease {:x} lost ({}): no longer serving as primary; registering again",
-                  etcd_lease_, why));
+  warn(fmt::format("lease {:x} lost ({}): no longer serving as primary; registering again",
+                   etcd_lease_, why));
   client_.stop_watches();
 }
 
@@ -173,7 +172,7 @@ asio::awaitable<bool> EtcdMembership::open_session() {
   const auto wall_sent = std::chrono::system_clock::now();
   const auto lease = co_await client_.grant(config_.ttl);
   if (!lease) {
-    say("cannot grant a lease: " + lease.error());
+    warn("cannot grant a lease: " + lease.error());
     co_return false;
   }
   if (stopped_) {
@@ -194,7 +193,7 @@ asio::awaitable<bool> EtcdMembership::open_session() {
   while (current(session_) && !lost_) {
     const auto put = co_await client_.put_if_absent(key_, joining, etcd_lease_);
     if (!put) {
-      say("cannot register " + key_ + ": " + put.error());
+      warn("cannot register " + key_ + ": " + put.error());
       co_return false;
     }
     if (put->written) {
@@ -204,8 +203,8 @@ asio::awaitable<bool> EtcdMembership::open_session() {
       co_return true;
     }
     if (now() - waited_since > 2 * config_.ttl) {
-      say(fmt::format("{} is held by another live lease: is node id '{}' used twice?", key_,
-                      config_.node_id));
+      warn(fmt::format("{} is held by another live lease: is node id '{}' used twice?", key_,
+                       config_.node_id));
     } else {
       say(fmt::format("{} is still held (a previous run's lease?): waiting for it to expire",
                       key_));
@@ -226,7 +225,7 @@ asio::awaitable<void> EtcdMembership::keepalive_loop(std::uint64_t session) {
     note_member();
     if (!ttl) {
       // The fence closes by itself if this goes on; the lease may well still be alive.
-      say("keepalive failed: " + ttl.error());
+      warn("keepalive failed: " + ttl.error());
     } else if (*ttl <= 0) {
       lose("etcd says it has expired");
       break;
@@ -249,7 +248,7 @@ asio::awaitable<bool> EtcdMembership::write_state(cluster::NodeState state, std:
       say(fmt::format("{} is {} (revision {})", key_, cluster::node_state_name(state), *put));
       co_return true;
     }
-    say(fmt::format("cannot set {} {}: {}", key_, cluster::node_state_name(state), put.error()));
+    warn(fmt::format("cannot set {} {}: {}", key_, cluster::node_state_name(state), put.error()));
     co_await pause(config_.retry);
   }
   co_return false;
@@ -269,9 +268,9 @@ bool EtcdMembership::adopt_members(std::int64_t revision) {
   }
   cluster::MembersView view =
       cluster::members_view(config_.cluster, entries, static_cast<std::uint64_t>(revision));
-  for (const std::string& why : view.rejected) say("member record left out: " + why);
+  for (const std::string& why : view.rejected) warn("member record left out: " + why);
   if (!view.map) {
-    say(fmt::format("the members at revision {} make no map: {}", revision, view.map.error()));
+    warn(fmt::format("the members at revision {} make no map: {}", revision, view.map.error()));
     return false;
   }
   adopt_(*view.map);
@@ -288,7 +287,7 @@ asio::awaitable<void> EtcdMembership::confirm_loop(std::uint64_t session) {
     if (!current(session) || lost_) break;
     note_member();
     if (!read) {
-      say("cannot confirm the member set: " + read.error());
+      warn("cannot confirm the member set: " + read.error());
     } else {
       confirm(*read, sent);
     }
@@ -342,7 +341,7 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
       const auto read = co_await client_.range(prefix, /*prefix=*/true);
       if (!current(session) || lost_) break;
       if (!read) {
-        say("cannot read " + prefix + ": " + read.error());
+        warn("cannot read " + prefix + ": " + read.error());
         co_await pause(config_.retry);
         continue;
       }
@@ -419,7 +418,7 @@ asio::awaitable<void> EtcdMembership::follow(std::uint64_t session) {
         });
     if (!current(session) || lost_) break;
     if (!why.empty() && why != "stopped") {
-      say("watch of " + prefix + " ended: " + why);
+      warn("watch of " + prefix + " ended: " + why);
       co_await pause(config_.retry);
     }
   }
@@ -492,7 +491,7 @@ void EtcdMembership::stop(std::function<void()> done) {
       io_,
       [this, lease, done = std::move(done)]() -> asio::awaitable<void> {
         const auto revoked = co_await client_.revoke(lease);
-        if (!revoked) say("cannot revoke lease at stop: " + revoked.error());
+        if (!revoked) warn("cannot revoke lease at stop: " + revoked.error());
         done();
       },
       asio::detached);

@@ -26,6 +26,7 @@
 #include "cluster/cluster_map.h"
 #include "cluster/lease_fence.h"
 #include "etcd/etcd_client.h"
+#include "log/log.h"
 
 namespace sluice::server {
 
@@ -108,7 +109,9 @@ class EtcdMembership {
   bool adopt_members(std::int64_t revision);
   // Says `message` on stderr, after the UTC time, unless it was the last thing said (etcd
   // down: one line, not one every retry).
+  // A line of the etcd component, written unless it repeats the last one (log::Repeating).
   void say(const std::string& message);
+  void warn(const std::string& message);
 
   boost::asio::io_context& io_;
   MembershipConfig config_;
@@ -152,7 +155,7 @@ class EtcdMembership {
   Records adopted_;           // the set of the map in force
   std::int64_t watched_ = 0;  // the last revision whose events are in members_
   std::string member_;        // the etcd member calls went to last
-  std::string last_said_;
+  log::Repeating said_{"etcd"};
 };
 
 }  // namespace sluice::server

@@ -21,6 +21,7 @@
 #include "cli/flags.h"
 #include "core/version.h"
 #include "etcd/etcd_client.h"
+#include "log/log.h"
 #include "net/host_port.h"
 #include "server/auth.h"
 #include "server/server.h"
@@ -123,6 +124,9 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
       "huge-pages",
       "keep counters in 2 MiB transparent huge pages (shards of 64 MiB or more): faster lookups "
       "in large tables, a pause of up to milliseconds per 2 MiB the table grows into")(
+      "log-format", po::value<std::string>()->default_value("text"),
+      "log lines on stderr: text (RFC 3339 time, level, component; under systemd's journal the "
+      "level as a priority and no time) or json (one object per line)")(
       "version", "print the version and exit");
 
   const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, options);
@@ -135,6 +139,13 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
     return std::nullopt;
   }
   auto text = [&](const char* flag) { return vm[flag].as<std::string>(); };
+  const auto log_format = sluice::log::parse_format(text("log-format"));
+  if (!log_format) {
+    throw FlagError{"--log-format " + text("log-format") + ": expected text or json"};
+  }
+  sluice::log::configure({.program = "sluiced",
+                          .format = *log_format,
+                          .journald = sluice::log::journald_from_environment()});
 
   ServerConfig config;
   config.bind = text("bind");
@@ -241,7 +252,7 @@ int main(int argc, char** argv) {
   if (!config) return 0;
   if (const std::string warning = sluice::server::unauthenticated_bind_warning(*config);
       !warning.empty()) {
-    fmt::print(stderr, "sluiced: warning: {}\n", warning);
+    sluice::log::warning("node", warning);
   }
 
   // Asio sends with MSG_NOSIGNAL; this also covers any other write to a closed socket.
@@ -256,8 +267,9 @@ int main(int argc, char** argv) {
     boost::asio::io_context signals_io(1);
     boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
     // The first signal stops gracefully (--shutdown-timeout); a second one closes everything.
-    signals.async_wait([&](const boost::system::error_code& ec, int) {
+    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (ec) return;
+      sluice::log::info("node", fmt::format("signal {}: stopping", signal));
       server.stop();
       signals.async_wait([&server](const boost::system::error_code& again, int) {
         if (!again) server.stop_now();
@@ -269,16 +281,20 @@ int main(int argc, char** argv) {
         [&](const boost::system::error_code& ec, int) {
           if (ec) return;
           if (config->cluster_file.empty()) {
-            fmt::print(stderr, "sluiced: SIGHUP ignored: not in static cluster mode (--cluster)\n");
+            sluice::log::warning("cluster",
+                                 "SIGHUP ignored: not in static cluster mode (--cluster)");
           } else if (const std::string refused = server.reload_cluster(); refused.empty()) {
-            fmt::print(stderr, "sluiced: {} reread: epoch {}{}\n", config->cluster_file,
-                       server.cluster_epoch(),
-                       server.cluster_member() ? ""
-                                               : " (this node is not listed: it serves no key, "
-                                                 "it redirects every one)");
+            sluice::log::info(
+                "cluster",
+                fmt::format("{} reread: epoch {}{}", config->cluster_file, server.cluster_epoch(),
+                            server.cluster_member()
+                                ? ""
+                                : " (this node is not listed: it serves no key, it "
+                                  "redirects every one)"));
           } else {
-            fmt::print(stderr, "sluiced: {} refused, the map of epoch {} stays:\n{}\n",
-                       config->cluster_file, server.cluster_epoch(), refused);
+            sluice::log::error("cluster",
+                               fmt::format("{} refused, the map of epoch {} stays: {}",
+                                           config->cluster_file, server.cluster_epoch(), refused));
           }
           hangups.async_wait(on_hangup);
         };
@@ -306,6 +322,10 @@ int main(int argc, char** argv) {
                  config->cluster_file, server.cluster_epoch());
     }
     std::fflush(stdout);
+    sluice::log::info("node",
+                      fmt::format("listening on {} (public), shard ports {} ({} shards)",
+                                  sluice::net::format_host_port(config->bind, server.port()),
+                                  join_ports(server.shard_ports()), server.shard_count()));
     // Runs until the server has stopped (a second signal may still arrive meanwhile).
     std::thread waiter([&] {
       server.wait();
@@ -317,8 +337,9 @@ int main(int argc, char** argv) {
     signals_io.run();
     waiter.join();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "sluiced: {}\n", e.what());
+    sluice::log::error("node", e.what());
     return 1;
   }
+  sluice::log::info("node", "stopped");
   return 0;
 }

@@ -1,4 +1,5 @@
 #include "server/server.h"
+#include "log/log.h"
 
 #include "net/asio.h"  // before any other Asio header
 
@@ -77,10 +78,11 @@ void fit_connections_to_descriptors(ServerConfig& config, unsigned shards) {
   const std::uint64_t needed = kFixedDescriptors + kDescriptorsPerShard * shards;
   const std::uint64_t available = limit.rlim_cur > needed ? limit.rlim_cur - needed : 0;
   if (available >= config.max_connections) return;
-  fmt::print(stderr,
-             "sluiced: open-file limit {} (hard {}) is below --max-connections {} plus {} "
-             "descriptors the node needs: serving at most {} connections (raise ulimit -n)\n",
-             limit.rlim_cur, limit.rlim_max, config.max_connections, needed, available);
+  log::warning("node", fmt::format("open-file limit {} (hard {}) is below --max-connections {} "
+                                   "plus {} descriptors the node needs: serving at most {} "
+                                   "connections (raise ulimit -n)",
+                                   limit.rlim_cur, limit.rlim_max, config.max_connections, needed,
+                                   available));
   config.max_connections = static_cast<std::uint32_t>(available);
 }
 
@@ -287,10 +289,10 @@ void Server::Impl::adopt_locked(const cluster::ClusterMap& map) {
       stuck.partitions.push_back(p);
     }
     if (!stuck.partitions.empty()) {
-      fmt::print(stderr,
-                 "sluiced: epoch {}: {} partitions of this node were fenced under a map it never "
-                 "adopted: gathering them again before serving them\n",
-                 map.epoch(), stuck.partitions.size());
+      log::info("cluster", fmt::format("epoch {}: {} partitions of this node were fenced under a "
+                                       "map it never adopted: gathering them again before "
+                                       "serving them",
+                                       map.epoch(), stuck.partitions.size()));
       if (stuck.sources.empty()) {
         // Alone in the map: what is here is all there is.
         for (const std::uint32_t p : stuck.partitions) {
@@ -324,10 +326,10 @@ void Server::Impl::adopt_from_etcd(const cluster::ClusterMap& map) {
   // Epochs only grow; the same member set under a later revision changes nothing.
   if (map.epoch() <= current.epoch() || same_members(map, current)) return;
   const cluster::ClusterNode* self = map.find(context.node_id);
-  fmt::print(stderr, "sluiced: etcd: {} epoch {}: {} members, {} active; this node {}\n",
-             format_utc_ms(std::chrono::system_clock::now()), map.epoch(), map.nodes().size(),
-             map.ring().nodes().size(),
-             self != nullptr ? cluster::node_state_name(self->state) : "absent");
+  log::info("etcd",
+            fmt::format("epoch {}: {} members, {} active; this node {}", map.epoch(),
+                        map.nodes().size(), map.ring().nodes().size(),
+                        self != nullptr ? cluster::node_state_name(self->state) : "absent"));
   adopt_locked(map);
 }
 

@@ -1,4 +1,5 @@
 #include "server/shard.h"
+#include "log/log.h"
 
 #include "net/asio.h"  // before any other Asio header
 
@@ -71,9 +72,9 @@ void log_exception(unsigned shard, std::string_view where, std::exception_ptr e)
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {
-    fmt::print(stderr, "sluiced: shard {}: {}: {}\n", shard, where, ex.what());
+    log::error("shard", fmt::format("shard {}: {}: {}", shard, where, ex.what()));
   } catch (...) {
-    fmt::print(stderr, "sluiced: shard {}: {}: unknown exception\n", shard, where);
+    log::error("shard", fmt::format("shard {}: {}: unknown exception", shard, where));
   }
 }
 
@@ -277,10 +278,10 @@ void Shard::log_accept_error(const boost::system::error_code& ec) {
     return;
   }
   if (unlogged_accept_errors_ == 0) {
-    fmt::print(stderr, "sluiced: shard {}: accept: {}\n", index_, ec.message());
+    log::error("shard", fmt::format("shard {}: accept: {}", index_, ec.message()));
   } else {
-    fmt::print(stderr, "sluiced: shard {}: accept: {} ({} more since the last report)\n", index_,
-               ec.message(), unlogged_accept_errors_);
+    log::error("shard", fmt::format("shard {}: accept: {} ({} more since the last report)", index_,
+                                    ec.message(), unlogged_accept_errors_));
   }
   last_accept_log_ = now;
   unlogged_accept_errors_ = 0;

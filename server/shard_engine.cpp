@@ -1,4 +1,5 @@
 #include "server/shard_engine.h"
+#include "log/log.h"
 
 #include <fmt/core.h>
 
@@ -214,17 +215,17 @@ void ShardEngine::log_replica_states() {
     const bool is = peer.oldest_ms >= stall_ms;
     if (is && !was) {
       stalled_replicas_.push_back(peer.node);
-      fmt::print(stderr,
-                 "sluiced: replica {} stalled: {} records not acknowledged, the oldest {} ms old "
-                 "({}); serving on, {} records dropped toward it so far\n",
-                 peer.node, peer.queued + peer.unacked, peer.oldest_ms,
-                 peer.up ? "connected" : "not connected", peer.dropped);
+      log::warning("replication",
+                   fmt::format("replica {} stalled: {} records not acknowledged, the oldest {} ms "
+                               "old ({}); serving on, {} records dropped toward it so far",
+                               peer.node, peer.queued + peer.unacked, peer.oldest_ms,
+                               peer.up ? "connected" : "not connected", peer.dropped));
     } else if (!is && was) {
       stalled_replicas_.erase(it);
-      fmt::print(stderr,
-                 "sluiced: replica {} caught up: {} records not acknowledged, the oldest {} ms "
-                 "old; {} records dropped toward it so far\n",
-                 peer.node, peer.queued + peer.unacked, peer.oldest_ms, peer.dropped);
+      log::info("replication",
+                fmt::format("replica {} caught up: {} records not acknowledged, the oldest {} ms "
+                            "old; {} records dropped toward it so far",
+                            peer.node, peer.queued + peer.unacked, peer.oldest_ms, peer.dropped));
     }
   }
   // A node that left the view is no longer stalled: forget it without a line.

@@ -1,4 +1,5 @@
 #include "server/socket_peer.h"
+#include "log/log.h"
 
 #include "net/asio.h"  // before any other Asio header
 
@@ -66,17 +67,17 @@ void SocketPeer::start_refused(WireErrorCode code, std::string_view message) {
 }
 
 void SocketPeer::spawn(asio::awaitable<void> coroutine) {
-  asio::co_spawn(socket_.get_executor(), std::move(coroutine),
-                 [self = self()](std::exception_ptr e) {
-                   if (!e) return;
-                   try {
-                     std::rethrow_exception(e);
-                   } catch (const std::exception& ex) {
-                     fmt::print(stderr, "sluiced: shard {}: connection: {}\n", self->shard_.index(),
-                                ex.what());
-                   }
-                   self->close();
-                 });
+  asio::co_spawn(
+      socket_.get_executor(), std::move(coroutine), [self = self()](std::exception_ptr e) {
+        if (!e) return;
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& ex) {
+          log::error("shard",
+                     fmt::format("shard {}: connection: {}", self->shard_.index(), ex.what()));
+        }
+        self->close();
+      });
 }
 
 void SocketPeer::close() {

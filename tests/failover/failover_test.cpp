@@ -425,8 +425,9 @@ TEST_CASE("etcd mode: with etcd down the primaries stop once their leases may ha
     REQUIRE(fenced != std::string::npos);
     CHECK(log.find(" fenced: no keepalive answered since ", fenced + 1) == std::string::npos);
     const std::size_t line = log.rfind('\n', fenced) + 1;
-    CHECK(std::regex_match(log.substr(line, fenced - line),
-                           std::regex(R"(sluiced: etcd: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
+    CHECK(std::regex_match(
+        log.substr(line, fenced - line),
+        std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warning sluiced/etcd:)")));
     CHECK(log.find(" serving as primary again", fenced) != std::string::npos);
   }
   report(
@@ -480,8 +481,8 @@ TEST_CASE("etcd mode: draining a node under load loses no request and no count")
 }
 
 // The records a node's log says it pulled, summed over its lines that contain `kind`
-// ("sluiced: epoch E: pulled N records of P partitions from X in T ms (KIND...)"), and the
-// longest time one of those pulls took.
+// ("... sluiced/cluster: epoch E: pulled N records of P partitions from X in T ms (KIND...)"), and
+// the longest time one of those pulls took.
 struct Pulled {
   std::uint64_t records = 0;
   long long longest_ms = 0;

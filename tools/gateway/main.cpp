@@ -20,9 +20,9 @@
 
 #include "cli/flags.h"
 #include "client/client.h"
-#include "core/utc_time.h"
 #include "core/version.h"
 #include "http/server.h"
+#include "log/log.h"
 #include "net/host_port.h"
 #include "rules/rule_set.h"
 #include "rules/rule_source.h"
@@ -98,7 +98,10 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       "rls-max-entries", po::value<std::string>()->default_value("32"),
       "entries in one descriptor; more: INVALID_ARGUMENT")(
       "rls-max-message-bytes", po::value<std::string>()->default_value("64KiB"),
-      "a ShouldRateLimit request's size; more: RESOURCE_EXHAUSTED");
+      "a ShouldRateLimit request's size; more: RESOURCE_EXHAUSTED")(
+      "log-format", po::value<std::string>()->default_value("text"),
+      "log lines on stderr: text (RFC 3339 time, level, component; under systemd's journal the "
+      "level as a priority and no time) or json (one object per line)");
   const po::variables_map vm = sluice::cli::parse_command_line(argc, argv, options);
   if (vm.count("help") != 0) {
     fmt::print("Usage: sluice-gateway --rules PATH [options]\n{}", fmt::streamed(options));
@@ -109,6 +112,13 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
     return std::nullopt;
   }
   const auto text = [&](const char* name) { return vm[name].as<std::string>(); };
+  const auto log_format = sluice::log::parse_format(text("log-format"));
+  if (!log_format) {
+    throw FlagError{"--log-format " + text("log-format") + ": expected text or json"};
+  }
+  sluice::log::configure({.program = "sluice-gateway",
+                          .format = *log_format,
+                          .journald = sluice::log::journald_from_environment()});
   Flags f;
   const auto listen = sluice::net::parse_host_port(text("listen"));
   boost::system::error_code not_ip;
@@ -182,10 +192,7 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
   return f;
 }
 
-void say(const std::string& line) {
-  fmt::print(stderr, "sluice-gateway: {} {}\n",
-             sluice::format_utc_ms(std::chrono::system_clock::now()), line);
-}
+void say(const std::string& line) { sluice::log::info("gateway", line); }
 
 }  // namespace
 
@@ -205,7 +212,8 @@ int main(int argc, char** argv) {
   sluice::rules::RuleSourceOptions source_options;
   source_options.rules = flags->rule_options;
   auto source = sluice::rules::RuleSource::open(
-      flags->rules, [](std::string_view message) { say(std::string(message)); }, source_options);
+      flags->rules, [](std::string_view message) { sluice::log::info("rules", message); },
+      source_options);
   if (!source) {
     for (const auto& d : source.error()) fmt::print(stderr, "{}\n", d.to_string());
     fmt::print(stderr, "sluice-gateway: {}: refused ({} error{})\n", flags->rules,
