@@ -73,8 +73,18 @@ Result<NodeConnection*> Router::node_control(std::string_view id) const {
   }
   const std::optional<cluster::NodeIndex> index = map_->ring().find(id);
   if (!index) {
+    // Said as it is: a second DRAIN of a draining node is the common case.
+    const cluster::ClusterNode* node = map_->find(id);
+    const std::string epoch = std::to_string(map_->epoch());
+    if (node == nullptr) {
+      return Status(
+          ErrorCode::kConnectionFailed,
+          "node " + std::string(id) + " is not in the client's map (epoch " + epoch + ")");
+    }
     return Status(ErrorCode::kConnectionFailed,
-                  "node " + std::string(id) + " is not active in the client's map");
+                  "node " + std::string(id) + " is " +
+                      std::string(cluster::node_state_name(node->state)) +
+                      ", not active, in the client's map (epoch " + epoch + ")");
   }
   const NodeRoute& node = nodes_[*index];
   if (node.control != nullptr) return node.control;

@@ -657,6 +657,12 @@ TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a n
   cluster.wait_for({0}, {0, 1});
   CHECK_THAT(run_command(ctl + view).output,
              Catch::Matches(fmt::format("(.|\n)*node-1 +draining +{}(.|\n)*", cluster.seed(1))));
+  // A second drain of it says what the node is now.
+  const Run again = run_command(ctl + "drain node-1");
+  INFO(again.output);
+  CHECK(again.status != 0);
+  CHECK_THAT(again.output, Catch::Contains("node node-1 is draining, not active, in the client's "
+                                           "map (epoch "));
   // Flags: --etcd needs --cluster-name and the cluster command.
   CHECK(run_command(ctl + "--etcd " + cluster.etcd().url() + " cluster").status == 2);
   CHECK(run_command(ctl + "--etcd " + cluster.etcd().url() + " --cluster-name x stats").status ==
