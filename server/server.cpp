@@ -51,8 +51,15 @@ std::uint16_t bind_guard(boost::asio::ip::tcp::acceptor& guard,
   std::uint16_t bound = 0;
   if (!ec) bound = guard.local_endpoint(ec).port();
   if (ec) {
-    throw std::system_error(std::error_code(ec.value(), std::system_category()),
-                            "cannot bind " + net::format_host_port(address.to_string(), port));
+    // Nodes on one host collide through their shard ports more often than through their
+    // public ones: say how the ports are laid out.
+    const std::string hint = ec == boost::asio::error::address_in_use
+                                 ? " (a node takes its port and port + 1 ... port + shards: "
+                                   "space nodes on one host by shards + 1)"
+                                 : "";
+    throw std::system_error(
+        std::error_code(ec.value(), std::system_category()),
+        "cannot bind " + net::format_host_port(address.to_string(), port) + hint);
   }
   return bound;
 }
