@@ -147,11 +147,14 @@ cpus_of() {
 
 # The CPU time each server process has used so far, in clock ticks (/proc/PID/stat's utime +
 # stime: the scheduler's own account; the per-core ticks of /proc/stat miss short bursts).
+# A process whose stat cannot be read (it exited) fails the run: no figure stands in for it.
 cpu_ticks() { # FILE
-  local role pid
+  local role pid ticks
   for role in sluiced:$SLUICED_PID gateway:$GATEWAY_PID redis:$REDIS_PID; do
     pid=${role#*:}
-    echo "${role%%:*} $(awk '{print $14 + $15}' /proc/"$pid"/stat 2>/dev/null || echo 0)"
+    ticks=$(awk '{print $14 + $15}' /proc/"$pid"/stat) ||
+      die "cannot read the CPU time of ${role%%:*} (pid $pid): has it exited?"
+    echo "${role%%:*} $ticks"
   done >"$1"
 }
 load() { # NAME ARGS...: one sluice-load run on LOAD_CPU, its JSON in $DIR/NAME.json
@@ -173,7 +176,7 @@ load() { # NAME ARGS...: one sluice-load run on LOAD_CPU, its JSON in $DIR/NAME.
 # not included), before and after an rls run.
 scrape() { # FILE
   python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' \
-    "http://127.0.0.1:$HTTP_PORT/metrics" >"$1" || : >"$1"
+    "http://127.0.0.1:$HTTP_PORT/metrics" >"$1" || die "cannot read the gateway's /metrics"
 }
 rls() {
   local name=$1
@@ -212,11 +215,7 @@ def row(path):
 
 def buckets(path):
     out = {}
-    try:
-        text = open(path).read()
-    except OSError:
-        return out
-    for l in text.splitlines():
+    for l in open(path).read().splitlines():
         if l.startswith('sluice_gateway_decision_duration_seconds_bucket{endpoint="rls",le="'):
             le = l.split('le="')[1].split('"')[0]
             out[le] = float(l.rsplit(" ", 1)[1])
@@ -226,29 +225,35 @@ def buckets(path):
 def gateway_share(path):
     base = path[:-5]
     before, after = buckets(base + ".before"), buckets(base + ".after")
-    total = after.get("+Inf", 0) - before.get("+Inf", 0)
+    # Only rls runs have the scrapes; one that counted no call fails rather than print nothing.
+    total = after["+Inf"] - before["+Inf"]
     if total <= 0:
-        return None
-    within = lambda le: (after.get(le, 0) - before.get(le, 0)) / total * 100
+        raise ValueError(f"{base}: the gateway's histogram counted no call over the run")
+    within = lambda le: (after[le] - before[le]) / total * 100
     return within("0.00025"), within("0.001")
 
 # The CPU each process used over the run, in percent of one core over the run's duration:
 # {"sluice-load": 41.0, "sluiced": 12.3, "gateway": 80.1, "redis": 0.2}.
+# A file missing or unreadable, or a run of no duration, raises: the run fails rather than
+# printing a figure that was not measured.
 def cpu_busy(path):
     base = path[:-5]
-    seconds = json.load(open(path))["duration_s"] or 1
+    seconds = json.load(open(path))["duration_s"]
+    if not seconds:
+        raise ValueError(f"{path}: the run has no duration")
     ticks = os.sysconf("SC_CLK_TCK")
     out = {}
-    try:
-        children = open(base + ".times").read().splitlines()[-1]  # times' second line
-        minutes = re.findall(r"(\d+)m([\d.]+)s", children)
-        out["sluice-load"] = 100 * sum(int(m) * 60 + float(s) for m, s in minutes) / seconds
-        read = lambda p: {l.split()[0]: int(l.split()[1]) for l in open(p)}
-        a, b = read(base + ".cpu-before"), read(base + ".cpu-after")
-    except (OSError, ValueError):
-        return out
+    children = open(base + ".times").read().splitlines()[-1]  # times' second line
+    minutes = re.findall(r"(\d+)m([\d.]+)s", children)
+    if len(minutes) != 2:
+        raise ValueError(f"{base}.times: no user and system times in {children!r}")
+    out["sluice-load"] = 100 * sum(int(m) * 60 + float(s) for m, s in minutes) / seconds
+    read = lambda p: {l.split()[0]: int(l.split()[1]) for l in open(p)}
+    a, b = read(base + ".cpu-before"), read(base + ".cpu-after")
+    if a.keys() != b.keys():
+        raise ValueError(f"{base}: CPU times before and after name other processes")
     for role in b:
-        out[role] = 100 * (b[role] - a.get(role, 0)) / ticks / seconds
+        out[role] = 100 * (b[role] - a[role]) / ticks / seconds
     return out
 
 def line(path):
@@ -258,10 +263,9 @@ def line(path):
            f"  p99.9 {w['p999']:>6} us  max {w['max']:>6} us  (sent {w['sent']} allowed {w['allowed']}"
            f" denied {w['denied']} errors {w['errors']} behind {w['behind']})")
     busy = cpu_busy(path)
-    if busy:
-        out += "; CPU " + ", ".join(f"{c} {v:.0f}%" for c, v in busy.items())
-    share = gateway_share(path)
-    if share:
+    out += "; CPU " + ", ".join(f"{c} {v:.0f}%" for c, v in busy.items())
+    if json.load(open(path))["backend"] == "rls":
+        share = gateway_share(path)
         out += f"; the gateway's own time: {share[0]:.1f}% within 250 us, {share[1]:.1f}% within 1 ms"
     if w["first_error"]: out += " first error: " + w["first_error"]
     print(out)
@@ -269,9 +273,8 @@ def line(path):
 def finish(result, meta, rate, *paths):
     rows = [row(p) for p in paths]
     for p, w in zip(paths, rows):
-        share = gateway_share(p)
-        if share:
-            w["gateway_within_250us_pct"], w["gateway_within_1ms_pct"] = share
+        if json.load(open(p))["backend"] == "rls":
+            w["gateway_within_250us_pct"], w["gateway_within_1ms_pct"] = gateway_share(p)
         w["cpu_pct_of_a_core"] = cpu_busy(p)
     print("table:")
     print(f"  {'backend':<20} {'desc':>4}  {'mode':<12} {'throughput':>11} {'p50 us':>7}"
