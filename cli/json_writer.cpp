@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/json_text.h"
+
 namespace sluice::cli {
 
 void JsonWriter::separate() {
@@ -65,43 +67,7 @@ JsonWriter& JsonWriter::value(double number) {
 JsonWriter& JsonWriter::null() { return raw("null"); }
 
 void JsonWriter::append_quoted(std::string& out, std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  out += '"';
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          const auto byte = static_cast<unsigned char>(c);
-          out += "\\u00";
-          out += kHex[byte >> 4];
-          out += kHex[byte & 0xF];
-        } else {
-          out += c;  // UTF-8 passes through unchanged
-        }
-    }
-  }
-  out += '"';
+  append_json_string(out, text);
 }
 
 }  // namespace sluice::cli
