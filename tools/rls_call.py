@@ -35,6 +35,27 @@ def compile_protos(out_dir):
     return rls_pb2
 
 
+def build_request(rls_pb2, domain, descriptors, hits=0):
+    """A RateLimitRequest of `descriptors`, each a list of (key, value) entries."""
+    request = rls_pb2.RateLimitRequest(domain=domain, hits_addend=hits)
+    for entries in descriptors:
+        descriptor = request.descriptors.add()
+        for key, value in entries:
+            entry = descriptor.entries.add()
+            entry.key = key
+            entry.value = value
+    return request
+
+
+def should_rate_limit(channel, rls_pb2):
+    """The ShouldRateLimit method on `channel`, called with a request and a timeout."""
+    return channel.unary_unary(
+        METHOD,
+        request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+        response_deserializer=rls_pb2.RateLimitResponse.FromString,
+    )
+
+
 def parse_descriptor(text):
     entries = []
     for part in text.split(","):
@@ -84,19 +105,9 @@ def main():
 
     with tempfile.TemporaryDirectory() as generated:
         rls_pb2 = compile_protos(generated)
-        request = rls_pb2.RateLimitRequest(domain=args.domain, hits_addend=args.hits)
-        for entries in descriptors:
-            descriptor = request.descriptors.add()
-            for key, value in entries:
-                entry = descriptor.entries.add()
-                entry.key = key
-                entry.value = value
+        request = build_request(rls_pb2, args.domain, descriptors, args.hits)
         with grpc.insecure_channel(args.address) as channel:
-            call = channel.unary_unary(
-                METHOD,
-                request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
-                response_deserializer=rls_pb2.RateLimitResponse.FromString,
-            )
+            call = should_rate_limit(channel, rls_pb2)
             try:
                 response = call(request, timeout=args.timeout)
             except grpc.RpcError as e:

@@ -47,24 +47,13 @@ class Checker:
         self.pb = pb
         self.http_address = http_address
         self.channel = grpc.insecure_channel(grpc_address)
-        self.stub = self.channel.unary_unary(
-            rls_call.METHOD,
-            request_serializer=pb.RateLimitRequest.SerializeToString,
-            response_deserializer=pb.RateLimitResponse.FromString,
-        )
+        self.stub = rls_call.should_rate_limit(self.channel, pb)
         self.OK = pb.RateLimitResponse.OK
         self.OVER = pb.RateLimitResponse.OVER_LIMIT
         self.HOUR = pb.RateLimitResponse.RateLimit.HOUR
 
     def request(self, descriptors, domain="rls_test", hits=0):
-        req = self.pb.RateLimitRequest(domain=domain, hits_addend=hits)
-        for entries in descriptors:
-            d = req.descriptors.add()
-            for key, value in entries:
-                e = d.entries.add()
-                e.key = key
-                e.value = value
-        return req
+        return rls_call.build_request(self.pb, domain, descriptors, hits)
 
     def call(self, req):
         return self.stub(req, timeout=5)

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/rls/rls_config.h"
 #include "tests/support/child_process.h"
 #include "tests/support/ports.h"
 
@@ -22,37 +23,6 @@ using namespace std::chrono_literals;
 
 constexpr const char* kPython = "/usr/bin/python3";
 constexpr int kShards = 2;
-
-// The config of tests/rls/rls_test.cpp, in envoyproxy/ratelimit's format.
-constexpr const char* kConfig = R"(domain: rls_test
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: authenticated
-    value: "false"
-    descriptors:
-      - key: path
-        value: /login
-        rate_limit: {unit: hour, requests_per_unit: 3, name: login}
-      - key: path
-        value: /healthz
-        rate_limit: {unlimited: true}
-  - key: plan
-    value: bulk
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 1, name: bulk_shadow}
-  - key: tenant
-    rate_limit: {unit: hour, requests_per_unit: 1, name: per_tenant}
-  - key: premium
-    rate_limit:
-      unit: hour
-      requests_per_unit: 5
-      name: premium
-      replaces:
-        - name: per_tenant
-  - key: batch
-    rate_limit: {unit: hour, requests_per_unit: 10}
-)";
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -101,7 +71,7 @@ TEST_CASE("rls: Python's grpcio asks the gateway binary in front of a 3-node clu
     REQUIRE(test::listen_port(line) == ports[i]);
   }
 
-  std::ofstream(dir.path / "envoy.yaml") << kConfig;
+  std::ofstream(dir.path / "envoy.yaml") << kRlsConfig;
   const std::uint16_t base = test::free_port_block(2);
   const std::string grpc_address = "127.0.0.1:" + std::to_string(base);
   const std::string http_address = "127.0.0.1:" + std::to_string(base + 1);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/gateway/gateway_support.h"
+#include "tests/rls/rls_config.h"
 #include "tests/support/child_process.h"
 #include "tests/support/ports.h"
 #include "tools/gateway/rls.h"
@@ -28,57 +29,6 @@ namespace {
 using namespace std::chrono_literals;
 using Response = rls::RateLimitResponse;
 using Unit = rls::RateLimitResponse::RateLimit::Unit;
-
-// An envoyproxy/ratelimit config in the peer's own format, hourly limits (the node's clock does
-// not move; the duration_until_reset of a plain limit is the wall clock's, as the peer's).
-constexpr std::string_view kConfig = R"(domain: rls_test
-descriptors:
-  - key: remote_address
-    rate_limit:
-      unit: hour
-      requests_per_unit: 2
-  - key: authenticated
-    value: "false"
-    descriptors:
-      - key: path
-        value: /login
-        rate_limit:
-          unit: hour
-          requests_per_unit: 3
-          name: login
-      - key: path
-        value: /healthz
-        rate_limit:
-          unlimited: true
-  - key: plan
-    value: bulk
-    shadow_mode: true
-    rate_limit:
-      unit: hour
-      requests_per_unit: 1
-      name: bulk_shadow
-  - key: tenant
-    rate_limit:
-      unit: hour
-      requests_per_unit: 1
-      name: per_tenant
-  - key: premium
-    rate_limit:
-      unit: hour
-      requests_per_unit: 5
-      name: premium
-      replaces:
-        - name: per_tenant
-  - key: batch
-    rate_limit:
-      unit: hour
-      requests_per_unit: 10
-  - key: card
-    rate_limit:
-      unit: hour
-      requests_per_unit: 1
-      failure_policy: closed
-)";
 
 using Entries = std::vector<std::pair<std::string, std::string>>;
 
@@ -164,7 +114,7 @@ struct RlsHarness {
 
  private:
   RulesView box() {
-    rules.rules = parse_rules(kConfig);
+    rules.rules = parse_rules(kRlsConfig);
     return rules.view();
   }
   static RlsOptions with_policy(RlsOptions options, client::FailurePolicy policy) {
