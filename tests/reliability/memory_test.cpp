@@ -327,13 +327,20 @@ TEST_CASE(
   for (const auto& socket : hostile) fully_sent += socket->sent() == half.size() ? 1 : 0;
   CHECK(fully_sent == kHostile);
 
-  // Every connection's bytes have reached sluiced: what it holds now is what it keeps.
+  // Every connection's bytes have reached sluiced once each one not shed holds its whole grown
+  // buffer (a buffer grows by doubling, so one still filling is far short of it): from then on
+  // nothing grows, so nothing more is shed, and what it holds now is what it keeps.
   const std::uint64_t held = kMaxFrame + protocol::kHeaderSize - kBaseInput;  // one grown buffer
-  const std::uint64_t shed_stat = stat_eventually(
-      observer, "overload_closed", [&](auto n) { return (kHostile - n) * held <= kBudget; });
-  std::this_thread::sleep_for(150ms);
-  const auto stats = observer.stats();
-  const std::uint64_t peak = watch.peak();
+  std::uint64_t shed_stat = 0;
+  const auto settle_deadline = SteadyClock::now() + 10s;
+  for (;;) {
+    const auto now_stats = observer.stats();
+    shed_stat = now_stats.at("total.overload_closed");
+    const bool settled = shed_stat <= kHostile &&
+                         now_stats.at("total.buffer_bytes") >= (kHostile - shed_stat) * held;
+    if (settled || SteadyClock::now() >= settle_deadline) break;
+    std::this_thread::sleep_for(20ms);
+  }
 
   // The shed ones got ERROR OVERLOADED and end of stream; the others still wait for their last
   // byte and have been sent nothing.
@@ -352,6 +359,8 @@ TEST_CASE(
       ++other;
     }
   }
+  const auto stats = observer.stats();
+  const std::uint64_t peak = watch.peak();
   for (auto& socket : hostile) socket->close();
   const GoodClient::Report report = good.stop();
 
