@@ -1,4 +1,4 @@
-// The client's node-level calls (PING, STATS, CLUSTER, RELOAD, DRAIN) and the synchronous
+// The client's node-level calls (PING, STATS, CLUSTER, RELOAD, DRAIN, INSPECT) and the synchronous
 // adapters of the batch calls. Each call is a SyncCall (client/sync_call.h) queued with
 // start_call() on a node's public connection; a call to several nodes starts them all, then
 // waits for each.
@@ -21,6 +21,7 @@
 #include "cluster/cluster_map.h"
 #include "cluster/ring.h"
 #include "core/clock.h"
+#include "core/key_hash.h"
 #include "protocol/cluster_messages.h"
 #include "protocol/messages.h"
 
@@ -34,6 +35,9 @@ using protocol::Frame;
 using protocol::Opcode;
 
 namespace {
+
+// The first protocol version with INSPECT.
+constexpr std::uint8_t kFirstInspectVersion = 6;
 
 class PingCall final : public SyncCall<std::chrono::nanoseconds> {
  public:
@@ -95,6 +99,57 @@ class AdminCall final : public SyncCall<ReloadOutcome> {
 void encode_reload(protocol::Bytes& out, std::uint32_t id, const protocol::Framing& framing) {
   protocol::encode_reload_request(out, id, framing);
 }
+
+// INSPECT (protocol 6): what the node stores for one key.
+class InspectCall final : public SyncCall<StoredCopy> {
+ public:
+  void on_reply(std::uint32_t, const Frame& reply) override {
+    protocol::InspectReply answer;
+    if (reply.header.opcode != Opcode::kInspect ||
+        !protocol::parse_inspect_reply(reply.body, answer)) {
+      return finish(unexpected_reply("INSPECT"));
+    }
+    if (answer.status == protocol::InspectStatus::kInvalidKey) {
+      return finish(Status(ErrorCode::kInvalidKey, "the node refused the key (empty or too long)"));
+    }
+    StoredCopy copy;
+    copy.role = role_name(answer.role);
+    if (answer.role == protocol::InspectRole::kPrimary) {
+      copy.partition_state = partition_state_name(answer.partition_state);
+    }
+    copy.shard = answer.shard;
+    copy.now_ns = answer.now_ns;
+    copy.stored = answer.status == protocol::InspectStatus::kStored;
+    if (copy.stored) {
+      const protocol::WireRecord& record = answer.record;
+      copy.algorithm = static_cast<Algorithm>(record.algorithm);
+      copy.capacity_class = record.capacity_class;
+      copy.state = CounterState{record.state_a, record.state_b};
+      copy.expires_at_ns = record.idle_at_ns;
+      copy.log.reserve(record.log_count);
+      for (std::uint32_t i = 0; i < record.log_count; ++i) copy.log.push_back(record.log_at(i));
+    }
+    finish(std::move(copy));
+  }
+
+ private:
+  static std::string role_name(protocol::InspectRole role) {
+    switch (role) {
+      case protocol::InspectRole::kStandalone:
+        return "standalone";
+      case protocol::InspectRole::kPrimary:
+        return "primary";
+      case protocol::InspectRole::kReplica:
+        return "replica";
+      case protocol::InspectRole::kOther:
+        break;
+    }
+    return "other";
+  }
+  static std::string partition_state_name(std::uint8_t state) {
+    return state == 0 ? "serving" : state == 1 ? "pulling" : "fenced";
+  }
+};
 
 // Starts a `Call` on each of `targets` at once, then waits for them all: the results in the
 // targets' order. A target that is not a connection answers with its own status.
@@ -329,6 +384,65 @@ Result<std::vector<ReloadOutcome>> Client::reload_all() {
   }
   for (const ReloadOutcome& outcome : out) {
     if (outcome.status.code() == ErrorCode::kClosed) return outcome.status;
+  }
+  return out;
+}
+
+Result<KeyInspection> Client::inspect(std::string_view key) {
+  if (key.empty()) return Status(ErrorCode::kInvalidArgument, "the key is empty");
+  const std::shared_ptr<const detail::Router> router = impl_->maps.current_router();
+  KeyInspection out;
+  std::vector<Result<NodeConnection*>> targets;
+  if (router->clustered()) {
+    const cluster::ClusterMap& map = *router->map();
+    const cluster::Ring& ring = map.ring();
+    out.epoch = map.epoch();
+    out.clustered = true;
+    out.partitions = ring.partition_count();
+    out.partition = ring.partition_of(hash_key(key));
+    const cluster::PartitionOwners& owners = ring.owners(out.partition);
+    for (const cluster::NodeIndex owner : {owners.primary, owners.replica}) {
+      if (owner == cluster::kNoNode) continue;
+      const std::string& id = ring.nodes()[owner];
+      (out.primary.empty() ? out.primary : out.replica) = id;
+      StoredCopy copy;
+      copy.node_id = id;
+      copy.address = map.nodes()[map.node_index(owner)].address;
+      out.copies.push_back(std::move(copy));
+      targets.push_back(router->node_control(id));
+    }
+  } else {
+    Result<NodeConnection*> seed = impl_->maps.control();
+    if (!seed.ok()) return seed.status();
+    StoredCopy copy;
+    copy.node_id = impl_->maps.seed_info().node_id;
+    copy.address = impl_->maps.seed_info().endpoint;
+    out.copies.push_back(std::move(copy));
+    targets.push_back(seed);
+  }
+  // A node of an older protocol would close the connection on the unknown opcode.
+  for (Result<NodeConnection*>& target : targets) {
+    if (target.ok() && (*target)->hello().version < kFirstInspectVersion) {
+      target = Status(ErrorCode::kServerError,
+                      "the node speaks protocol " + std::to_string((*target)->hello().version) +
+                          "; INSPECT needs " + std::to_string(kFirstInspectVersion));
+    }
+  }
+  const std::string owned_key(key);
+  const auto encode = [&owned_key](protocol::Bytes& bytes, std::uint32_t request,
+                                   const protocol::Framing& framing) {
+    protocol::encode_inspect_request(bytes, request, owned_key, framing);
+  };
+  std::vector<Result<StoredCopy>> answers = ask_all<InspectCall>(targets, encode);
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i].ok()) {
+      if (answers[i].code() == ErrorCode::kClosed) return answers[i].status();
+      out.copies[i].status = answers[i].status();
+      continue;
+    }
+    answers[i]->node_id = std::move(out.copies[i].node_id);
+    answers[i]->address = std::move(out.copies[i].address);
+    out.copies[i] = std::move(*answers[i]);
   }
   return out;
 }

@@ -25,6 +25,7 @@
 
 #include "client/decision.h"
 #include "client/status.h"
+#include "core/algorithms.h"
 #include "core/clock.h"
 #include "core/rule.h"
 
@@ -258,6 +259,41 @@ struct ReloadOutcome {
   std::string refusal;      // empty: the file was taken; else why the node refused it
 };
 
+// What one node stores for a key (Client::inspect()): its answer to INSPECT
+// (docs/PROTOCOL.md, section 12).
+struct StoredCopy {
+  std::string node_id;  // empty for the seed outside any cluster
+  std::string address;  // "HOST:PORT" of its public port
+  Status status;        // not ok: the node could not be asked; the fields below are unset
+  // The node's own view: "standalone" (outside a cluster), "primary", "replica" or "other"
+  // (neither, in its map: it may hold a stale copy).
+  std::string role;
+  // For a primary: "serving", "pulling" (its records are still arriving) or "fenced"; else
+  // empty.
+  std::string partition_state;
+  std::uint32_t shard = 0;   // the shard whose table holds the key
+  std::uint64_t now_ns = 0;  // the node's clock when it read the record
+  bool stored = false;       // a live record; the fields below only then
+  Algorithm algorithm = Algorithm::kFixedWindow;
+  // 15 * remaining / limit at the key's last decision (0..15): what forgetting it gives away.
+  std::uint32_t capacity_class = 0;
+  CounterState state;               // describe_state() names its fields (not a sliding log's)
+  std::uint64_t expires_at_ns = 0;  // when the state equals a fresh one (the node's clock)
+  std::vector<std::uint64_t> log;   // a sliding log's timestamps, oldest first
+};
+
+// A key's place in the client's map, and what its owners store for it (Client::inspect()).
+struct KeyInspection {
+  std::uint64_t epoch = 0;  // of the client's map; 0 outside a cluster
+  bool clustered = false;
+  std::uint32_t partition = 0;  // clustered only: the key's partition, of `partitions`
+  std::uint32_t partitions = 0;
+  std::string primary;  // node ids in the map; empty: none (no active node, or no replica)
+  std::string replica;
+  // The primary's copy, then the replica's (the seed's alone outside a cluster).
+  std::vector<StoredCopy> copies;
+};
+
 // Invoked exactly once, on the client's I/O thread. A callback that captures at most two
 // pointers is stored without a heap allocation.
 using AcquireCallback = std::function<void(Result<Decision>)>;
@@ -336,6 +372,12 @@ class Client {
   // seed alone outside a cluster). A node that cannot be asked has its outcome's status set;
   // the call itself fails only when the client is closed.
   Result<std::vector<ReloadOutcome>> reload_all();
+  // The key's partition, primary and replica in the client's map, and what each of the two
+  // stores for it (INSPECT, asked of both at once; read-only). Outside a cluster: the seed's
+  // copy. kInvalidArgument for an empty key; a node that cannot be asked, or speaks a protocol
+  // older than 6, has its copy's status set; the call fails only before a seed has answered or
+  // when the client is closed.
+  Result<KeyInspection> inspect(std::string_view key);
   // DRAIN on node `node_id` of the client's map (etcd mode): it turns `draining`, its ranges
   // move to the other nodes under the next epoch, and it stays reachable until stopped. The
   // outcome's refusal says why not (not in etcd mode, shutting down).

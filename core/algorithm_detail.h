@@ -69,6 +69,13 @@ std::uint64_t sliding_window_idle_at_ns(const Rule& rule, const CounterState& st
 std::uint64_t token_bucket_idle_at_ns(const Rule& rule, const CounterState& state);
 std::uint64_t gcra_idle_at_ns(const Rule& rule, const CounterState& state);
 
+// Per algorithm, describe_state() (see algorithms.h); each beside the algorithm that owns the
+// state layout.
+std::vector<StateField> fixed_window_fields(const CounterState& state);
+std::vector<StateField> sliding_window_fields(const CounterState& state);
+std::vector<StateField> token_bucket_fields(const CounterState& state);
+std::vector<StateField> gcra_fields(const CounterState& state);
+
 // Per algorithm, give_back() of `units` (see algorithms.h); each beside the algorithm whose state
 // it changes. The rule admits something. Returns the units credited.
 std::uint32_t fixed_window_credit(const Rule& rule, CounterState& state, std::uint32_t units,

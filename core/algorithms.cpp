@@ -41,6 +41,22 @@ std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state) {
   return 0;
 }
 
+std::vector<StateField> describe_state(Algorithm algorithm, const CounterState& state) {
+  switch (algorithm) {
+    case Algorithm::kFixedWindow:
+      return detail::fixed_window_fields(state);
+    case Algorithm::kSlidingWindow:
+      return detail::sliding_window_fields(state);
+    case Algorithm::kTokenBucket:
+      return detail::token_bucket_fields(state);
+    case Algorithm::kGcra:
+      return detail::gcra_fields(state);
+    case Algorithm::kSlidingLog:
+      break;
+  }
+  return {};
+}
+
 LeaseGrant lease(const Rule& rule, CounterState& state, const Request& request) {
   if (detail::admits_nothing(rule) || rule.algorithm == Algorithm::kSlidingLog) {
     return LeaseGrant{detail::never_decision(rule), 0, 0};

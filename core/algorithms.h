@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
+#include <vector>
 
 #include "core/rule.h"
 #include "core/verdict.h"
@@ -50,6 +52,20 @@ Verdict decide(const Rule& rule, CounterState& state, const Request& request);
 // The time from which `state` is equivalent to a fresh state and may be dropped. 0 when the
 // state is already fresh.
 std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state);
+
+// One field of a state as docs/ALGORITHMS.md lays it out, for tools that show what a node
+// stores without the rule (sluicectl inspect). A time is absolute, in ns of the deciding
+// node's clock.
+struct StateField {
+  std::string_view name;
+  std::uint64_t value = 0;
+  bool is_time = false;
+};
+// The fields of `state` under `algorithm`: window and count (fixed window); window, current and
+// previous (sliding window counter); used and the refill position (token bucket); the
+// theoretical arrival time (GCRA, saturated at 2^64 - 1 ns). None for the sliding log, whose
+// state is its log. A fresh state's fields are all 0.
+std::vector<StateField> describe_state(Algorithm algorithm, const CounterState& state);
 
 // Sliding log: the timestamps (ns) of admitted units, one entry per unit of cost, in a ring.
 // `ring.size()` must be >= rule.limit; entries older than one period are dropped lazily.

@@ -52,6 +52,11 @@ Verdict fixed_window(const Rule& rule, CounterState& state, const Request& reque
   return d;
 }
 
+std::vector<StateField> detail::fixed_window_fields(const CounterState& state) {
+  // `a` is the counted window's number plus one (0: fresh).
+  return {{"window", state.a == 0 ? 0 : state.a - 1}, {"count", state.b}};
+}
+
 std::uint64_t detail::fixed_window_idle_at_ns(const Rule& rule, const CounterState& state) {
   return detail::saturate_ns(fresh_at(state, rule.period_ns()));
 }

@@ -65,6 +65,12 @@ Verdict gcra(const Rule& rule, CounterState& state, const Request& request) {
   return d;
 }
 
+std::vector<StateField> detail::gcra_fields(const CounterState& state) {
+  // TAT's bits 64..95 are b's high half: a TAT past 2^64 ns (year 2554) shows as 2^64 - 1.
+  const std::uint64_t tat_ns = detail::hi32(state.b) != 0 ? ~std::uint64_t{0} : state.a;
+  return {{"tat", tat_ns, /*is_time=*/true}};
+}
+
 std::uint64_t detail::gcra_idle_at_ns(const Rule& rule, const CounterState& state) {
   // Full again once now reaches TAT.
   return detail::saturate_ns(detail::ceil_div(load_tat(state, rule.limit), rule.limit));

@@ -101,6 +101,12 @@ Verdict sliding_window(const Rule& rule, CounterState& state, const Request& req
   return d;
 }
 
+std::vector<StateField> detail::sliding_window_fields(const CounterState& state) {
+  return {{"window", state.a == 0 ? 0 : state.a - 1},
+          {"current", detail::lo32(state.b)},
+          {"previous", detail::hi32(state.b)}};
+}
+
 std::uint64_t detail::sliding_window_idle_at_ns(const Rule& rule, const CounterState& state) {
   return detail::saturate_ns(fresh_at(state, rule.period_ns()));
 }

@@ -87,6 +87,11 @@ Verdict token_bucket(const Rule& rule, CounterState& state, const Request& reque
   return d;
 }
 
+std::vector<StateField> detail::token_bucket_fields(const CounterState& state) {
+  // The position's fraction (in 1/L ns, below one ns) is left out: it needs the rule to read.
+  return {{"used", detail::lo32(state.b)}, {"refill_position", state.a, /*is_time=*/true}};
+}
+
 std::uint64_t detail::token_bucket_idle_at_ns(const Rule& rule, const CounterState& state) {
   return detail::saturate_ns(full_at(load(state), rule.limit, rule.period_ns()));
 }

@@ -18,6 +18,7 @@ constexpr std::size_t kU16Max = std::numeric_limits<std::uint16_t>::max();
 constexpr std::size_t kClusterFixedSize = 16;
 constexpr std::size_t kPullRequestFixedSize = 14;
 constexpr std::size_t kPullReplyFixedSize = 12;
+constexpr std::size_t kInspectFixedSize = 16;
 
 std::uint8_t* grow(Bytes& out, std::size_t size) {
   const std::size_t old_size = out.size();
@@ -46,6 +47,37 @@ ParseResult empty_body(std::span<const std::uint8_t> body, std::string_view what
   return {};
 }
 
+// Reads one record (10.4), its timestamps left in the body.
+ParseResult read_record(ByteReader& in, WireRecord& r) {
+  std::uint8_t reserved[2] = {};
+  if (!in.read_u64(r.fp_lo) || !in.read_u64(r.fp_hi) || !in.read_u8(r.algorithm) ||
+      !in.read_u8(r.capacity_class) || !in.read_u8(reserved[0]) || !in.read_u8(reserved[1]) ||
+      !in.read_u32(r.log_count) || !in.read_u64(r.state_a) || !in.read_u64(r.state_b) ||
+      !in.read_u64(r.idle_at_ns)) {
+    return ParseResult::failure("record runs past the body");
+  }
+  if (reserved[0] != 0 || reserved[1] != 0) {
+    return ParseResult::failure("reserved record bytes not zero");
+  }
+  if (r.capacity_class > kMaxCapacityClass) {
+    return ParseResult::failure("record capacity class above 15");
+  }
+  if (r.algorithm != kRecordReset && !is_known_algorithm(r.algorithm)) {
+    return ParseResult::failure("record with an unknown algorithm");
+  }
+  const bool sliding_log = r.algorithm == static_cast<std::uint8_t>(Algorithm::kSlidingLog);
+  if (r.log_count != 0 && !sliding_log) {
+    return ParseResult::failure("timestamps in a record that is not a sliding log");
+  }
+  if (sliding_log && (r.state_a != 0 || r.state_b != 0)) {
+    return ParseResult::failure("a sliding-log record with state fields set");
+  }
+  if (!in.read_bytes(8 * std::size_t{r.log_count}, r.log_bytes)) {
+    return ParseResult::failure("record timestamps run past the body");
+  }
+  return {};
+}
+
 // Reads `count` records; each is at least kRecordFixedSize bytes, checked up front so that the
 // vector cannot be grown by a count the body does not hold.
 ParseResult read_records(ByteReader& in, std::uint16_t count, std::vector<WireRecord>& out) {
@@ -56,35 +88,32 @@ ParseResult read_records(ByteReader& in, std::uint16_t count, std::vector<WireRe
   out.reserve(count);
   for (std::uint16_t i = 0; i < count; ++i) {
     WireRecord r;
-    std::uint8_t reserved[2] = {};
-    if (!in.read_u64(r.fp_lo) || !in.read_u64(r.fp_hi) || !in.read_u8(r.algorithm) ||
-        !in.read_u8(r.capacity_class) || !in.read_u8(reserved[0]) || !in.read_u8(reserved[1]) ||
-        !in.read_u32(r.log_count) || !in.read_u64(r.state_a) || !in.read_u64(r.state_b) ||
-        !in.read_u64(r.idle_at_ns)) {
-      return ParseResult::failure("record runs past the body");
-    }
-    if (reserved[0] != 0 || reserved[1] != 0) {
-      return ParseResult::failure("reserved record bytes not zero");
-    }
-    if (r.capacity_class > kMaxCapacityClass) {
-      return ParseResult::failure("record capacity class above 15");
-    }
-    if (r.algorithm != kRecordReset && !is_known_algorithm(r.algorithm)) {
-      return ParseResult::failure("record with an unknown algorithm");
-    }
-    const bool sliding_log = r.algorithm == static_cast<std::uint8_t>(Algorithm::kSlidingLog);
-    if (r.log_count != 0 && !sliding_log) {
-      return ParseResult::failure("timestamps in a record that is not a sliding log");
-    }
-    if (sliding_log && (r.state_a != 0 || r.state_b != 0)) {
-      return ParseResult::failure("a sliding-log record with state fields set");
-    }
-    if (!in.read_bytes(8 * std::size_t{r.log_count}, r.log_bytes)) {
-      return ParseResult::failure("record timestamps run past the body");
-    }
+    if (ParseResult one = read_record(in, r); !one) return one;
     out.push_back(r);
   }
   return {};
+}
+
+// Appends one record (10.4) with its timestamps.
+void put_record(Bytes& out, const WireRecord& record, std::span<const std::uint64_t> log) {
+  assert(log.size() <= std::numeric_limits<std::uint32_t>::max());
+  const auto log_count = static_cast<std::uint32_t>(log.size());
+  std::uint8_t* p = grow(out, record_size(log_count));
+  encode_fixed64(p, record.fp_lo);
+  encode_fixed64(p + 8, record.fp_hi);
+  assert(record.capacity_class <= kMaxCapacityClass);
+  p[16] = record.algorithm;
+  p[17] = record.capacity_class;
+  p[18] = p[19] = 0;
+  encode_fixed32(p + 20, log_count);
+  encode_fixed64(p + 24, record.state_a);
+  encode_fixed64(p + 32, record.state_b);
+  encode_fixed64(p + 40, record.idle_at_ns);
+  p += kRecordFixedSize;
+  for (const std::uint64_t t : log) {
+    encode_fixed64(p, t);
+    p += 8;
+  }
 }
 
 }  // namespace
@@ -179,24 +208,7 @@ void add_record(Bytes& out, const RecordFrame& frame, const WireRecord& record,
   const std::uint16_t count = decode_fixed16(out.data() + frame.count_at);
   assert(count < kU16Max);
   encode_fixed16(out.data() + frame.count_at, static_cast<std::uint16_t>(count + 1));
-  assert(log.size() <= std::numeric_limits<std::uint32_t>::max());
-  const auto log_count = static_cast<std::uint32_t>(log.size());
-  std::uint8_t* p = grow(out, record_size(log_count));
-  encode_fixed64(p, record.fp_lo);
-  encode_fixed64(p + 8, record.fp_hi);
-  assert(record.capacity_class <= kMaxCapacityClass);
-  p[16] = record.algorithm;
-  p[17] = record.capacity_class;
-  p[18] = p[19] = 0;
-  encode_fixed32(p + 20, log_count);
-  encode_fixed64(p + 24, record.state_a);
-  encode_fixed64(p + 32, record.state_b);
-  encode_fixed64(p + 40, record.idle_at_ns);
-  p += kRecordFixedSize;
-  for (const std::uint64_t t : log) {
-    encode_fixed64(p, t);
-    p += 8;
-  }
+  put_record(out, record, log);
 }
 
 std::uint16_t record_count(const Bytes& out, const RecordFrame& frame) {
@@ -437,6 +449,80 @@ void encode_drain_reply(Bytes& out, std::uint32_t request_id, const ReloadReply&
 ParseResult parse_drain_reply(std::span<const std::uint8_t> body, ReloadReply& out) {
   return parse_epoch_message(body, out, "DRAIN reply too short",
                              "bytes left after the DRAIN reply message");
+}
+
+// ---- INSPECT -------------------------------------------------------------------------------
+
+void encode_inspect_request(Bytes& out, std::uint32_t request_id, std::string_view key,
+                            const Framing& framing) {
+  assert(key.size() <= kU16Max);
+  const std::size_t start = begin_frame(out, Opcode::kInspect, 0, request_id, framing);
+  std::uint8_t* p = grow(out, 2 + key.size());
+  encode_fixed16(p, static_cast<std::uint16_t>(key.size()));
+  if (!key.empty()) std::memcpy(p + 2, key.data(), key.size());
+  finish_frame(out, start);
+}
+
+ParseResult parse_inspect_request(std::span<const std::uint8_t> body, std::string_view& key) {
+  ByteReader in(body);
+  std::uint16_t length = 0;
+  if (!in.read_u16(length) || !in.read_string(length, key)) {
+    return ParseResult::failure("INSPECT request too short");
+  }
+  if (!in.at_end()) return ParseResult::failure("bytes left after the INSPECT request's key");
+  return {};
+}
+
+void encode_inspect_reply(Bytes& out, std::uint32_t request_id, const InspectReply& reply,
+                          std::span<const std::uint64_t> log, const Framing& framing) {
+  const std::size_t start = begin_frame(out, Opcode::kInspect, kFlagReply, request_id, framing);
+  std::uint8_t* p = grow(out, kInspectFixedSize);
+  p[0] = static_cast<std::uint8_t>(reply.status);
+  p[1] = static_cast<std::uint8_t>(reply.role);
+  p[2] = reply.partition_state;
+  p[3] = 0;
+  encode_fixed16(p + 4, reply.shard);
+  encode_fixed16(p + 6, 0);
+  encode_fixed64(p + 8, reply.now_ns);
+  if (reply.status == InspectStatus::kStored) put_record(out, reply.record, log);
+  finish_frame(out, start);
+}
+
+ParseResult parse_inspect_reply(std::span<const std::uint8_t> body, InspectReply& out) {
+  ByteReader in(body);
+  std::uint8_t status = 0, role = 0, reserved = 0;
+  std::uint16_t reserved16 = 0;
+  if (!in.read_u8(status) || !in.read_u8(role) || !in.read_u8(out.partition_state) ||
+      !in.read_u8(reserved) || !in.read_u16(out.shard) || !in.read_u16(reserved16) ||
+      !in.read_u64(out.now_ns)) {
+    return ParseResult::failure("INSPECT reply too short");
+  }
+  if (reserved != 0 || reserved16 != 0) {
+    return ParseResult::failure("reserved INSPECT reply bytes not zero");
+  }
+  if (status != static_cast<std::uint8_t>(InspectStatus::kAbsent) &&
+      status != static_cast<std::uint8_t>(InspectStatus::kStored) &&
+      status != static_cast<std::uint8_t>(InspectStatus::kInvalidKey)) {
+    return ParseResult::failure("INSPECT reply with an unknown status");
+  }
+  if (role > static_cast<std::uint8_t>(InspectRole::kOther)) {
+    return ParseResult::failure("INSPECT reply with an unknown role");
+  }
+  out.status = static_cast<InspectStatus>(status);
+  out.role = static_cast<InspectRole>(role);
+  if (out.partition_state > kMaxPartitionState ||
+      (out.partition_state != 0 && out.role != InspectRole::kPrimary)) {
+    return ParseResult::failure("INSPECT reply with a bad partition state");
+  }
+  out.record = WireRecord{};
+  if (out.status == InspectStatus::kStored) {
+    if (ParseResult record = read_record(in, out.record); !record) return record;
+    if (out.record.algorithm == kRecordReset) {
+      return ParseResult::failure("INSPECT reply with a reset record");
+    }
+  }
+  if (!in.at_end()) return ParseResult::failure("bytes left after the INSPECT reply");
+  return {};
 }
 
 }  // namespace sluice::protocol

@@ -1,5 +1,6 @@
 // Protocol 3's cluster messages (docs/PROTOCOL.md, section 10): CLUSTER (the map), REPLICATE
-// and PULL (records between nodes), RELOAD. Same conventions as protocol/messages.h: encoders
+// and PULL (records between nodes), RELOAD, DRAIN; and protocol 6's INSPECT (section 12), whose
+// reply carries a record. Same conventions as protocol/messages.h: encoders
 // append to a reused buffer, parsers never read past the body and accept one encoding only,
 // views point into the body. These are wire structs: cluster/ turns them into its own types.
 #pragma once
@@ -172,5 +173,46 @@ ParseResult parse_drain_request(std::span<const std::uint8_t> body, std::string_
 void encode_drain_reply(Bytes& out, std::uint32_t request_id, const ReloadReply& reply,
                         const Framing& framing = {});
 ParseResult parse_drain_reply(std::span<const std::uint8_t> body, ReloadReply& out);
+
+// ---- INSPECT (protocol 6) ------------------------------------------------------------------
+
+enum class InspectStatus : std::uint8_t {
+  kAbsent = 0,      // no live record for the key on this node
+  kStored = 1,      // a record follows
+  kInvalidKey = 3,  // empty, or longer than the node's max_key
+};
+
+inline constexpr std::uint8_t kMaxPartitionState = 2;  // InspectReply::partition_state
+
+// The answering node's place for the key in its own map.
+enum class InspectRole : std::uint8_t {
+  kStandalone = 0,  // outside any cluster: the node decides every key
+  kPrimary = 1,
+  kReplica = 2,
+  kOther = 3,  // neither (or the map has no active node)
+};
+
+struct InspectReply {
+  InspectStatus status = InspectStatus::kAbsent;
+  InspectRole role = InspectRole::kStandalone;
+  // The node's serving state of the key's partition (0 serving, 1 pulling, 2 fenced, as
+  // server/cluster_view.h's PartitionServing); 0 unless role is kPrimary.
+  std::uint8_t partition_state = 0;
+  std::uint16_t shard = 0;   // the shard whose table holds the key
+  std::uint64_t now_ns = 0;  // the node's clock when it read the record (its times are on it)
+  WireRecord record;         // kStored only; a parsed one's timestamps stay in the body
+};
+
+// The key is not checked here: the server answers an empty or overlong key kInvalidKey.
+void encode_inspect_request(Bytes& out, std::uint32_t request_id, std::string_view key,
+                            const Framing& framing = {});
+ParseResult parse_inspect_request(std::span<const std::uint8_t> body, std::string_view& key);
+// `log`: a sliding log's timestamps, oldest first (empty otherwise). REQUIRES: a record only
+// with kStored.
+void encode_inspect_reply(Bytes& out, std::uint32_t request_id, const InspectReply& reply,
+                          std::span<const std::uint64_t> log, const Framing& framing = {});
+// Checks the status and role values, that a record comes exactly with kStored (and is not a
+// reset image), that partition_state is 0 unless primary, and the reserved bytes.
+ParseResult parse_inspect_reply(std::span<const std::uint8_t> body, InspectReply& out);
 
 }  // namespace sluice::protocol

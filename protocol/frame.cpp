@@ -29,6 +29,7 @@ constexpr bool is_known_opcode(std::uint8_t value) {
     case Opcode::kPull:
     case Opcode::kReload:
     case Opcode::kDrain:
+    case Opcode::kInspect:
     case Opcode::kError:
       return true;
   }

@@ -29,8 +29,9 @@ inline constexpr std::uint8_t kFrameVersionEpoch = 2;
 // token to the HELLO request; version 3 the cluster (framing version 2, CLUSTER, REPLICATE,
 // PULL, RELOAD, the REDIRECT and UNAVAILABLE statuses); version 4 leases (the lease and
 // give-back flags of ACQUIRE items, and the `granted` field of their results); version 5 the
-// `since` flag of PULL and the source's clock in its reply (a pull of what changed since).
-inline constexpr std::uint8_t kVersion = 5;
+// `since` flag of PULL and the source's clock in its reply (a pull of what changed since);
+// version 6 INSPECT (what a node stores for one key).
+inline constexpr std::uint8_t kVersion = 6;
 inline constexpr std::size_t kHeaderSize = 16;       // framing version 1
 inline constexpr std::size_t kHeaderSizeEpoch = 24;  // framing version 2
 inline constexpr std::size_t kMaxHeaderSize = kHeaderSizeEpoch;
@@ -54,6 +55,7 @@ enum class Opcode : std::uint8_t {
   kPull = 0x08,       // protocol 3, node to node: a page of a shard's records of some partitions
   kReload = 0x09,     // protocol 3: reread the static cluster file
   kDrain = 0x0A,      // protocol 3, etcd mode: the node hands its ranges over and leaves the ring
+  kInspect = 0x0B,    // protocol 6: what the node stores for one key (read-only)
   kError = 0x7F,      // reply only
 };
 

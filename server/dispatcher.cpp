@@ -102,6 +102,8 @@ void Dispatcher::dispatch(Peer& peer, const protocol::Frame& frame) {
       return handle_reload(peer, header.request_id, frame.body);
     case protocol::Opcode::kDrain:
       return handle_drain(peer, header.request_id, frame.body);
+    case protocol::Opcode::kInspect:
+      return handle_inspect(peer, header.request_id, frame.body);
     default:
       return fail(
           peer, header.request_id, WireErrorCode::kUnknownOpcode,
@@ -261,6 +263,37 @@ void Dispatcher::handle_reset(Peer& peer, std::uint32_t request_id,
   hand_over(peer, frame);
 }
 
+void Dispatcher::handle_inspect(Peer& peer, std::uint32_t request_id,
+                                std::span<const std::uint8_t> body) {
+  std::string_view key;
+  if (const auto parsed = protocol::parse_inspect_request(body, key); !parsed) {
+    return fail(peer, request_id, parsed.error, parsed.reason);
+  }
+  const ServerContext& context = shard_.context();
+  if (key.empty() || key.size() > context.config.max_key) {
+    inspect_ = protocol::InspectReply{};
+    inspect_.status = protocol::InspectStatus::kInvalidKey;
+    inspect_.now_ns = context.clock->now_ns();
+    shard_.engine().counters()[ShardStat::kInvalidItems].add();
+    return protocol::encode_inspect_reply(peer.reply_buffer(), request_id, inspect_, {}, framing_);
+  }
+  const KeyHash hash = hash_key(key);
+  const unsigned owner = shard_for(hash, context.shard_count);
+  if (owner == shard_.index()) {
+    shard_.engine().inspect(hash, context.clock->now_ns(), inspect_, log_);
+    return protocol::encode_inspect_reply(peer.reply_buffer(), request_id, inspect_, log_,
+                                          framing_);
+  }
+  HandoverItem item;
+  item.hash = hash;
+  shard_.staging()[owner].push_back(item);
+  PendingFrame* frame = shard_.new_pending_frame();
+  frame->opcode = protocol::Opcode::kInspect;
+  frame->request_id = request_id;
+  frame->framing = framing_;
+  hand_over(peer, frame);
+}
+
 void Dispatcher::hand_over(Peer& peer, PendingFrame* frame) {
   auto& staging = shard_.staging();
   // Count first: the frame is complete before any of its tasks can come back.
@@ -297,6 +330,9 @@ void Dispatcher::finish_frame(Peer& peer, PendingFrame& frame) {
       protocol::encode_acquire_reply(peer.reply_buffer(), frame.request_id, frame.acquire_results,
                                      frame.framing);
       shard_.engine().counters().acquire_latency.observe(monotonic_now_ns() - frame.started_ns);
+    } else if (frame.opcode == protocol::Opcode::kInspect) {
+      protocol::encode_inspect_reply(peer.reply_buffer(), frame.request_id, frame.inspect,
+                                     frame.inspect_log, frame.framing);
     } else {
       protocol::encode_reset_reply(peer.reply_buffer(), frame.request_id, frame.reset_results,
                                    frame.framing);

@@ -1,8 +1,8 @@
 // Executes request frames for the peers of one shard: validates items, hashes keys, decides
 // the keys this shard owns on its table, hands the others over to their shards, and answers
-// HELLO, PING, RESET and STATS. It knows nothing of sockets: a Peer (server/peer.h) is where
-// replies go. One per shard, on the shard's thread; its scratch is shared by the shard's peers,
-// so a connection costs no per-request buffers of its own (docs/ARCHITECTURE.md).
+// HELLO, PING, RESET, STATS and INSPECT. It knows nothing of sockets: a Peer (server/peer.h) is
+// where replies go. One per shard, on the shard's thread; its scratch is shared by the shard's
+// peers, so a connection costs no per-request buffers of its own (docs/ARCHITECTURE.md).
 #pragma once
 
 #include <cstddef>
@@ -74,6 +74,7 @@ class Dispatcher {
                    std::span<const std::uint8_t> body);
   void handle_reload(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   void handle_drain(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
+  void handle_inspect(Peer& peer, std::uint32_t request_id, std::span<const std::uint8_t> body);
   // Runs `hook` (ServerContext::reload_cluster or drain_node) off the shard and answers the
   // frame with what it reports; meanwhile the frame is pending as a handed-over one is.
   void finish_admin_now(Peer& peer, protocol::Opcode opcode, std::uint32_t request_id,
@@ -102,6 +103,7 @@ class Dispatcher {
   std::vector<protocol::ResetStatus> reset_results_;
   std::vector<protocol::WireRecord> records_;
   std::vector<std::uint64_t> log_;
+  protocol::InspectReply inspect_;
   std::vector<bool> wanted_;  // by partition, for a PULL
 };
 

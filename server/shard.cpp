@@ -363,7 +363,8 @@ PendingFrame* Shard::new_pending_frame() {
 void Shard::recycle_pending_frame(PendingFrame* frame) {
   std::unique_ptr<PendingFrame> owned(frame);
   if (free_frames_.size() < kMaxPooled && owned->acquire_results.capacity() <= kMaxPooledItems &&
-      owned->reset_results.capacity() <= kMaxPooledItems) {
+      owned->reset_results.capacity() <= kMaxPooledItems &&
+      owned->inspect_log.capacity() <= kMaxPooledItems) {
     owned->tasks_pending = 0;
     owned->items_handed_over = 0;
     free_frames_.push_back(std::move(owned));
@@ -439,6 +440,8 @@ void Shard::run_task(HandoverTask* task) {
           frame.acquire_results[item.index] = engine_.acquire(
               item.hash, item.rule, item.cost, item.peek, now_ns, item.kind, item.stamp);
         });
+  } else if (task->opcode == protocol::Opcode::kInspect) {
+    engine_.inspect(task->items.at(0).hash, now_ns, frame.inspect, frame.inspect_log);
   } else {
     engine_.check_fence();
     for (const HandoverItem& item : task->items) {

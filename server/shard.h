@@ -45,6 +45,8 @@ struct PendingFrame {
   std::uint64_t started_ns = 0;         // ACQUIRE: monotonic_now_ns() when its parse began
   std::vector<protocol::AcquireResult> acquire_results;
   std::vector<protocol::ResetStatus> reset_results;
+  protocol::InspectReply inspect;          // INSPECT: filled by the key's shard
+  std::vector<std::uint64_t> inspect_log;  // its sliding log's timestamps
 };
 
 // One item for the owning shard: the key is already hashed, so the task does not point into

@@ -32,6 +32,32 @@ RouteDecision ShardEngine::serve(const KeyHash& hash) {
   return decision;
 }
 
+void ShardEngine::inspect(const KeyHash& hash, std::uint64_t now_ns, protocol::InspectReply& out,
+                          std::vector<std::uint64_t>& log) const {
+  out = protocol::InspectReply{};
+  out.shard = static_cast<std::uint16_t>(index_);
+  out.now_ns = now_ns;
+  if (view_ != nullptr) {
+    const std::uint32_t partition = view_->map.ring().partition_of(hash);
+    const cluster::PartitionOwners owners = view_->map.ring().owners(partition);
+    if (owners.primary != cluster::kNoNode && owners.primary == view_->self) {
+      out.role = protocol::InspectRole::kPrimary;
+      out.partition_state = static_cast<std::uint8_t>(view_->states->get(partition));
+    } else if (owners.replica != cluster::kNoNode && owners.replica == view_->self) {
+      out.role = protocol::InspectRole::kReplica;
+    } else {
+      out.role = protocol::InspectRole::kOther;
+    }
+  }
+  RecordImage image;
+  if (table_.export_record(hash, now_ns, image, log)) {
+    out.status = protocol::InspectStatus::kStored;
+    out.record = to_wire(image);
+  } else {
+    log.clear();
+  }
+}
+
 protocol::AcquireResult ShardEngine::acquire(const KeyHash& hash, const Rule& rule,
                                              std::uint32_t cost, bool peek, std::uint64_t now_ns,
                                              ItemKind kind, std::uint32_t stamp) {

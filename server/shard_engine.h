@@ -110,6 +110,10 @@ class ShardEngine {
                                   ItemKind kind = ItemKind::kDecide, std::uint32_t stamp = 0);
   // RESET of one key, after the same check.
   protocol::ResetStatus reset(const KeyHash& hash, std::uint64_t now_ns);
+  // INSPECT of one key: what this shard stores for it (its record, a sliding log's timestamps
+  // in `log`) and this node's role for it in its map, whatever that role; changes nothing.
+  void inspect(const KeyHash& hash, std::uint64_t now_ns, protocol::InspectReply& out,
+               std::vector<std::uint64_t>& log) const;
   // Decides a batch: CounterTable::for_each_prefetched, with the fence read first. In a cluster
   // every decision may be noted for replication, so the sink's slot for each key is prefetched
   // with its record.

@@ -235,6 +235,27 @@ class RawClient {
     return statuses;
   }
 
+  // INSPECT: the node's answer, with a sliding log's timestamps copied out of the reply.
+  struct Inspected {
+    protocol::InspectReply reply;  // reply.record.log_bytes is cleared: use `log`
+    std::vector<std::uint64_t> log;
+  };
+  Inspected inspect(std::string_view key) {
+    const std::uint32_t id = next_id();
+    protocol::Bytes out;
+    protocol::encode_inspect_request(out, id, key, framing_);
+    const ReceivedFrame reply = call(out, id);
+    Inspected inspected;
+    if (!protocol::parse_inspect_reply(reply.body, inspected.reply)) {
+      throw std::runtime_error("bad INSPECT reply");
+    }
+    for (std::uint32_t i = 0; i < inspected.reply.record.log_count; ++i) {
+      inspected.log.push_back(inspected.reply.record.log_at(i));
+    }
+    inspected.reply.record.log_bytes = {};
+    return inspected;
+  }
+
   std::map<std::string, std::uint64_t> stats() {
     const std::uint32_t id = next_id();
     protocol::Bytes out;

@@ -43,7 +43,8 @@ int run_nodes(const CtlOptions& o, const EtcdSide* etcd, std::FILE* out, std::FI
       !decides || o.failure_policy == client::FailurePolicy::kReport;
   // Node-level commands only need the public port.
   options.shard_aware = o.shard_aware && o.command != "ping" && o.command != "stats" &&
-                        !o.command.starts_with("cluster") && o.command != "drain";
+                        !o.command.starts_with("cluster") && o.command != "drain" &&
+                        o.command != "inspect";
   auto connected = Client::connect(options);
   if (!connected.ok()) return fail(err, connected.status().to_string());
   Client& client = **connected;
@@ -85,6 +86,12 @@ int run_nodes(const CtlOptions& o, const EtcdSide* etcd, std::FILE* out, std::FI
     if (!outcome.ok()) return fail(err, outcome.status().to_string());
     write(out, format_drain(*outcome, o.json));
     return outcome->refusal.empty() ? kExitOk : kExitDenied;
+  }
+  if (o.command == "inspect") {
+    auto inspection = client.inspect(o.key);
+    if (!inspection.ok()) return fail(err, inspection.status().to_string());
+    write(out, format_inspect(o.key, *inspection, o.json));
+    return inspect_exit_status(*inspection);
   }
   if (o.command == "reset") {
     auto existed = client.reset(o.key);

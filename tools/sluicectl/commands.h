@@ -1,7 +1,8 @@
 // sluicectl's commands: connect the client library as the options say, run the one command,
 // print its answer (format.h) and say which exit status it makes: 0 success (acquire/peek:
-// allowed), 1 denied (acquire/peek), a cluster file refused by some node (cluster reload) or a
-// drain refused, 2 any error, with the reason on `err` as "sluicectl: REASON".
+// allowed; inspect: the primary stores the key), 1 denied (acquire/peek), a cluster file refused
+// by some node (cluster reload), a drain refused or nothing stored (inspect), 2 any error, with the
+// reason on `err` as "sluicectl: REASON".
 #pragma once
 
 #include <cstdio>

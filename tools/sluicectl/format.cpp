@@ -375,4 +375,125 @@ std::string format_drain(const ReloadOutcome& outcome, bool json) {
                      outcome.refusal);
 }
 
+namespace {
+
+// `at_ns` seen from `now_ns` on the same clock: "in 1.500 s", "0.250 s ago" or "now".
+std::string relative_time(std::uint64_t at_ns, std::uint64_t now_ns) {
+  if (at_ns == now_ns) return "now";
+  const std::uint64_t gap = at_ns > now_ns ? at_ns - now_ns : now_ns - at_ns;
+  const std::string seconds = fmt::format("{:.3f} s", static_cast<double>(gap) / 1e9);
+  return at_ns > now_ns ? "in " + seconds : seconds + " ago";
+}
+
+std::string copy_name(const client::StoredCopy& copy) {
+  return copy.node_id.empty() ? copy.address : copy.node_id;
+}
+
+std::string stored_text(const client::StoredCopy& copy) {
+  std::string out(algorithm_name(copy.algorithm));
+  if (copy.algorithm == Algorithm::kSlidingLog) {
+    out += fmt::format(", {} timestamps", copy.log.size());
+    if (!copy.log.empty()) {
+      out += fmt::format(", oldest {}, newest {}", relative_time(copy.log.front(), copy.now_ns),
+                         relative_time(copy.log.back(), copy.now_ns));
+    }
+  }
+  for (const StateField& field : describe_state(copy.algorithm, copy.state)) {
+    out += fmt::format(
+        ", {} {}", field.name,
+        field.is_time ? relative_time(field.value, copy.now_ns) : std::to_string(field.value));
+  }
+  out += fmt::format("; capacity class {} of 15; fresh again {}", copy.capacity_class,
+                     relative_time(copy.expires_at_ns, copy.now_ns));
+  return out;
+}
+
+std::string json_copy(const client::StoredCopy& copy) {
+  std::string out = fmt::format("{{\"node\":{},\"address\":{}", json_string(copy.node_id),
+                                json_string(copy.address));
+  if (!copy.status.ok()) {
+    return out + fmt::format(",\"error\":{}}}", json_string(copy.status.to_string()));
+  }
+  out += fmt::format(
+      ",\"error\":null,\"role\":{},\"partition_state\":{},\"shard\":{},\"now_ns\":{},"
+      "\"stored\":{}",
+      json_string(copy.role),
+      copy.partition_state.empty() ? std::string("null") : json_string(copy.partition_state),
+      copy.shard, copy.now_ns, copy.stored);
+  if (!copy.stored) return out + "}";
+  const std::uint64_t expires_in_ms = copy.expires_at_ns > copy.now_ns
+                                          ? (copy.expires_at_ns - copy.now_ns + 999'999) / 1'000'000
+                                          : 0;
+  out += fmt::format(
+      ",\"algorithm\":{},\"capacity_class\":{},\"expires_at_ns\":{},\"expires_in_ms\":{},"
+      "\"state\":{{",
+      json_string(algorithm_name(copy.algorithm)), copy.capacity_class, copy.expires_at_ns,
+      expires_in_ms);
+  const std::vector<StateField> fields = describe_state(copy.algorithm, copy.state);
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    out += fmt::format("{}{}:{}", i == 0 ? "" : ",", json_string(fields[i].name), fields[i].value);
+  }
+  out += "},\"log\":[";
+  for (std::size_t i = 0; i < copy.log.size(); ++i) {
+    out += fmt::format("{}{}", i == 0 ? "" : ",", copy.log[i]);
+  }
+  return out + "]}";
+}
+
+}  // namespace
+
+std::string format_inspect(std::string_view key, const client::KeyInspection& inspection,
+                           bool json) {
+  const auto json_or_null = [](const std::string& text) {
+    return text.empty() ? std::string("null") : json_string(text);
+  };
+  if (json) {
+    std::string out = fmt::format(
+        "{{\"key\":{},\"clustered\":{},\"epoch\":{},\"partition\":{},\"partitions\":{},"
+        "\"primary\":{},\"replica\":{},\"copies\":[",
+        json_string(key), inspection.clustered, inspection.epoch,
+        inspection.clustered ? std::to_string(inspection.partition) : std::string("null"),
+        inspection.partitions, json_or_null(inspection.primary), json_or_null(inspection.replica));
+    for (std::size_t i = 0; i < inspection.copies.size(); ++i) {
+      out += (i == 0 ? "" : ",") + json_copy(inspection.copies[i]);
+    }
+    return out + "]}\n";
+  }
+  std::string out;
+  if (!inspection.clustered) {
+    out = fmt::format("key {}: the node is not in a cluster\n", json_string(key));
+  } else if (inspection.primary.empty()) {
+    return fmt::format("key {}: partition {} of {}, map epoch {}: no active node owns it\n",
+                       json_string(key), inspection.partition, inspection.partitions,
+                       inspection.epoch);
+  } else {
+    const client::StoredCopy& primary = inspection.copies.front();
+    out = fmt::format("key {}: partition {} of {}, map epoch {}: primary {} ({})", json_string(key),
+                      inspection.partition, inspection.partitions, inspection.epoch,
+                      primary.node_id, primary.address);
+    out += inspection.copies.size() > 1
+               ? fmt::format(", replica {} ({})\n", inspection.copies[1].node_id,
+                             inspection.copies[1].address)
+               : std::string(", no replica\n");
+  }
+  for (const client::StoredCopy& copy : inspection.copies) {
+    if (!copy.status.ok()) {
+      out += fmt::format("{} ({}): cannot ask: {}\n", copy_name(copy), copy.address,
+                         copy.status.to_string());
+      continue;
+    }
+    const std::string role = copy.partition_state.empty()
+                                 ? copy.role
+                                 : fmt::format("{} ({})", copy.role, copy.partition_state);
+    out += fmt::format("{}, {}, shard {}: {}\n", copy_name(copy), role, copy.shard,
+                       copy.stored ? stored_text(copy) : std::string("nothing stored"));
+  }
+  return out;
+}
+
+int inspect_exit_status(const client::KeyInspection& inspection) {
+  if (inspection.copies.empty() || !inspection.copies.front().status.ok()) return kExitError;
+  return inspection.copies.front().stored ? kExitOk : kExitDenied;
+}
+
 }  // namespace sluice::ctl

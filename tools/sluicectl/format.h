@@ -60,4 +60,15 @@ int reload_exit_status(const std::vector<client::ReloadOutcome>& outcomes);
 // drain: the node's answer to DRAIN (asked at which epoch, or why it refused).
 std::string format_drain(const client::ReloadOutcome& outcome, bool json);
 
+// inspect: the key's partition, primary and replica in the client's map, then a line per copy
+// asked: the node's role as it sees it, the shard, and what it stores (algorithm, the state's
+// fields by name with times relative to the node's clock, capacity class, when it turns fresh)
+// or that it stores nothing, or why it could not be asked. JSON: one object with the same,
+// times as the node's clock in ns plus "expires_in_ms".
+std::string format_inspect(std::string_view key, const client::KeyInspection& inspection,
+                           bool json);
+// 0 when the primary (the seed outside a cluster) stores the key, 1 when it stores nothing,
+// 2 (kExitError) when it could not be asked or no node owns the key.
+int inspect_exit_status(const client::KeyInspection& inspection);
+
 }  // namespace sluice::ctl

@@ -50,10 +50,13 @@ std::vector<std::string> split_servers(const std::string& text) {
 
 std::string usage(const po::options_description& flags) {
   std::string text =
-      "usage: sluicectl [flags] ping|acquire|peek|reset|stats|cluster|drain [KEY|reload|NODE]\n"
+      "usage: sluicectl [flags] ping|acquire|peek|reset|inspect|stats|cluster|drain\n"
+      "                 [KEY|reload|NODE]\n"
       "       sluicectl rules check PATH...\n"
       "  acquire KEY, peek KEY   need --limit and --period\n"
       "  reset KEY               forgets the key's counters\n"
+      "  inspect KEY             the key's partition, primary and replica, and what each\n"
+      "                          stores for it (algorithm, state, expiry); needs no rule\n"
       "  cluster                 the cluster map: nodes, states, epoch, each node's share of\n"
       "                          the ring, replication lag per peer\n"
       "  cluster reload          every node of the map rereads its cluster file\n"
@@ -62,8 +65,8 @@ std::string usage(const po::options_description& flags) {
       "                          leaves the ring (stop it afterwards)\n"
       "  rules check PATH...     checks rules files (a directory: its *.yaml and *.yml),\n"
       "                          printing every error; needs no server\n"
-      "exit status: 0 ok/allowed, 1 denied (or a cluster file refused, or a rules file\n"
-      "bad), 2 error\n\n";
+      "exit status: 0 ok/allowed, 1 denied (or a cluster file refused, a rules file bad,\n"
+      "or nothing stored for an inspected key at its primary), 2 error\n\n";
   std::ostringstream out;
   out << flags;
   return text + out.str();
@@ -121,7 +124,7 @@ ParsedFlags parse(int argc, char** argv) {
   ParsedFlags parsed;
   CtlOptions& o = parsed.options;
   if (!vm.count("command")) {
-    throw UsageError{"missing command: ping|acquire|peek|reset|stats|cluster|drain|rules"};
+    throw UsageError{"missing command: ping|acquire|peek|reset|inspect|stats|cluster|drain|rules"};
   }
   o.command = vm["command"].as<std::string>();
   if (o.command == "rules") {
@@ -140,8 +143,8 @@ ParsedFlags parse(int argc, char** argv) {
   if (vm.count("rest")) {
     throw UsageError{"too many positional options have been specified on the command line"};
   }
-  const bool keyed =
-      o.command == "acquire" || o.command == "peek" || o.command == "reset" || o.command == "drain";
+  const bool keyed = o.command == "acquire" || o.command == "peek" || o.command == "reset" ||
+                     o.command == "inspect" || o.command == "drain";
   const bool ruled = o.command == "acquire" || o.command == "peek";
   if (!keyed && o.command != "ping" && o.command != "stats" && o.command != "cluster") {
     throw UsageError{fmt::format("unknown command \"{}\"", o.command)};

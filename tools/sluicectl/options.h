@@ -18,11 +18,11 @@ inline constexpr int kExitDenied = 1;
 inline constexpr int kExitError = 2;  // any error, bad flags included
 
 struct CtlOptions {
-  // "ping", "acquire", "peek", "reset", "stats", "cluster", "cluster reload", "drain" or
-  // "rules check".
+  // "ping", "acquire", "peek", "reset", "inspect", "stats", "cluster", "cluster reload",
+  // "drain" or "rules check".
   std::string command;
   std::vector<std::string> paths;  // rules check: files and directories, at least one
-  std::string key;                 // acquire, peek, reset: the key; drain: the node id
+  std::string key;                 // acquire, peek, reset, inspect: the key; drain: the node id
   std::vector<std::string> servers;
   Rule rule;
   std::uint32_t cost = 1;
