@@ -19,6 +19,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "log/log.h"
+
 namespace sluice::http {
 
 namespace asio = boost::asio;
@@ -73,7 +75,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       try {
         std::rethrow_exception(error);
       } catch (const std::exception& e) {
-        fmt::print(stderr, "http: connection closed on an error: {}\n", e.what());
+        log::warning("http", fmt::format("connection closed on an error: {}", e.what()));
       }
       self->close();
     };

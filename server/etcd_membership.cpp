@@ -79,19 +79,23 @@ void EtcdMembership::note_fence() {
     if (reason == cluster::FenceReason::kNone) {
       say(ever_open_ ? "serving as primary again" : "fence open: serving as primary");
       ever_open_ = true;
-    } else if (reason == cluster::FenceReason::kLeaseLapsed) {
-      warn(
-          fmt::format("fenced: no keepalive answered since one sent at {} (lease may have "
-                      "lapsed): serving nothing as primary",
-                      format_utc_ms(last_answered_)));
-    } else if (reason == cluster::FenceReason::kMapUnconfirmed &&
-               was != cluster::FenceReason::kNoLease) {
-      warn(
-          "fenced: no read of the member set confirmed the map in time (map not confirmed): "
-          "serving nothing as primary");
+    } else if (was == cluster::FenceReason::kNone) {
+      // The fence closes: one line, for the bound that closed it. kNoLease: lose() and stop()
+      // say why.
+      if (reason == cluster::FenceReason::kLeaseLapsed) {
+        warn(
+            fmt::format("fenced: no keepalive answered since one sent at {} (lease may have "
+                        "lapsed): serving nothing as primary",
+                        format_utc_ms(last_answered_)));
+      } else if (reason == cluster::FenceReason::kMapUnconfirmed) {
+        warn(
+            "fenced: no read of the member set confirmed the map in time (map not confirmed): "
+            "serving nothing as primary");
+      }
     }
-    // kNoLease: lose() and stop() say why; a map not yet confirmed in a new session is the
-    // normal way to open one.
+    // A reason that changes while the fence stays closed (the other bound passes, or is
+    // answered first when etcd is back; a new session's map not yet confirmed) is no change of
+    // state: STATS gives the reason now.
   }
   // The reason changes by itself only when a bound passes: look again then.
   std::chrono::nanoseconds next{0};

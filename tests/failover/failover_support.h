@@ -13,12 +13,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -30,6 +32,7 @@
 #include "tests/support/child_process.h"
 #include "tests/support/etcd_process.h"
 #include "tests/support/etcd_quorum.h"
+#include "tests/support/log_lines.h"
 #include "tests/support/ports.h"
 #include "tests/support/wire_map.h"
 
@@ -141,6 +144,16 @@ class EtcdCluster {
     REQUIRE(child(i).wait_exit(10s).has_value());
     children_[static_cast<std::size_t>(i)].reset();
   }
+  // SIGTERM to every node of `nodes` at once (their shutdowns overlap), then each must exit with
+  // status 0 within 10 s; their logs stay readable with log().
+  void stop(const std::set<int>& nodes) {
+    for (const int i : nodes) child(i).send_signal(SIGTERM);
+    for (const int i : nodes) {
+      INFO(node_id(i) << " did not stop; its log: " << log(i));
+      REQUIRE(child(i).wait_exit(10s) == 0);
+      children_[static_cast<std::size_t>(i)].reset();
+    }
+  }
   std::string log(int i) const {
     std::ifstream in(log_path(i, runs_.at(static_cast<std::size_t>(i))));
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -213,6 +226,32 @@ class EtcdCluster {
   std::vector<std::unique_ptr<Child>> children_;
   std::vector<int> runs_;
 };
+
+// A line a node's log must hold a given number of times (a state change of etcd_membership.cpp
+// or main.cpp that the scenario passes through), found by a text no other line contains.
+struct StateLine {
+  std::string_view text;
+  std::size_t times;
+};
+
+// Node i's log of its last run: every line parses as TIME LEVEL sluiced/COMPONENT: MESSAGE, and
+// each of `expected` is on exactly `times` lines.
+inline void check_state_lines(const EtcdCluster& cluster, int i,
+                              std::initializer_list<StateLine> expected) {
+  const std::string log = cluster.log(i);
+  INFO(node_id(i) << "'s log:\n" << log);
+  const std::vector<std::string> lines = split_lines(log);
+  for (const std::string& line : lines) {
+    INFO("the line: " << line);
+    const auto parsed = parse_text_log_line(line);
+    REQUIRE(parsed.has_value());
+    CHECK(parsed->program == "sluiced");
+  }
+  for (const StateLine& state : expected) {
+    INFO("lines with '" << state.text << "'");
+    CHECK(count_containing(lines, state.text) == state.times);
+  }
+}
 
 // `timeout` is each call's deadline: a failover's calls fail fast (connection refused), but a
 // hand-over's wait (UNAVAILABLE while a pull runs, a REDIRECT until every node has the new map)

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "tests/support/log_lines.h"
 
 namespace sluice::log {
 namespace {
@@ -103,14 +105,13 @@ TEST_CASE("a repeating message is written once per change, with the count of the
   configure({});
   std::istringstream lines(text);
   std::vector<std::string> messages;
-  const std::regex line(
-      R"re(\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z","level":"(info|warning)",)re"
-      R"re("program":"test","component":"etcd","message":"([^"]*)"\})re");
   for (std::string l; std::getline(lines, l);) {
-    std::smatch m;
     INFO(l);
-    REQUIRE(std::regex_match(l, m, line));
-    messages.push_back(m[2]);
+    const auto parsed = test::parse_json_log_line(l);
+    REQUIRE(parsed.has_value());
+    CHECK(parsed->program == "test");
+    CHECK(parsed->component == "etcd");
+    messages.push_back(parsed->message);
   }
   CHECK(messages == std::vector<std::string>{
                         "keepalive failed: refused",

@@ -215,9 +215,10 @@ int main(int argc, char** argv) {
       flags->rules, [](std::string_view message) { sluice::log::info("rules", message); },
       source_options);
   if (!source) {
-    for (const auto& d : source.error()) fmt::print(stderr, "{}\n", d.to_string());
-    fmt::print(stderr, "sluice-gateway: {}: refused ({} error{})\n", flags->rules,
-               source.error().size(), source.error().size() == 1 ? "" : "s");
+    for (const auto& d : source.error()) sluice::log::error("rules", d.to_string());
+    sluice::log::error("rules",
+                       fmt::format("{}: refused ({} error{})", flags->rules, source.error().size(),
+                                   source.error().size() == 1 ? "" : "s"));
     return 1;
   }
   sluice::rules::RuleSource& rules = **source;
