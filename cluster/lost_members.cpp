@@ -4,7 +4,8 @@
 
 namespace sluice::cluster {
 
-void LostMembers::note(const ClusterMap& previous, const ClusterMap& next) {
+std::vector<std::string> LostMembers::note(const ClusterMap& previous, const ClusterMap& next) {
+  std::vector<std::string> now_lost;
   const auto set_draining = [&](const std::string& id, bool draining) {
     const auto it = std::find(draining_.begin(), draining_.end(), id);
     if (draining && it == draining_.end()) draining_.push_back(id);
@@ -20,6 +21,7 @@ void LostMembers::note(const ClusterMap& previous, const ClusterMap& next) {
     if (drained) continue;
     std::erase_if(lost_, [&](const LostMember& m) { return m.id == node.id; });
     lost_.push_back({node.id, next.epoch()});
+    now_lost.push_back(node.id);
   }
   for (const ClusterNode& node : next.nodes()) {
     std::erase_if(lost_, [&](const LostMember& m) { return m.id == node.id; });
@@ -29,6 +31,7 @@ void LostMembers::note(const ClusterMap& previous, const ClusterMap& next) {
     return a.epoch != b.epoch ? a.epoch > b.epoch : a.id < b.id;
   });
   if (lost_.size() > kMaxLost) lost_.resize(kMaxLost);
+  return now_lost;
 }
 
 }  // namespace sluice::cluster

@@ -27,8 +27,8 @@ class LostMembers {
 
   // Notes the change from `previous` to `next`, the map adopted right after it (next's epoch is
   // the later one): a member of `previous` that `next` lacks is lost at next's epoch, unless it
-  // was seen draining; a member of `next` is no longer lost.
-  void note(const ClusterMap& previous, const ClusterMap& next);
+  // was seen draining; a member of `next` is no longer lost. Returns the ids lost by this change.
+  std::vector<std::string> note(const ClusterMap& previous, const ClusterMap& next);
 
   // The most recent first (higher epoch, then by id); at most kMaxLost.
   const std::vector<LostMember>& lost() const { return lost_; }

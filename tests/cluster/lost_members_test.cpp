@@ -32,7 +32,7 @@ TEST_CASE("a member that leaves the map without draining is lost at the epoch of
   lost.note(ClusterMap(), three);
   CHECK(lost.lost().empty());  // the first map: nobody left
   const ClusterMap two = map_of(14, {{"a", kActive}, {"c", kActive}});
-  lost.note(three, two);
+  CHECK(lost.note(three, two) == std::vector<std::string>{"b"});
   CHECK(lost.lost() == std::vector<LostMember>{{"b", 14}});
   const ClusterMap one = map_of(20, {{"a", kActive}});
   lost.note(two, one);
@@ -51,7 +51,7 @@ TEST_CASE("a member seen draining before it leaves is not lost, even across maps
       map_of(12, {{"a", kActive}, {"b", kDraining}, {"c", kActive}, {"d", NodeState::kJoining}});
   lost.note(draining, joined);
   const ClusterMap gone = map_of(13, {{"a", kActive}, {"c", kActive}, {"d", kActive}});
-  lost.note(joined, gone);
+  CHECK(lost.note(joined, gone).empty());
   CHECK(lost.lost().empty());
   // Back and active again, then killed: this time it is lost.
   const ClusterMap back = map_of(20, {{"a", kActive}, {"b", kActive}, {"c", kActive}});
