@@ -39,7 +39,7 @@ TEST_CASE("a member that leaves the map without draining is lost at the epoch of
   CHECK(lost.lost() == std::vector<LostMember>{{"c", 20}, {"b", 14}});  // most recent first
 }
 
-TEST_CASE("a member seen draining before it leaves is not lost, even across maps in between",
+TEST_CASE("a member seen draining before it leaves is not lost even across maps in between",
           "[lost_members]") {
   LostMembers lost;
   const ClusterMap three = map_of(10, {{"a", kActive}, {"b", kActive}, {"c", kActive}});
@@ -61,7 +61,7 @@ TEST_CASE("a member seen draining before it leaves is not lost, even across maps
   CHECK(lost.lost() == std::vector<LostMember>{{"b", 21}, {"d", 20}});
 }
 
-TEST_CASE("a lost member back in the map is forgotten, and lost again at the later epoch",
+TEST_CASE("a lost member back in the map is forgotten and lost again at the later epoch",
           "[lost_members]") {
   LostMembers lost;
   const ClusterMap two = map_of(5, {{"a", kActive}, {"b", kActive}});
