@@ -210,6 +210,29 @@ std::vector<ReplicationLag> replication_lag(const std::vector<Stat>& stats) {
   return out;
 }
 
+// "lost.<id>.epoch" counters folded into `lost`: one entry per id, the highest epoch. Ids may
+// hold dots: the id is what lies between the prefix and the suffix.
+void add_lost_members(const std::vector<Stat>& stats, std::vector<LostMember>& lost) {
+  constexpr std::string_view kPrefix = "lost.";
+  constexpr std::string_view kSuffix = ".epoch";
+  for (const Stat& stat : stats) {
+    const std::string_view name = stat.name;
+    if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+        !name.ends_with(kSuffix)) {
+      continue;
+    }
+    const std::string_view id =
+        name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+    auto it =
+        std::find_if(lost.begin(), lost.end(), [&](const LostMember& m) { return m.id == id; });
+    if (it == lost.end()) {
+      lost.push_back({std::string(id), stat.value});
+    } else {
+      it->epoch = std::max(it->epoch, stat.value);
+    }
+  }
+}
+
 // Opens once; wait() returns after that. Same notify-under-mutex rule as SyncCall.
 class Latch {
  public:
@@ -336,10 +359,19 @@ Result<ClusterInfo> Client::cluster() {
         if (stat.name == "node.fence_reason") out.nodes[i].fence_reason = value;
         if (stat.name == "node.etcd_endpoint") out.nodes[i].etcd_endpoint = value;
       }
+      add_lost_members(*stats[i], out.lost);
     } else {
       out.nodes[i].stats_status = stats[i].status();
     }
   }
+  // A member some node still counts as lost but the seed's map lists is not missing.
+  std::erase_if(out.lost, [&](const LostMember& m) {
+    return std::any_of(out.nodes.begin(), out.nodes.end(),
+                       [&](const ClusterNodeInfo& n) { return n.id == m.id; });
+  });
+  std::sort(out.lost.begin(), out.lost.end(), [](const LostMember& a, const LostMember& b) {
+    return a.epoch != b.epoch ? a.epoch > b.epoch : a.id < b.id;
+  });
   return out;
 }
 

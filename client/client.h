@@ -198,6 +198,14 @@ struct ClusterNodeInfo {
   int etcd_endpoint = -1;
 };
 
+// etcd mode: a member that left the map without draining (its lease expired or its record was
+// deleted), from the nodes' STATS ("lost.<id>.epoch").
+struct LostMember {
+  std::string id;
+  std::uint64_t epoch = 0;  // the epoch of the first map without it
+  friend bool operator==(const LostMember&, const LostMember&) = default;
+};
+
 // A node's cluster map (CLUSTER). Epoch 0 and no nodes: a node outside any cluster.
 struct ClusterInfo {
   std::uint64_t epoch = 0;
@@ -209,6 +217,11 @@ struct ClusterInfo {
   std::uint32_t vnodes_per_node = 0;
   std::vector<ClusterNodeInfo> nodes;  // sorted by id
   std::optional<std::size_t> self;     // the answering node's index in `nodes`, if a member
+  // etcd mode: the members some node saw leave without draining (each node's since its start,
+  // at most 64 each), none of them in `nodes`; the highest epoch reported for each id, the most
+  // recent first. The members expected are `nodes` and these; the missing ones are these and
+  // the nodes whose STATS failed.
+  std::vector<LostMember> lost;
 };
 
 // Rules metrics() tells apart; decisions of further rules are counted together.

@@ -31,8 +31,10 @@ protocol::WireNodeState wire_state(cluster::NodeState state) {
 
 std::shared_ptr<const ClusterView> make_cluster_view(const cluster::ClusterMap& map,
                                                      std::string_view self_id,
-                                                     std::shared_ptr<PartitionStates> states) {
+                                                     std::shared_ptr<PartitionStates> states,
+                                                     std::vector<cluster::LostMember> lost) {
   auto view = std::make_shared<ClusterView>();
+  view->lost = std::move(lost);
   view->map = map;
   view->self = map.ring().find(self_id).value_or(cluster::kNoNode);
   view->states = std::move(states);

@@ -11,8 +11,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cluster/cluster_map.h"
+#include "cluster/lost_members.h"
 #include "core/key_hash.h"
 #include "protocol/cluster_messages.h"
 
@@ -79,6 +81,9 @@ struct ClusterView {
   // primary also streams the records it changes to the joining nodes that will own them
   // there, so that they turn active with the counts (docs/ARCHITECTURE.md, "Joining").
   std::optional<cluster::ClusterMap> joined;
+  // etcd mode: the members this node saw leave without draining since its start, most recent
+  // first (cluster::LostMembers), as of this map; reported in STATS as "lost.<id>.epoch".
+  std::vector<cluster::LostMember> lost;
 
   std::uint64_t epoch() const { return map.epoch(); }
 
@@ -100,9 +105,10 @@ struct ClusterView {
 };
 
 // The view of node `self_id` under `map`, sharing `states` (whose size must be the map's
-// partition count).
+// partition count), with the members lost so far.
 std::shared_ptr<const ClusterView> make_cluster_view(const cluster::ClusterMap& map,
                                                      std::string_view self_id,
-                                                     std::shared_ptr<PartitionStates> states);
+                                                     std::shared_ptr<PartitionStates> states,
+                                                     std::vector<cluster::LostMember> lost = {});
 
 }  // namespace sluice::server

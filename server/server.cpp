@@ -21,6 +21,7 @@
 #include "cluster/cluster_map.h"
 #include "cluster/etcd_members.h"
 #include "cluster/lease_fence.h"
+#include "cluster/lost_members.h"
 #include "cluster/membership_file.h"
 #include "cluster/node.h"
 #include "core/utc_time.h"
@@ -172,6 +173,8 @@ struct Server::Impl {
   void adopt_locked(const cluster::ClusterMap& map);
   // Every node id seen in a map adopted so far, with its last address (under reload_mutex).
   std::map<std::string, std::string> known_nodes;
+  // etcd mode: the members that left the map without draining (under reload_mutex).
+  cluster::LostMembers lost_members;
   // etcd mode: the membership agent's maps, on the coordinator's thread.
   void adopt_from_etcd(const cluster::ClusterMap& map);
   // etcd mode, joining: fetches the partitions this node will own once active
@@ -317,7 +320,7 @@ void Server::Impl::adopt_locked(const cluster::ClusterMap& map) {
       }
     }
   }
-  auto next = make_cluster_view(map, self, partition_states);
+  auto next = make_cluster_view(map, self, partition_states, lost_members.lost());
   publish(next);
   if (coordinator == nullptr) {
     coordinator = std::make_unique<Coordinator>(context);
@@ -337,6 +340,11 @@ void Server::Impl::adopt_from_etcd(const cluster::ClusterMap& map) {
             fmt::format("epoch {}: {} members, {} active; this node {}", map.epoch(),
                         map.nodes().size(), map.ring().nodes().size(),
                         self != nullptr ? cluster::node_state_name(self->state) : "absent"));
+  for (const std::string& id : lost_members.note(current, map)) {
+    log::warning("etcd", fmt::format("epoch {}: {} left the map without draining (lease expired "
+                                     "or record deleted): a lost member",
+                                     map.epoch(), id));
+  }
   adopt_locked(map);
 }
 

@@ -318,6 +318,10 @@ void ShardEngine::rebuild_stats_snapshot(std::uint64_t now_ns) {
       stats_entries_.push_back({prefix + "stalled", peer.oldest_ms >= stall_ms ? 1u : 0u});
       stats_entries_.push_back({prefix + "link", static_cast<std::uint64_t>(peer.link)});
     }
+    // etcd mode: the members that left the map without draining, "lost.<node>.epoch".
+    for (const cluster::LostMember& member : view_->lost) {
+      stats_entries_.push_back({"lost." + member.id + ".epoch", member.epoch});
+    }
   }
   stats_body_.clear();
   protocol::encode_stats_body(stats_body_, stats_entries_);

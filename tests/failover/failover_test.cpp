@@ -698,13 +698,40 @@ TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a n
   // A dead node's record goes with its lease; etcd's view is there even when the seed is not.
   cluster.kill9(2);
   cluster.wait_for({0, 1}, {0, 1});
+  // The map no longer lists node-2, but the nodes remember it left without draining: expected
+  // 3, node-2 missing, lost at an epoch after the first map's. A node's STATS snapshot is up to
+  // 100 ms old: poll (at most 5 s) until it reports the loss.
+  const std::regex lost_line(
+      "\nexpected 3 members \\(the map's 2 \\+ 1 lost since epoch ([0-9]+)\\): 2 answering, 1 "
+      "missing \\(node-2\\)\n");
+  Run lost = run_command(ctl + "cluster");
+  std::smatch lost_match;
+  for (const auto until = SteadyClock::now() + 5s;
+       !std::regex_search(lost.output, lost_match, lost_line) && SteadyClock::now() < until;) {
+    std::this_thread::sleep_for(20ms);
+    lost = run_command(ctl + "cluster");
+  }
+  INFO(lost.output);
+  REQUIRE(std::regex_search(lost.output, lost_match, lost_line));
+  const std::uint64_t lost_epoch = std::stoull(lost_match[1].str());
+  CHECK(lost_epoch > map.epoch());
+  CHECK_THAT(lost.output, Catch::Contains(fmt::format(
+                              "\nmissing\n  node-2  lost at epoch {}: left the map without "
+                              "draining (lease expired or record deleted)\n",
+                              lost_epoch)));
+  CHECK_THAT(run_command(ctl + "cluster --json").output,
+             Catch::Contains(fmt::format(R"("expected":3,"answering":2,"missing":["node-2"],)"
+                                         R"("lost":[{{"id":"node-2","epoch":{}}}]}})",
+                                         lost_epoch)));
   const Run after = run_command(ctl + view + " --json");
   INFO(after.output);
   CHECK(after.status == 0);
   CHECK_THAT(after.output, Catch::Contains("\"id\":\"node-1\",\"state\":\"active\""));
   CHECK_THAT(after.output, Catch::Contains(fmt::format("\"shard_ports\":[{},{}]",
                                                        cluster.port(1) + 1, cluster.port(1) + 2)));
-  CHECK_THAT(after.output, !Catch::Contains("\"id\":\"node-2\""));
+  // etcd's view (the first line) holds no record of node-2; the map's `lost` names it.
+  CHECK_THAT(after.output.substr(0, after.output.find('\n')),
+             !Catch::Contains("\"id\":\"node-2\""));
   CHECK_THAT(after.output, Catch::Contains("\"granted_s\":2"));
   const Run no_seed = run_command(
       fmt::format("'{}' --servers {} --timeout 300ms {}", SLUICECTL_PATH, cluster.seed(2), view));
@@ -729,6 +756,25 @@ TEST_CASE("etcd mode: sluicectl shows etcd's view beside the map, and drains a n
   CHECK(run_command(ctl + "--etcd " + cluster.etcd().url() + " cluster").status == 2);
   CHECK(run_command(ctl + "--etcd " + cluster.etcd().url() + " --cluster-name x stats").status ==
         2);
+
+  // The drained node stops and its record goes: an intended departure, not a lost member. Once
+  // node-0's map lacks it, wait out the 100 ms a STATS snapshot may lag behind the map.
+  cluster.kill9(1);
+  const auto gone_until = SteadyClock::now() + 10s;
+  for (;;) {
+    const auto now_map = cluster.map_of_node(0);
+    if (now_map && now_map->find("node-1") == nullptr) break;
+    REQUIRE(SteadyClock::now() < gone_until);
+    std::this_thread::sleep_for(20ms);
+  }
+  const auto fresh_from = SteadyClock::now() + 150ms;
+  while (SteadyClock::now() < fresh_from) std::this_thread::sleep_for(20ms);
+  const Run drained = run_command(ctl + "cluster");
+  INFO(drained.output);
+  CHECK_THAT(drained.output,
+             Catch::Contains("\nexpected 2 members (the map's 1 + 1 lost since epoch ") &&
+                 Catch::Contains("): 1 answering, 1 missing (node-2)\n"));
+  CHECK_THAT(drained.output, !Catch::Contains("node-1"));
 }
 
 // The closing note's figures: `kKills` rounds of kill -9, failover, restart, active again, with

@@ -176,6 +176,26 @@ TEST_CASE("cluster prints the nodes, their states and shares, the epoch and the 
   CHECK(lines(json.out) == 1);
 }
 
+TEST_CASE("cluster of a static file with one node stopped: expected 3 and that node missing",
+          "[commands]") {
+  test::TestCluster cluster(3);
+  cluster.stop(2);  // its listeners and connections close, as a killed process's would
+  const std::string s =
+      "--servers 127.0.0.1:" + std::to_string(cluster.port(0)) + " --timeout 500ms ";
+  const Ran text = run(s + "cluster");
+  INFO(text.out << text.err);
+  CHECK(text.status == kExitOk);
+  CHECK_THAT(text.out, Catch::Contains("\nexpected 3 members: 2 answering, 1 missing (node-2)\n"));
+  CHECK_THAT(text.out, Catch::Contains("\nmissing\n  node-2  not answering: "));
+
+  const Ran json = run(s + "cluster --json");
+  INFO(json.out);
+  CHECK(json.status == kExitOk);
+  CHECK_THAT(json.out,
+             Catch::EndsWith(R"("expected":3,"answering":2,"missing":["node-2"],"lost":[]})"
+                             "\n"));
+}
+
 TEST_CASE("cluster on a node outside any cluster says so", "[commands]") {
   TestServer server;
   const Ran text = run("--servers " + server.address() + " cluster");

@@ -182,10 +182,13 @@ TEST_CASE("cluster: the epoch, a row per node with its shares, then each node's 
   CHECK(format_cluster(three_nodes(), "127.0.0.1:17430", false) ==
         "cluster epoch 4: 3 nodes, 65536 partitions, 4096 points per node (asked "
         "127.0.0.1:17430)\n"
+        "expected 3 members: 2 answering, 1 missing (n2)\n"
         "node        address          state      primary   replica\n"
         "n1          127.0.0.1:17420  active       33.4%     33.6%\n"
         "n2          127.0.0.1:17430  draining     33.3%     33.3%\n"
         "node-three  127.0.0.1:17440  active       33.3%     33.1%\n"
+        "missing\n"
+        "  n2          not answering: timeout: no STATS reply\n"
         "replication (from each node's STATS: records not yet acknowledged, oldest age)\n"
         "  n1         -> n2          0 records  0 ms  up\n"
         "  n1         -> node-three  12 records  340 ms  not connected\n"
@@ -211,10 +214,13 @@ TEST_CASE("cluster in etcd mode: who serves or is fenced and why and each link i
   const std::string table =
       "cluster epoch 4: 3 nodes, 65536 partitions, 4096 points per node (asked "
       "127.0.0.1:17430)\n"
+      "expected 3 members: 2 answering, 1 missing (n2)\n"
       "node        address          state      primary   replica\n"
       "n1          127.0.0.1:17420  active       33.4%     33.6%\n"
       "n2          127.0.0.1:17430  draining     33.3%     33.3%\n"
-      "node-three  127.0.0.1:17440  active       33.3%     33.1%\n";
+      "node-three  127.0.0.1:17440  active       33.3%     33.1%\n"
+      "missing\n"
+      "  n2          not answering: timeout: no STATS reply\n";
   const std::string replication =
       "replication (from each node's STATS: records not yet acknowledged, oldest age)\n"
       "  n1         -> n2          0 records  0 ms  up\n"
@@ -278,8 +284,45 @@ TEST_CASE("cluster in JSON: the map, each node's shares in percent, its lag and 
       R"({"id":"node-three","address":"127.0.0.1:17440","state":"active",)"
       R"("primary_partitions":21824,"replica_partitions":21700,"primary_share":33.30,)"
       R"("replica_share":33.11,"fenced":null,"fence_reason":null,"etcd_endpoint":null,)"
-      R"("etcd_url":null,"in_etcd":null,"replication":[],"stats_error":null}]})"
+      R"("etcd_url":null,"in_etcd":null,"replication":[],"stats_error":null}],)"
+      R"("expected":3,"answering":2,"missing":["n2"],"lost":[]})"
       "\n");
+}
+
+// three_etcd_nodes() after two members left without draining: n5 at epoch 3, n4 at epoch 2.
+ClusterInfo etcd_nodes_with_lost() {
+  ClusterInfo info = three_etcd_nodes();
+  info.lost = {{"n5", 3}, {"n4", 2}};
+  return info;
+}
+
+TEST_CASE("cluster counts the members expected and names the missing: lost ones and silent ones",
+          "[format]") {
+  const std::string text = format_cluster(etcd_nodes_with_lost(), "127.0.0.1:17430", false);
+  CHECK_THAT(text, Catch::StartsWith(
+                       "cluster epoch 4: 3 nodes, 65536 partitions, 4096 points per node (asked "
+                       "127.0.0.1:17430)\n"
+                       "expected 5 members (the map's 3 + 2 lost since epoch 2): 2 answering, 3 "
+                       "missing (n2, n5, n4)\n"
+                       "node        address          state      primary   replica\n"));
+  CHECK_THAT(text, Catch::Contains("node-three  127.0.0.1:17440  active       33.3%     33.1%\n"
+                                   "missing\n"
+                                   "  n2          not answering: timeout: no STATS reply\n"
+                                   "  n5          lost at epoch 3: left the map without draining "
+                                   "(lease expired or record deleted)\n"
+                                   "  n4          lost at epoch 2: left the map without draining "
+                                   "(lease expired or record deleted)\n"
+                                   "serving (from each node's STATS"));
+  CHECK_THAT(format_cluster(etcd_nodes_with_lost(), "127.0.0.1:17430", true),
+             Catch::EndsWith(R"("expected":5,"answering":2,"missing":["n2","n5","n4"],)"
+                             R"("lost":[{"id":"n5","epoch":3},{"id":"n4","epoch":2}]})"
+                             "\n"));
+  // Every node answers and none was lost: nothing is missing.
+  ClusterInfo all = three_nodes();
+  all.nodes[1].stats_status = Status();
+  const std::string full = format_cluster(all, "127.0.0.1:17430", false);
+  CHECK_THAT(full, Catch::Contains("\nexpected 3 members: 3 answering, 0 missing\nnode "));
+  CHECK_THAT(full, !Catch::Contains("\nmissing\n"));
 }
 
 TEST_CASE("a node outside any cluster says so, in text and in JSON", "[format]") {
@@ -288,7 +331,7 @@ TEST_CASE("a node outside any cluster says so, in text and in JSON", "[format]")
         "127.0.0.1:7420 is not in a cluster (epoch 0): a single node\n");
   CHECK(format_cluster(single, "127.0.0.1:7420", true) ==
         R"({"epoch":0,"clustered":false,"partitions":0,"vnodes_per_node":0,"self":null,)"
-        R"("nodes":[]})"
+        R"("nodes":[],"expected":0,"answering":0,"missing":[],"lost":[]})"
         "\n");
 }
 

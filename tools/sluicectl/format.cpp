@@ -218,8 +218,56 @@ std::string format_stats(const client::ServerInfo& node, const std::vector<Stat>
   return out;
 }
 
+namespace {
+
+// Who the cluster should have (the map's nodes and the members lost from it) and who of them
+// does not answer (a node whose STATS failed, or a lost member).
+struct ExpectedMembers {
+  std::size_t members = 0;
+  std::size_t answering = 0;
+  std::vector<std::string> missing;  // the map's first (by id), then the lost (most recent first)
+};
+
+ExpectedMembers expected_members(const ClusterInfo& info) {
+  ExpectedMembers out;
+  out.members = info.nodes.size() + info.lost.size();
+  for (const auto& n : info.nodes) {
+    if (n.stats_status.ok()) {
+      ++out.answering;
+    } else {
+      out.missing.push_back(n.id);
+    }
+  }
+  for (const auto& m : info.lost) out.missing.push_back(m.id);
+  return out;
+}
+
+// "expected 3 members: 2 answering, 1 missing (n2)", with "(the map's 2 + 1 lost since epoch 7)"
+// after the count when members were lost.
+std::string expected_line(const ClusterInfo& info, const ExpectedMembers& expected) {
+  std::string out = fmt::format("expected {} members", expected.members);
+  if (!info.lost.empty()) {
+    std::uint64_t since = info.lost.front().epoch;
+    for (const auto& m : info.lost) since = std::min(since, m.epoch);
+    out += fmt::format(" (the map's {} + {} lost since epoch {})", info.nodes.size(),
+                       info.lost.size(), since);
+  }
+  out += fmt::format(": {} answering, {} missing", expected.answering, expected.missing.size());
+  if (!expected.missing.empty()) {
+    out += " (";
+    for (std::size_t i = 0; i < expected.missing.size(); ++i) {
+      out += (i == 0 ? "" : ", ") + expected.missing[i];
+    }
+    out += ")";
+  }
+  return out + "\n";
+}
+
+}  // namespace
+
 std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, bool json,
                            const EtcdSide* etcd) {
+  const ExpectedMembers expected = expected_members(info);
   // With etcd's records: false for a node the map lists but etcd no longer holds.
   const auto in_etcd = [&](const client::ClusterNodeInfo& n) {
     return etcd == nullptr ||
@@ -263,6 +311,16 @@ std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, b
                                                        ? std::string("null")
                                                        : json_string(n.stats_status.to_string()));
     }
+    out += fmt::format("],\"expected\":{},\"answering\":{},\"missing\":[", expected.members,
+                       expected.answering);
+    for (std::size_t i = 0; i < expected.missing.size(); ++i) {
+      out += (i == 0 ? "" : ",") + json_string(expected.missing[i]);
+    }
+    out += "],\"lost\":[";
+    for (std::size_t i = 0; i < info.lost.size(); ++i) {
+      out += fmt::format("{}{{\"id\":{},\"epoch\":{}}}", i == 0 ? "" : ",",
+                         json_string(info.lost[i].id), info.lost[i].epoch);
+    }
     out += "]}\n";
     return out;
   }
@@ -272,18 +330,35 @@ std::string format_cluster(const ClusterInfo& info, std::string_view endpoint, b
   std::string out =
       fmt::format("cluster epoch {}: {} nodes, {} partitions, {} points per node (asked {})\n",
                   info.epoch, info.nodes.size(), info.partitions, info.vnodes_per_node, endpoint);
+  out += expected_line(info, expected);
   std::size_t id_width = 4;
   std::size_t address_width = 7;
   for (const auto& n : info.nodes) {
     id_width = std::max(id_width, n.id.size());
     address_width = std::max(address_width, n.address.size());
   }
+  for (const auto& m : info.lost) id_width = std::max(id_width, m.id.size());
   out += fmt::format("{:<{}}  {:<{}}  {:<8}  {:>8}  {:>8}\n", "node", id_width, "address",
                      address_width, "state", "primary", "replica");
   for (const auto& n : info.nodes) {
     out += fmt::format("{:<{}}  {:<{}}  {:<8}  {:>8}  {:>8}\n", n.id, id_width, n.address,
                        address_width, n.state, percent(n.primary_partitions, info.partitions),
                        percent(n.replica_partitions, info.partitions));
+  }
+  // Each missing member and why: its STATS failed, or it left the map without draining.
+  if (!expected.missing.empty()) {
+    out += "missing\n";
+    for (const auto& n : info.nodes) {
+      if (n.stats_status.ok()) continue;
+      out +=
+          fmt::format("  {:<{}}  not answering: {}\n", n.id, id_width, n.stats_status.to_string());
+    }
+    for (const auto& m : info.lost) {
+      out += fmt::format(
+          "  {:<{}}  lost at epoch {}: left the map without draining (lease expired or record "
+          "deleted)\n",
+          m.id, id_width, m.epoch);
+    }
   }
   // etcd mode (a node reports its fence, or etcd was read): whether each node serves.
   const bool etcd_mode =
