@@ -17,6 +17,7 @@
 
 #include "core/key_hash.h"
 #include "core/rule.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -294,6 +295,18 @@ std::vector<Seed> seeds() {
     Setup setup = three_shards;
     setup.runs = 1;
     add("reset", setup, out);
+  }
+
+  // INSPECT after ACQUIRE, of keys on every shard (stored, absent), and of an empty key.
+  {
+    Bytes out;
+    acquire(out, 1, every_algorithm(three));
+    for (std::uint32_t i = 0; i < 3; ++i) encode_inspect_request(out, 2 + i, three[i]);
+    encode_inspect_request(out, 5, "never-acquired");
+    encode_inspect_request(out, 6, "");
+    Setup setup = three_shards;
+    setup.runs = 1;
+    add("inspect", setup, out);
   }
 
   // Pipelines on several peers: whole, in pieces, a byte at a time.

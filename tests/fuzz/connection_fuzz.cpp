@@ -222,6 +222,8 @@ struct Scratch {
   protocol::ReplicateReply replicate;
   protocol::ReloadReply reload;
   std::string_view drain_node;
+  std::string_view inspect_key;
+  protocol::InspectReply inspect;
   std::vector<Frame> replies;
 };
 
@@ -301,6 +303,9 @@ std::optional<WireErrorCode> refusal(const Frame& frame, const server::ServerCon
     case Opcode::kDrain:  // answered: another node's id, or this node is not in etcd mode
       parsed = protocol::parse_drain_request(frame.body, s.drain_node);
       break;
+    case Opcode::kInspect:  // answered, INVALID_KEY for a key out of bounds
+      parsed = protocol::parse_inspect_request(frame.body, s.inspect_key);
+      break;
     case Opcode::kError:  // the decoder refuses one without the reply flag
       return WireErrorCode::kMalformedFrame;
   }
@@ -347,6 +352,8 @@ Expected expect(std::span<const std::uint8_t> stream, const server::ServerConfig
       }
     } else if (request.opcode == Opcode::kReset) {
       for (const std::string_view key : s.keys) count(key, valid_key(key, config));
+    } else if (request.opcode == Opcode::kInspect) {
+      count(s.inspect_key, valid_key(s.inspect_key, config));
     }
     e.requests.push_back(request);
   }
@@ -478,6 +485,21 @@ bool answers(const Frame& reply, const Request& request, const PeerView& peer, S
     case Opcode::kDrain:
       require(protocol::parse_drain_reply(reply.body, s.reload));
       return s.reload.epoch == 0 && !s.reload.message.empty();
+    case Opcode::kInspect: {
+      // A node outside any cluster: standalone; the key's own shard answers what it stores.
+      require(protocol::parse_inspect_request(request.body, s.inspect_key));
+      require(protocol::parse_inspect_reply(reply.body, s.inspect));
+      if (!valid_key(s.inspect_key, config)) {
+        return s.inspect.status == protocol::InspectStatus::kInvalidKey;
+      }
+      const KeyHash hash = hash_key(s.inspect_key);
+      return s.inspect.status != protocol::InspectStatus::kInvalidKey &&
+             s.inspect.role == protocol::InspectRole::kStandalone &&
+             s.inspect.partition_state == 0 &&
+             s.inspect.shard == shard_for(hash, peer.context.shard_count) &&
+             (s.inspect.status == protocol::InspectStatus::kAbsent ||
+              (s.inspect.record.fp_lo == hash.lo && s.inspect.record.fp_hi == hash.hi));
+    }
     case Opcode::kPull:
     case Opcode::kError:
       return false;

@@ -14,6 +14,7 @@
 
 #include "core/rule.h"
 #include "core/verdict.h"
+#include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 
@@ -132,6 +133,30 @@ std::vector<Seed> seeds() {
     Bytes out;
     encode_error(out, 6, WireErrorCode::kFrameTooLarge, "frame too large");
     add("error_reply", kDefaults, out);
+  }
+  {
+    Bytes out;
+    encode_inspect_request(out, 11, "user:1");
+    add("inspect_request", kDefaults, out);
+    InspectReply stored;
+    stored.status = InspectStatus::kStored;
+    stored.role = InspectRole::kPrimary;
+    stored.shard = 1;
+    stored.now_ns = 1'700'000'000'000'000'000;
+    stored.record.fp_lo = 0x0102030405060708;
+    stored.record.fp_hi = 0x1112131415161718;
+    stored.record.algorithm = static_cast<std::uint8_t>(Algorithm::kSlidingLog);
+    stored.record.capacity_class = 7;
+    stored.record.idle_at_ns = stored.now_ns + 1'000'000'000;
+    const std::vector<std::uint64_t> log = {stored.now_ns - 2, stored.now_ns - 1};
+    out.clear();
+    encode_inspect_reply(out, 11, stored, log);
+    add("inspect_reply_log", kDefaults, out);
+    InspectReply absent;
+    absent.role = InspectRole::kReplica;
+    out.clear();
+    encode_inspect_reply(out, 12, absent, {});
+    add("inspect_reply_absent", kDefaults, out);
   }
 
   // A pipeline: several frames back to back, as a client sends them.

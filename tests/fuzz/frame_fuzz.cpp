@@ -47,6 +47,9 @@ struct Scratch {
   PullRequest pull;
   PullReplyHeader pull_header;
   ReloadReply reload;
+  std::string_view inspect_key;
+  InspectReply inspect;
+  std::vector<std::uint64_t> log;
 };
 
 // Re-encodes parsed records into a new frame, as a node forwards or re-sends them.
@@ -139,6 +142,21 @@ void parse_all(std::span<const std::uint8_t> body, std::uint16_t max_batch, Scra
   if (parse_reload_reply(body, s.reload)) {
     s.again.clear();
     encode_reload_reply(s.again, 0, s.reload);
+    require_reencodes(s.again, body);
+  }
+  if (parse_inspect_request(body, s.inspect_key)) {
+    require(inside(body, s.inspect_key.data(), s.inspect_key.size()));
+    s.again.clear();
+    encode_inspect_request(s.again, 0, s.inspect_key);
+    require_reencodes(s.again, body);
+  }
+  if (parse_inspect_reply(body, s.inspect)) {
+    const WireRecord& r = s.inspect.record;
+    require(inside(body, r.log_bytes.data(), r.log_bytes.size()));
+    s.log.clear();
+    for (std::uint32_t i = 0; i < r.log_count; ++i) s.log.push_back(r.log_at(i));
+    s.again.clear();
+    encode_inspect_reply(s.again, 0, s.inspect, s.log);
     require_reencodes(s.again, body);
   }
   require(static_cast<bool>(parse_cluster_request(body)) == body.empty());

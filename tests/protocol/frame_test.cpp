@@ -135,7 +135,7 @@ TEST_CASE("a framing version other than 1 and 2 is refused with kUnsupportedVers
 
 TEST_CASE("an unknown opcode is refused with kUnknownOpcode") {
   const FrameDecoder decoder;
-  for (const std::uint8_t opcode : {0x00, 0x0B, 0x10, 0x7E, 0x80, 0xFF}) {
+  for (const std::uint8_t opcode : {0x00, 0x0C, 0x10, 0x7E, 0x80, 0xFF}) {
     Bytes bytes = frame_with_body(Opcode::kPing, 0, 3, {});
     bytes[3] = opcode;
     INFO("opcode " << int{opcode});

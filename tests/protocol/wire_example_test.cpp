@@ -128,4 +128,50 @@ TEST_CASE("docs example: a PULL of what changed since an instant encodes to the 
   CHECK(body == expected);
 }
 
+TEST_CASE("docs example: INSPECT of user:42 and its reply encode to the documented bytes") {
+  Bytes request;
+  encode_inspect_request(request, 7, "user:42");
+  const Bytes expected_request = {
+      0x53, 0x4c, 0x01, 0x0b, 0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00,  // header
+      0x09, 0x00, 0x00, 0x00,                                                  // body_length 9
+      0x07, 0x00, 0x75, 0x73, 0x65, 0x72, 0x3a, 0x34, 0x32,                    // 7, "user:42"
+  };
+  CHECK(request == expected_request);
+
+  // A fixed window of 10 a minute, 3 taken, read 1.5 s into the minute from 1,700,000,040 s.
+  constexpr std::uint64_t kPeriodNs = 60'000'000'000;
+  constexpr std::uint64_t kNowNs = 1'700'000'041'500'000'000;
+  const KeyHash hash = hash_key("user:42");
+  InspectReply reply;
+  reply.status = InspectStatus::kStored;
+  reply.role = InspectRole::kPrimary;
+  reply.shard = static_cast<std::uint16_t>(shard_for(hash, 4));
+  reply.now_ns = kNowNs;
+  reply.record.fp_lo = hash.lo;
+  reply.record.fp_hi = hash.hi;
+  reply.record.algorithm = static_cast<std::uint8_t>(Algorithm::kFixedWindow);
+  reply.record.capacity_class = 15 * 7 / 10;
+  reply.record.state_a = kNowNs / kPeriodNs + 1;
+  reply.record.state_b = 3;
+  // The window's end, rounded up to 2^19 ns as the table stores expiries.
+  const std::uint64_t end = (kNowNs / kPeriodNs + 1) * kPeriodNs;
+  reply.record.idle_at_ns = (end + (1u << 19) - 1) / (1u << 19) * (1u << 19);
+  Bytes out;
+  encode_inspect_reply(out, 7, reply, {});
+  const Bytes body(out.begin() + kHeaderSize, out.end());
+  const Bytes expected_body = {
+      0x01, 0x01, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00,  // STORED, primary, serving, shard 2
+      0x00, 0xbf, 0xc1, 0xdf, 0x07, 0x9d, 0x97, 0x17,  // now_ns
+      0x3f, 0x37, 0xce, 0xa0, 0xeb, 0xa0, 0xc6, 0x54,  // fp_lo
+      0x7b, 0x22, 0xdd, 0xe8, 0xe7, 0xcf, 0x63, 0x87,  // fp_hi
+      0x01, 0x0a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // fixed_window, class 10, no log
+      0x17, 0x55, 0xb0, 0x01, 0x00, 0x00, 0x00, 0x00,  // state_a
+      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // state_b
+      0x00, 0x00, 0xa8, 0x7e, 0x15, 0x9d, 0x97, 0x17,  // idle_at_ns
+  };
+  CHECK(body == expected_body);
+  CHECK(out[3] == 0x0b);  // the opcode, with the reply flag set in the flags after it
+  CHECK(out[4] == 0x01);
+}
+
 }  // namespace sluice::protocol

@@ -69,7 +69,7 @@ TEST_CASE("without flags a command gets the documented defaults", "[options]") {
   CHECK(o.etcd.empty());
 }
 
-TEST_CASE("cluster, cluster reload and drain parse to their commands", "[options]") {
+TEST_CASE("cluster, cluster reload, drain and inspect parse to their commands", "[options]") {
   CHECK(parse("cluster").options.command == "cluster");
   const ParsedFlags reload = parse("cluster reload --seed-only --json");
   REQUIRE(reload.action == ParsedFlags::Action::kRun);
@@ -84,13 +84,19 @@ TEST_CASE("cluster, cluster reload and drain parse to their commands", "[options
   REQUIRE(drain.action == ParsedFlags::Action::kRun);
   CHECK(drain.options.command == "drain");
   CHECK(drain.options.key == "node-2");
+  const ParsedFlags inspect = parse("inspect user:42 --json");
+  REQUIRE(inspect.action == ParsedFlags::Action::kRun);
+  CHECK(inspect.options.command == "inspect");
+  CHECK(inspect.options.key == "user:42");
+  CHECK(parse("inspect").text == "inspect needs a KEY");
 }
 
 TEST_CASE("help and version are answers to print, not commands to run", "[options]") {
   const ParsedFlags help = parse("--help");
   CHECK(help.action == ParsedFlags::Action::kHelp);
-  CHECK_THAT(help.text, Catch::StartsWith("usage: sluicectl [flags] ping|acquire|peek|reset|stats|"
-                                          "cluster|drain [KEY|reload|NODE]\n"));
+  CHECK_THAT(help.text,
+             Catch::StartsWith("usage: sluicectl [flags] ping|acquire|peek|reset|inspect|stats|"
+                               "cluster|drain\n                 [KEY|reload|NODE]\n"));
   CHECK_THAT(help.text, Catch::Contains("exit status: 0 ok/allowed, 1 denied"));
   CHECK_THAT(help.text, Catch::Contains("--auth-token-file"));
   const ParsedFlags version = parse("--version");
@@ -100,7 +106,7 @@ TEST_CASE("help and version are answers to print, not commands to run", "[option
 
 TEST_CASE("a missing, unknown or stray argument is refused with what is wrong", "[options]") {
   check_refusals({
-      {"", "missing command: ping|acquire|peek|reset|stats|cluster|drain|rules"},
+      {"", "missing command: ping|acquire|peek|reset|inspect|stats|cluster|drain|rules"},
       {"explode", "unknown command \"explode\""},
       {"acquire --limit 2 --period 60s", "acquire needs a KEY"},
       {"drain", "drain needs a NODE"},
