@@ -347,7 +347,9 @@ Expected expect(std::span<const std::uint8_t> stream, const server::ServerConfig
     };
     if (request.opcode == Opcode::kAcquire) {
       for (const AcquireItem& item : s.items) {
+        const bool leasing = item.lease || item.give_back;
         count(item.key, validate(item.rule, item.cost, config.sliding_log_cap) == RuleError::kOk &&
+                            !(leasing && item.cost > protocol::kMaxLeaseUnits) &&
                             valid_key(item.key, config));
       }
     } else if (request.opcode == Opcode::kReset) {
@@ -373,16 +375,36 @@ bool zeros(const AcquireResult& r) {
   return r.limit == 0 && r.remaining == 0 && r.reset_after_ms == 0 && r.retry_after_ms == 0;
 }
 
-// An ACQUIRE result that fits its item (docs/PROTOCOL.md 4.5, core/algorithms.h).
+// An ACQUIRE result that fits its item (docs/PROTOCOL.md 4.5 and 11, core/algorithms.h).
 bool fits(const AcquireItem& item, const AcquireResult& r, const server::ServerConfig& config) {
-  if (validate(item.rule, item.cost, config.sliding_log_cap) != RuleError::kOk) {
-    return r.status == ItemStatus::kInvalidRule && zeros(r);
+  const bool leasing = item.lease || item.give_back;
+  if (validate(item.rule, item.cost, config.sliding_log_cap) != RuleError::kOk ||
+      (leasing && item.cost > protocol::kMaxLeaseUnits)) {
+    return r.status == ItemStatus::kInvalidRule && zeros(r) && r.granted == 0;
   }
-  if (!valid_key(item.key, config)) return r.status == ItemStatus::kInvalidKey && zeros(r);
+  if (!valid_key(item.key, config)) {
+    return r.status == ItemStatus::kInvalidKey && zeros(r) && r.granted == 0;
+  }
   const std::uint64_t cost = item.cost;
+  if (r.status == ItemStatus::kNoMemory) return zeros(r) && r.granted == 0;
+  if (item.give_back) {
+    // Credited (granted, at most what was given back) or dropped (0); the other fields 0.
+    return r.status == ItemStatus::kAllowed && r.granted <= cost &&
+           r.limit == item.rule.capacity() && r.remaining == 0 && r.reset_after_ms == 0 &&
+           r.retry_after_ms == 0;
+  }
+  if (item.lease) {
+    // At least one unit and at most `cost`, with the lease's stamp in retry_after_ms; or
+    // nothing left, as a denied one-unit acquire.
+    if (r.status == ItemStatus::kAllowed) {
+      return r.granted >= 1 && r.granted <= cost && r.limit == item.rule.capacity() &&
+             std::uint64_t{r.remaining} + r.granted <= r.limit;
+    }
+    return r.status == ItemStatus::kDenied && r.granted == 0 && r.limit == item.rule.capacity() &&
+           r.remaining == 0 && r.retry_after_ms != 0;
+  }
+  if (r.granted != 0) return false;
   switch (r.status) {
-    case ItemStatus::kNoMemory:
-      return zeros(r);
     case ItemStatus::kAllowed:
       return r.limit == item.rule.capacity() && r.remaining + cost <= r.limit &&
              r.retry_after_ms == 0;
@@ -407,8 +429,10 @@ std::uint64_t left_after(const AcquireItem& item, const AcquireResult& r) {
 // other.
 bool follows_in_frame(const std::vector<AcquireItem>& items,
                       const std::vector<AcquireResult>& results) {
+  // A give-back credits what its lease stamp allows, which this does not model: the items after
+  // one are not checked against it.
   const auto decided = [&](std::size_t i) {
-    return items[i].rule.algorithm != Algorithm::kSlidingLog &&
+    return items[i].rule.algorithm != Algorithm::kSlidingLog && !items[i].give_back &&
            (results[i].status == ItemStatus::kAllowed || results[i].status == ItemStatus::kDenied);
   };
   const auto reached_table = [&](std::size_t i) {
@@ -427,6 +451,15 @@ bool follows_in_frame(const std::vector<AcquireItem>& items,
     const std::uint64_t cost = items[i].cost;
     const AcquireResult& r = results[i];
     const bool allowed = r.status == ItemStatus::kAllowed;
+    if (items[i].lease) {
+      // As many as are left, up to its cost; nothing left is denied.
+      const std::uint64_t granted = std::min<std::uint64_t>(cost, left);
+      if (allowed != (left >= 1) || r.granted != (allowed ? granted : 0) ||
+          r.remaining != left - (allowed ? granted : 0)) {
+        return false;
+      }
+      continue;
+    }
     if (allowed != (cost <= left) || r.remaining != (allowed ? left - cost : left)) return false;
   }
   return true;
