@@ -4,8 +4,10 @@
 # SERVER_CPU and the generator to LOAD_CPU, neither ever sleeping:
 #   plain   bench/tail_probe.cpp: an epoll echo server and an open-loop sender of 16-byte
 #           messages, no Sluice in either (the machine's own tail);
-#   ping    sluice-load --op ping against a one-shard sluiced --busy-poll (the transport of
-#           both Sluice programs);
+#   probe   the same sender against a one-shard sluiced --busy-poll (its messages are PING
+#           frames): sluiced's part without sluice-load's;
+#   ping    sluice-load --op ping against the same sluiced (the transport of both Sluice
+#           programs);
 #   acquire sluice-load acquires against the same sluiced, W4's rule (100 per second).
 # Prints one line per run (p50, p99, p99.9, max in microseconds) and each round's ratios of
 # ping and plain to each other. docs/BENCHMARKS.md, "Whose tail", keeps the latest full run.
@@ -66,6 +68,23 @@ print(r["p50_us"], r["p99_us"], r["p999_us"], r["max_us"], r["answered"])
 EOF
 }
 
+probe_sluiced_run() { # ROUND: the plain sender against sluiced; prints as plain_run
+  local port out rc=0
+  port=$(free_ports 2)
+  start_sluiced "$dir/sluiced.log" "$port" "$server_cpu" --shards 1 --max-memory 1GiB \
+    --idle-timeout 0 --busy-poll || die "sluiced did not start: $(tail -c 300 "$dir/sluiced.log")"
+  local pid=$STARTED_PID
+  out="$dir/probe_$1.json"
+  taskset -c "$load_cpu" "$dir/tail_probe" load "$port" "$rate" "$conns" "$secs" >"$out" || rc=$?
+  stop_pid "$pid"
+  ((rc == 0)) || die "the probe run against sluiced of round $1 lost replies: $(cat "$out")"
+  python3 - "$out" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(r["p50_us"], r["p99_us"], r["p999_us"], r["max_us"], r["answered"])
+EOF
+}
+
 sluice_run() { # ROUND OP: prints "p50 p99 p999 max answered"
   local port out rc=0
   port=$(free_ports 2)
@@ -94,6 +113,8 @@ for round in $(seq 1 "$rounds"); do
   read -r p50 p99 p999 max n < <(plain_run "$round")
   line plain "$round" "$p50" "$p99" "$p999" "$max" "$n"
   plain99=$p99
+  read -r p50 p99 p999 max n < <(probe_sluiced_run "$round")
+  line probe "$round" "$p50" "$p99" "$p999" "$max" "$n"
   read -r p50 p99 p999 max n < <(sluice_run "$round" ping)
   line ping "$round" "$p50" "$p99" "$p999" "$max" "$n"
   ping99=$p99

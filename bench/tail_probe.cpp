@@ -2,10 +2,12 @@
 // PING run does, with none of Sluice in it. `tail_probe serve PORT` echoes every byte it reads
 // on every connection from one thread that never sleeps (epoll_wait with a zero timeout, as
 // sluiced --busy-poll); `tail_probe load PORT RATE CONNECTIONS SECONDS` sends 16-byte messages
-// (a PING frame's size) in an open loop at RATE per second, spread round-robin over the
+// (a Sluice PING frame) in an open loop at RATE per second, spread round-robin over the
 // connections, from one thread that never sleeps, and times each reply from when its request
-// was due (not when it was sent), as sluice-load does. It prints one JSON line. Run both pinned
-// (bench/tail_control.sh). No dependency but Linux and the C++ library: built by the script.
+// was due (not when it was sent), as sluice-load does. It prints one JSON line. Its sender also
+// drives sluiced (a PING needs no HELLO without a token), to tell the server's part from the
+// generator's. Run both pinned (bench/tail_control.sh). No dependency but Linux and the C++
+// library: built by the script.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -116,7 +118,10 @@ int load(std::uint16_t port, double rate, int connections, double seconds) {
     event.data.u64 = c;
     epoll_ctl(poller, EPOLL_CTL_ADD, open[c].fd, &event);
   }
-  const char message[kMessage] = "tail-probe-ping";
+  // A Sluice PING with an empty body (docs/PROTOCOL.md, section 2: magic, version 1, opcode 2,
+  // request id 0, body length 0): the echo server sends it back as it is, and sluiced answers
+  // it with a 16-byte reply, so the same sender measures both servers.
+  const unsigned char message[kMessage] = {0x53, 0x4c, 0x01, 0x02};
   std::vector<std::int64_t> latencies;
   const auto total = static_cast<std::uint64_t>(rate * seconds);
   latencies.reserve(total);
