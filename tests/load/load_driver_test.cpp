@@ -179,6 +179,31 @@ TEST_CASE("busy polling on both sides answers the same run, and both stop", "[dr
   // ~LiveServer stops the polling shards: the test ending at all is the check.
 }
 
+TEST_CASE(
+    "a busy-polling open loop paces from the clock: its schedule is sent or counted "
+    "behind and it ends at its duration",
+    "[driver]") {
+  LiveServer server(/*shards=*/2, /*busy_poll=*/true);
+  LoadOptions o = bounded(server.address());
+  o.busy_poll = true;
+  o.requests = 0;
+  o.rate = 2000;
+  o.duration = std::chrono::milliseconds(500);
+  o.drain_timeout = std::chrono::seconds(1);
+  const auto begin = std::chrono::steady_clock::now();
+  const auto result = run_load(o);
+  const auto took = std::chrono::steady_clock::now() - begin;
+  REQUIRE(result.ok());
+  CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
+  const LoadReport& r = *result;
+  check_consistent(r);
+  CHECK(r.intended == 1000);
+  CHECK(r.sent > 0);
+  CHECK(r.sent + r.behind == r.intended);
+  CHECK(r.errors == 0);
+  CHECK(r.latency.count() == r.sent);
+}
+
 TEST_CASE("ping sends the transport floor through the same path", "[driver]") {
   LiveServer server;
   LoadOptions o = bounded(server.address());

@@ -71,7 +71,14 @@ void Worker::run() {
     io().run();
     return;
   }
-  while (!io().stopped()) io().poll();  // stops by itself once the run leaves no work
+  // Stops by itself once the run leaves no work (the tick timer is armed until the end).
+  while (!io().stopped()) {
+    io().poll();
+    if (pace_by_clock_ && monotonic_now_ns() >= next_intended_) {
+      pace_by_clock_ = false;
+      pace();
+    }
+  }
 }
 
 void Worker::add_to(LoadReport& report) const {
@@ -138,6 +145,10 @@ void Worker::pace() {
 }
 
 void Worker::arm_pace() {
+  if (o_.busy_poll) {
+    pace_by_clock_ = true;
+    return;
+  }
   pace_timer_.expires_at(at_ns(next_intended_));
   pace_timer_.async_wait(in_slot(pace_slot_, [this](const boost::system::error_code& ec) {
     if (ec || finished_) return;
@@ -244,6 +255,7 @@ void Worker::begin_stop(std::uint64_t now) {
   drain_deadline_ns_ = std::max(now, monotonic_now_ns()) +
                        static_cast<std::uint64_t>(o_.drain_timeout.count()) * 1'000'000;
   pace_timer_.cancel();
+  pace_by_clock_ = false;
   if (in_flight_requests_ == 0) finish(now);
 }
 

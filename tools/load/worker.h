@@ -117,7 +117,11 @@ class Worker final : public BackendHost {
   std::uint32_t free_head_ = kNoRequest;
 
   boost::asio::steady_timer tick_timer_;
-  boost::asio::steady_timer pace_timer_;
+  boost::asio::steady_timer pace_timer_;  // without --busy-poll
+  // --busy-poll: the open loop's next pace() is due at next_intended_, and the polling loop
+  // calls it from the clock it reads anyway (a timerfd fires ~23 us late here even when polled:
+  // bench/timer_probe.cpp; each request would start that late).
+  bool pace_by_clock_ = false;
   net::HandlerSlot tick_slot_;
   net::HandlerSlot pace_slot_;
   bool open_ = false;
