@@ -60,6 +60,16 @@ LoadOptions bounded(std::string server) {
   return o;
 }
 
+// Runs `o` (an open loop with a duration) and checks that it ended on time: its duration, then
+// at most the drain; the rest is connect and start-up slack.
+client::Result<LoadReport> run_on_time(const LoadOptions& o) {
+  const auto begin = std::chrono::steady_clock::now();
+  client::Result<LoadReport> result = run_load(o);
+  const auto took = std::chrono::steady_clock::now() - begin;
+  CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
+  return result;
+}
+
 void check_consistent(const LoadReport& r) {
   CHECK(r.sent == r.allowed + r.denied + r.errors);
   TimelineEntry sum;
@@ -134,12 +144,8 @@ TEST_CASE("an open loop far above capacity still ends at its duration", "[driver
   o.depth = 2;
   o.duration = std::chrono::milliseconds(500);
   o.drain_timeout = std::chrono::seconds(1);
-  const auto begin = std::chrono::steady_clock::now();
-  const auto result = run_load(o);
-  const auto took = std::chrono::steady_clock::now() - begin;
+  const auto result = run_on_time(o);
   REQUIRE(result.ok());
-  // The duration, then at most the drain; the rest is connect and start-up slack.
-  CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
   const LoadReport& r = *result;
   check_consistent(r);
   // What it meant to send, what it could, and how far behind it fell, all reported.
@@ -190,11 +196,8 @@ TEST_CASE(
   o.rate = 2000;
   o.duration = std::chrono::milliseconds(500);
   o.drain_timeout = std::chrono::seconds(1);
-  const auto begin = std::chrono::steady_clock::now();
-  const auto result = run_load(o);
-  const auto took = std::chrono::steady_clock::now() - begin;
+  const auto result = run_on_time(o);
   REQUIRE(result.ok());
-  CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
   const LoadReport& r = *result;
   check_consistent(r);
   CHECK(r.intended == 1000);
@@ -470,11 +473,8 @@ TEST_CASE("a Redis open loop far above capacity keeps depth per connection and e
   o.depth = 3;
   o.duration = std::chrono::milliseconds(300);
   o.drain_timeout = std::chrono::seconds(1);
-  const auto begin = std::chrono::steady_clock::now();
-  const auto result = run_load(o);
-  const auto took = std::chrono::steady_clock::now() - begin;
+  const auto result = run_on_time(o);
   REQUIRE(result.ok());
-  CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
   check_consistent(*result);
   CHECK(result->errors == 0);
   CHECK(result->intended == 300'000'000);

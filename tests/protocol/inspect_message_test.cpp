@@ -7,16 +7,12 @@
 
 #include "protocol/cluster_messages.h"
 #include "protocol/frame.h"
+#include "tests/protocol/frame_support.h"
 
 namespace sluice::protocol {
 namespace {
 
-Frame decode_whole(const Bytes& bytes) {
-  const DecodeResult result = FrameDecoder().decode(bytes);
-  REQUIRE(result.status == DecodeStatus::kOk);
-  REQUIRE(result.frame_size == bytes.size());
-  return result.frame;
-}
+using testing::decode_whole;
 
 InspectReply stored_sliding_log() {
   InspectReply reply;

@@ -12,6 +12,7 @@
 #include "core/rule.h"
 #include "core/verdict.h"
 #include "protocol/frame.h"
+#include "tests/protocol/frame_support.h"
 
 namespace sluice::protocol {
 
@@ -25,13 +26,7 @@ inline std::ostream& operator<<(std::ostream& os, ItemStatus status) {
 
 namespace {
 
-// Decodes a buffer that must hold exactly one frame; the frame's body points into `bytes`.
-Frame decode_whole(const Bytes& bytes) {
-  const DecodeResult result = FrameDecoder().decode(bytes);
-  REQUIRE(result.status == DecodeStatus::kOk);
-  REQUIRE(result.frame_size == bytes.size());
-  return result.frame;
-}
+using testing::decode_whole;
 
 std::span<const std::uint8_t> body_of(const Bytes& bytes) { return decode_whole(bytes).body; }
 
