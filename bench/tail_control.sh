@@ -50,49 +50,56 @@ printf '%-8s %5s %10s %9s %9s %9s %9s\n' run round answered p50_us p99_us p99.9_
 # line NAME ROUND P50 P99 P999 MAX ANSWERED
 line() { printf '%-8s %5s %10s %9.0f %9.0f %9.0f %9.0f\n' "$1" "$2" "$7" "$3" "$4" "$5" "$6"; }
 
+# probe_load PORT OUT WHAT: tail_probe's sender against PORT, its JSON in OUT; a run that lost
+# replies stops the script (the trap stops the servers).
+probe_load() {
+  taskset -c "$load_cpu" "$dir/tail_probe" load "$1" "$rate" "$conns" "$secs" >"$2" ||
+    die "the $3 lost replies: $(cat "$2")"
+}
+
+# probe_figures OUT: "p50 p99 p999 max answered" of a probe_load run.
+probe_figures() {
+  python3 - "$1" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(r["p50_us"], r["p99_us"], r["p999_us"], r["max_us"], r["answered"])
+EOF
+}
+
+# start_one_shard: a one-shard sluiced --busy-poll on the server's CPU; its port in PORT, its
+# pid in STARTED_PID.
+start_one_shard() {
+  PORT=$(free_ports 2)
+  start_sluiced "$dir/sluiced.log" "$PORT" "$server_cpu" --shards 1 --max-memory 1GiB \
+    --idle-timeout 0 --busy-poll || die "sluiced did not start: $(tail -c 300 "$dir/sluiced.log")"
+}
+
 plain_run() { # ROUND: prints "p50 p99 p999 max answered"
-  local port pid out
+  local port pid
   port=$(free_ports 1)
   taskset -c "$server_cpu" "$dir/tail_probe" serve "$port" &
   pid=$!
   PIDS+=("$pid")
   listening "$port" "$pid" || die "tail_probe did not listen"
-  out="$dir/plain_$1.json"
-  taskset -c "$load_cpu" "$dir/tail_probe" load "$port" "$rate" "$conns" "$secs" >"$out" ||
-    die "the plain run of round $1 lost replies: $(cat "$out")"
+  probe_load "$port" "$dir/plain_$1.json" "plain run of round $1"
   stop_pid "$pid"
-  python3 - "$out" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(r["p50_us"], r["p99_us"], r["p999_us"], r["max_us"], r["answered"])
-EOF
+  probe_figures "$dir/plain_$1.json"
 }
 
 probe_sluiced_run() { # ROUND: the plain sender against sluiced; prints as plain_run
-  local port out rc=0
-  port=$(free_ports 2)
-  start_sluiced "$dir/sluiced.log" "$port" "$server_cpu" --shards 1 --max-memory 1GiB \
-    --idle-timeout 0 --busy-poll || die "sluiced did not start: $(tail -c 300 "$dir/sluiced.log")"
+  start_one_shard
   local pid=$STARTED_PID
-  out="$dir/probe_$1.json"
-  taskset -c "$load_cpu" "$dir/tail_probe" load "$port" "$rate" "$conns" "$secs" >"$out" || rc=$?
+  probe_load "$PORT" "$dir/probe_$1.json" "probe run against sluiced of round $1"
   stop_pid "$pid"
-  ((rc == 0)) || die "the probe run against sluiced of round $1 lost replies: $(cat "$out")"
-  python3 - "$out" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(r["p50_us"], r["p99_us"], r["p999_us"], r["max_us"], r["answered"])
-EOF
+  probe_figures "$dir/probe_$1.json"
 }
 
 sluice_run() { # ROUND OP: prints "p50 p99 p999 max answered"
-  local port out rc=0
-  port=$(free_ports 2)
-  start_sluiced "$dir/sluiced.log" "$port" "$server_cpu" --shards 1 --max-memory 1GiB \
-    --idle-timeout 0 --busy-poll || die "sluiced did not start: $(tail -c 300 "$dir/sluiced.log")"
+  local out rc=0
+  start_one_shard
   local pid=$STARTED_PID
   out="$dir/$2_$1.json"
-  taskset -c "$load_cpu" "$LOAD" -q --json --backend sluice --servers "127.0.0.1:$port" \
+  taskset -c "$load_cpu" "$LOAD" -q --json --backend sluice --servers "127.0.0.1:$PORT" \
     --connections "$conns" --keys 1000000 --limit 100 --period 1s --busy-poll \
     --duration "${secs}s" --rate "$rate" --op "$2" >"$out" || rc=$?
   stop_pid "$pid"
@@ -109,18 +116,23 @@ print(lat["p50"], lat["p99"], lat["p999"], lat["max"], r["allowed"] + r["denied"
 EOF
 }
 
+# measure NAME ROUND FUNCTION ARGS...: runs FUNCTION in this shell (so that its die() stops the
+# script and the trap stops what it started), prints its line; its p99 in P99.
+measure() {
+  "${@:3}" >"$dir/figures"
+  local p50 p999 max n
+  read -r p50 P99 p999 max n <"$dir/figures"
+  line "$1" "$2" "$p50" "$P99" "$p999" "$max" "$n"
+}
+
 for round in $(seq 1 "$rounds"); do
-  read -r p50 p99 p999 max n < <(plain_run "$round")
-  line plain "$round" "$p50" "$p99" "$p999" "$max" "$n"
-  plain99=$p99
-  read -r p50 p99 p999 max n < <(probe_sluiced_run "$round")
-  line probe "$round" "$p50" "$p99" "$p999" "$max" "$n"
-  read -r p50 p99 p999 max n < <(sluice_run "$round" ping)
-  line ping "$round" "$p50" "$p99" "$p999" "$max" "$n"
-  ping99=$p99
-  read -r p50 p99 p999 max n < <(sluice_run "$round" acquire)
-  line acquire "$round" "$p50" "$p99" "$p999" "$max" "$n"
-  python3 - "$round" "$plain99" "$ping99" "$p99" <<'EOF'
+  measure plain "$round" plain_run "$round"
+  plain99=$P99
+  measure probe "$round" probe_sluiced_run "$round"
+  measure ping "$round" sluice_run "$round" ping
+  ping99=$P99
+  measure acquire "$round" sluice_run "$round" acquire
+  python3 - "$round" "$plain99" "$ping99" "$P99" <<'EOF'
 import sys
 plain, ping, acquire = map(float, sys.argv[2:])
 print(f"round {sys.argv[1]}: p99 ping/plain {ping / plain:.2f}, acquire/ping {acquire / ping:.2f}")
