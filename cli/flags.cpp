@@ -10,6 +10,7 @@
 
 #include "auth/token.h"
 #include "core/units.h"
+#include "log/log.h"
 #include "net/host_port.h"
 
 namespace sluice::cli {
@@ -73,6 +74,14 @@ std::vector<std::string> servers_flag(std::string_view flag, std::string_view te
     }
   }
   return out;
+}
+
+void configure_log_flag(std::string_view program, std::string_view format) {
+  const std::optional<log::Format> parsed = log::parse_format(format);
+  if (!parsed) throw FlagError("--log-format " + std::string(format) + ": expected text or json");
+  log::configure({.program = std::string(program),
+                  .format = *parsed,
+                  .journald = log::journald_from_environment()});
 }
 
 std::string token_file_flag(std::string_view program, const std::string& path) {

@@ -48,6 +48,11 @@ std::vector<std::string> servers_flag(std::string_view flag, std::string_view te
 // --auth-token-file PATH is ...".
 std::string token_file_flag(std::string_view program, const std::string& path);
 
+// "--log-format text|json": configures the log library (log/log.h) for `program`, its lines
+// without a time under journald (log::journald_from_environment); throws FlagError for any other
+// format. Once, before the first line is logged.
+void configure_log_flag(std::string_view program, std::string_view format);
+
 // Parses `argv` against `options`. A positional argument throws FlagError "unexpected argument
 // 'X' (flags start with --)"; program_options' own errors (an unknown flag, a missing value)
 // become FlagError with its message.

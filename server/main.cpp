@@ -139,13 +139,7 @@ std::optional<ServerConfig> parse_flags(int argc, char** argv) {
     return std::nullopt;
   }
   auto text = [&](const char* flag) { return vm[flag].as<std::string>(); };
-  const auto log_format = sluice::log::parse_format(text("log-format"));
-  if (!log_format) {
-    throw FlagError{"--log-format " + text("log-format") + ": expected text or json"};
-  }
-  sluice::log::configure({.program = "sluiced",
-                          .format = *log_format,
-                          .journald = sluice::log::journald_from_environment()});
+  sluice::cli::configure_log_flag("sluiced", text("log-format"));
 
   ServerConfig config;
   config.bind = text("bind");

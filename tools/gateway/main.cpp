@@ -112,13 +112,7 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
     return std::nullopt;
   }
   const auto text = [&](const char* name) { return vm[name].as<std::string>(); };
-  const auto log_format = sluice::log::parse_format(text("log-format"));
-  if (!log_format) {
-    throw FlagError{"--log-format " + text("log-format") + ": expected text or json"};
-  }
-  sluice::log::configure({.program = "sluice-gateway",
-                          .format = *log_format,
-                          .journald = sluice::log::journald_from_environment()});
+  sluice::cli::configure_log_flag("sluice-gateway", text("log-format"));
   Flags f;
   const auto listen = sluice::net::parse_host_port(text("listen"));
   boost::system::error_code not_ip;
