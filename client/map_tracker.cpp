@@ -238,6 +238,7 @@ bool MapTracker::adopt(cluster::ClusterMap map, NodeConnection* via,
   ring_links_ = std::move(next);
   const std::uint64_t epoch = map.epoch();
   current_map_ = std::move(map);
+  ringless_.store(current_map_->ring().nodes().empty(), std::memory_order_release);
   rebuild_router();
   map_epoch_.store(epoch, std::memory_order_relaxed);
   if (epoch_floor_.load(std::memory_order_relaxed) < epoch) {

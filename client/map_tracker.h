@@ -153,7 +153,9 @@ class MapTracker {
   void refresh_from_other_than(const NodeLink& down);
   // Whether the map in force has no active node (every node's lease lost, say): it routes no
   // key, so no reply brings a newer epoch, and the client's timer asks for one instead.
-  bool ringless() const { return current_map_ && current_map_->ring().nodes().empty(); }
+  // Any thread: the client's timer reads it on the I/O thread while connect() may still adopt
+  // the first map on the caller's.
+  bool ringless() const { return ringless_.load(std::memory_order_acquire); }
   // Asks any node that answers (the seed's connection first) for its map; when none is
   // connected, reconnects them (each at its own backoff) so that a later call finds one.
   void refresh_from_any();
@@ -217,8 +219,9 @@ class MapTracker {
   // I/O side.
   std::vector<std::unique_ptr<NodeLink>> links_;
   std::optional<cluster::ClusterMap> current_map_;  // empty: a node outside any cluster
-  std::vector<const NodeLink*> ring_links_;         // by ring NodeIndex of current_map_
-  bool retired_pending_ = false;                    // a retired link still has a connection open
+  std::atomic<bool> ringless_{false};        // current_map_ holds no active node (set by adopt())
+  std::vector<const NodeLink*> ring_links_;  // by ring NodeIndex of current_map_
+  bool retired_pending_ = false;             // a retired link still has a connection open
   RefreshSink refresh_sink_{*this};
   NodeConnection* refresh_via_ = nullptr;    // the connection the refresh under way asked
   NodeConnection* refresh_again_ = nullptr;  // a newer epoch came from it meanwhile
