@@ -78,7 +78,7 @@ long long leader_fault(bool freeze, bool first_leads = false) {
   if (first_leads) REQUIRE(etcd.make_leader(0));
   auto client = connect_client(cluster, 0);
   const std::vector<std::string> keys = key_names(300, "leader:");
-  const std::vector<Rule> rules(keys.size(), hourly(1'000'000));
+  const std::vector<Rule> rules(keys.size(), steady(1'000'000));
   settle(*client, keys, rules);
 
   const int leader = etcd.leader();

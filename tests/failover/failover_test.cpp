@@ -31,7 +31,7 @@ TEST_CASE("etcd mode: the nodes register, agree on one map and route every key")
   CHECK(client->node_count() == 3);
   // 1,000 keys of limit 5, ten acquires each: exactly 5 admitted per key.
   const std::vector<std::string> keys = key_names(1000, "register:");
-  const std::vector<Rule> rules(keys.size(), hourly(5));
+  const std::vector<Rule> rules(keys.size(), steady(5));
   std::vector<KeyLog> logs(keys.size());
   settle(*client, keys, rules);
   int rounds = 0;
@@ -103,7 +103,7 @@ TEST_CASE(
   EtcdCluster cluster(3);
   const cluster::ClusterMap before = cluster.wait_for_all();
   constexpr int kVictim = 1;
-  constexpr std::uint32_t kLimit = 100;  // an hour: half of it used before the kill
+  constexpr std::uint32_t kLimit = 100;  // a window: half of it used before the kill
   constexpr int kWarmRounds = kLimit / 2;
   client::ClientOptions options;
   options.servers = {cluster.seed(0)};
@@ -116,7 +116,7 @@ TEST_CASE(
   client::Client& client = **connected;
 
   const std::vector<std::string> keys = key_names(300, "open:");
-  const Rule rule = hourly(kLimit);
+  const Rule rule = steady(kLimit);
   const std::vector<Rule> rules(keys.size(), rule);
   std::vector<int> primary(keys.size());
   for (std::size_t k = 0; k < keys.size(); ++k) {
@@ -247,7 +247,7 @@ TEST_CASE("etcd mode: a primary paused past its lease answers nothing as primary
   constexpr int kVictim = 1;
   // Keys node-1 is the primary of, exhausted before the pause over node-1's own connection.
   const std::vector<std::string> keys = keys_of(before, kVictim, 20, "pause:");
-  const Rule rule = hourly(3);
+  const Rule rule = steady(3);
   RawClient raw(cluster.port(kVictim), 10s);
   raw.hello();
   raw.set_framing(protocol::Framing::with_epoch(before.epoch()));
@@ -375,7 +375,7 @@ TEST_CASE("etcd mode: with etcd down the primaries stop once their leases may ha
   cluster.wait_for_all();
   auto client = connect_client(cluster, 0);
   const std::vector<std::string> keys = key_names(300, "etcd-down:");
-  const Rule rule = hourly(1'000'000);
+  const Rule rule = steady(1'000'000);
   // Per 50 ms slot after the kill: decisions and errors.
   struct Slot {
     std::uint64_t decided = 0;
@@ -487,7 +487,7 @@ TEST_CASE("etcd mode: draining a node under load loses no request and no count")
   constexpr std::uint32_t kLimit = 20;
   const std::vector<std::string> keys = key_names(600, "drain:");
   std::vector<KeyLog> logs(keys.size());
-  const std::vector<Rule> rules(keys.size(), hourly(kLimit));
+  const std::vector<Rule> rules(keys.size(), steady(kLimit));
   settle(*client, keys, rules);
   const auto warm_until = SteadyClock::now() + 1000ms;
   drive(*client, keys, rules, logs, std::nullopt,
@@ -577,14 +577,14 @@ TEST_CASE(
   cluster.wait_for({0, 1, 2}, {0, 1, 2});
   auto client = connect_client(cluster, 0, std::max(kCallDeadline, 1000ms));
   // 30,000 keys that are written once and then left alone (a table's worth for the warm-up to
-  // fetch), then traffic on 600 limited keys (20 an hour) and 300 counting keys throughout.
+  // fetch), then traffic on 600 limited keys (20 a window) and 300 counting keys throughout.
   constexpr int kBulk = 30'000;
   constexpr std::uint32_t kLimit = 20;
   constexpr std::uint32_t kCountingLimit = 1'000'000;
   {
     const std::vector<std::string> bulk = key_names(kBulk, "join-bulk:");
     std::vector<client::AcquireRequest> batch;
-    for (const std::string& key : bulk) batch.push_back({key, hourly(kCountingLimit), 1});
+    for (const std::string& key : bulk) batch.push_back({key, steady(kCountingLimit), 1});
     for (std::size_t at = 0; at < batch.size(); at += 1000) {
       const auto results = client->acquire_batch(
           std::span(batch).subspan(at, std::min<std::size_t>(1000, batch.size() - at)));
@@ -592,10 +592,10 @@ TEST_CASE(
     }
   }
   std::vector<std::string> keys = key_names(600, "join:");
-  std::vector<Rule> rules(keys.size(), hourly(kLimit));
+  std::vector<Rule> rules(keys.size(), steady(kLimit));
   for (const std::string& key : key_names(300, "join-count:")) {
     keys.push_back(key);
-    rules.push_back(hourly(kCountingLimit));
+    rules.push_back(steady(kCountingLimit));
   }
   std::vector<KeyLog> logs(keys.size());
   settle(*client, keys, rules);

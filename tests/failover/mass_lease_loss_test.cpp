@@ -73,7 +73,7 @@ Exhausted exhaust(EtcdCluster& cluster, client::Client& client, const std::strin
   const cluster::ClusterMap before = cluster.wait_for_all();
   Exhausted out;
   out.keys = key_names(kKeys, prefix);
-  const Rule rule = hourly(kLimit);
+  const Rule rule = steady(kLimit);
   settle(client, out.keys, std::vector<Rule>(out.keys.size(), rule), &cluster);
   for (const std::string& key : out.keys) {
     const KeyHash hash = hash_key(key);
@@ -118,7 +118,7 @@ template <typename Done>
 void load(client::Client& client, const Exhausted& exhausted, const std::vector<int>& which,
           Traffic& traffic, Done done) {
   traffic.admitted.resize(exhausted.keys.size());
-  const Rule rule = hourly(kLimit);
+  const Rule rule = steady(kLimit);
   for (;;) {
     for (const int k : which) {
       const auto d = client.acquire(exhausted.keys[static_cast<std::size_t>(k)], rule);

@@ -121,7 +121,7 @@ TEST_CASE("partition: a primary cut off from etcd only fences and its replica ta
   EtcdCluster cluster(3, -1, nullptr, /*own_addresses=*/true);
   const cluster::ClusterMap before = cluster.wait_for_all();
   constexpr int kVictim = 1;
-  const Rule rule = hourly(3);
+  const Rule rule = steady(3);
   const std::vector<std::string> keys = keys_of(before, kVictim, 20, "etcd-cut:");
   HeldConnection held(cluster, kVictim, before.epoch());
   exhaust(held, keys, rule);
@@ -194,7 +194,7 @@ TEST_CASE("partition: a primary cut off from its replica keeps serving and its r
   constexpr int kVictim = 1;
   constexpr std::uint32_t kLimit = 1'000'000;  // counting keys: the limit is never reached
   const std::vector<std::string> keys = keys_of(before, kVictim, 50, "peer-cut:");
-  const std::vector<Rule> rules(keys.size(), hourly(kLimit));
+  const std::vector<Rule> rules(keys.size(), steady(kLimit));
   auto client = connect_client(cluster, 0, kCallDeadline, /*leases=*/false);
   settle(*client, keys, rules);
   std::vector<KeyLog> logs(keys.size());
@@ -273,7 +273,7 @@ TEST_CASE("partition: every node cut off from etcd for twice the TTL decides not
   if (!network) return;
   EtcdCluster cluster(3, -1, nullptr, /*own_addresses=*/true);
   const cluster::ClusterMap before = cluster.wait_for_all();
-  const Rule rule = hourly(3);
+  const Rule rule = steady(3);
   std::vector<std::string> all_keys;
   std::vector<std::unique_ptr<HeldConnection>> held;
   std::vector<std::vector<std::string>> keys;
@@ -360,7 +360,7 @@ TEST_CASE("partition: a node whose link to etcd flaps for 20 s ends active with 
   // Limited keys of every node: more than 20 s of traffic exhausts them, so any second decider
   // (or a count lost) shows as an admission beyond the limit.
   std::vector<std::string> keys = key_names(300, "flap:");
-  const std::vector<Rule> rules(keys.size(), hourly(kLimit));
+  const std::vector<Rule> rules(keys.size(), steady(kLimit));
   auto client = connect_client(cluster, 0);
   settle(*client, keys, rules);
   std::vector<KeyLog> logs(keys.size());
