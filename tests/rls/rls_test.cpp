@@ -366,7 +366,7 @@ struct SilentNode {
 // The first call goes through (the client connects), then the route goes silent.
 void go_silent(RlsHarness& h, SilentNode& silent) {
   REQUIRE(h.call(request("rls_test", {{{"batch", "warm"}}})).statuses(0).has_current_limit());
-  silent.process.send_signal(SIGSTOP);
+  REQUIRE(silent.process.freeze(5s));
 }
 
 TEST_CASE("rls: a silent cluster is answered by each limit's failure policy within the deadline") {

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -193,6 +194,33 @@ class Child {
 
   void send_signal(int signal) const {
     if (pid_ > 0) ::kill(pid_, signal);
+  }
+
+  // SIGSTOP, then waits (at most `limit`) until every thread of the child is stopped: kill()
+  // returns once the signal is queued, and a thread still running meanwhile would answer a
+  // request sent right after it. False if a thread still runs at the limit.
+  bool freeze(std::chrono::milliseconds limit) const {
+    if (pid_ <= 0) return false;
+    ::kill(pid_, SIGSTOP);
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    const std::filesystem::path tasks = "/proc/" + std::to_string(pid_) + "/task";
+    for (;;) {
+      bool all_stopped = true;
+      std::error_code ec;
+      for (const auto& task : std::filesystem::directory_iterator(tasks, ec)) {
+        // /proc/PID/task/TID/stat: "TID (comm) STATE ...", comm may hold spaces and brackets.
+        std::ifstream in(task.path() / "stat");
+        const std::string stat((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+        const std::size_t close = stat.rfind(')');
+        if (close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'T') {
+          all_stopped = false;
+        }
+      }
+      if (!ec && all_stopped) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   // Waits at most `limit` for the child to exit: its exit status (-1 when it did not exit
