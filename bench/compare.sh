@@ -3,8 +3,8 @@
 # The workloads, the method and the targets are in docs/BENCHMARKS.md.
 #
 # Starts redis-server and sluiced (127.0.0.1 only, free ports) pinned with taskset to one core,
-# and runs sluice-load and redis-benchmark pinned to another: W1-W6, the ping floor and the INCR
-# check. Prints a table that states for every target whether it was met.
+# and runs sluice-load and redis-benchmark pinned to another: W1-W6 and W4T, the ping floor, W4's
+# PING control and the INCR check. Prints a table that states for every target whether it was met.
 #
 # A full run (every length and key count at its default or more) writes bench/results/latest.json
 # and replaces the generated section of docs/BENCHMARKS.md (between the compare.sh:begin and
@@ -90,12 +90,13 @@ GEN=(taskset -c "$LOAD_CPU")
 
 LOAD="$BUILD_DIR/bin/sluice-load"
 SLUICED="$BUILD_DIR/bin/sluiced"
+CTL="$BUILD_DIR/bin/sluicectl"
 # Always (incrementally) build: stale binaries would measure old code.
-log "building sluice-load and sluiced in $BUILD_DIR"
+log "building sluice-load, sluiced and sluicectl in $BUILD_DIR"
 if [[ ! -f "$BUILD_DIR/CMakeCache.txt" ]]; then
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-ninja -C "$BUILD_DIR" -j2 sluice-load sluiced >/dev/null || die "build failed in $BUILD_DIR"
+ninja -C "$BUILD_DIR" -j2 sluice-load sluiced sluicectl >/dev/null || die "build failed in $BUILD_DIR"
 # The code measured: the commit, and the files that differ from it, as built.
 git_commit="not a git checkout"
 git_dirty=""
@@ -264,12 +265,46 @@ EOF
   die "W4: no closed-loop capacity measured (sluice $W4_RATE_SLUICE/s, redis $W4_RATE_REDIS/s)"
 log "W4 open-loop rates ($W4_MODE, fraction $W4_FRACTION): sluice $W4_RATE_SLUICE/s, redis $W4_RATE_REDIS/s"
 echo "$W4_RATE_SLUICE $W4_RATE_REDIS $CAP_SECS" >"$WORK/w4_rates.txt"
+# Each round also sends PING frames at the same rate to the same sluiced: the control, whose
+# latency is the transport's and the generator's (docs/BENCHMARKS.md, "Whose tail"). The two
+# alternate which goes first, round by round.
+w4_pair() { # ROUND NAME RULE...: the acquire run NAME and its control NAME_ping, in turn
+  local round="$1" name="$2" order
+  shift 2
+  W4_OPEN=(--busy-poll --duration "${W4_SECS}s" --rate "$W4_RATE_SLUICE")
+  if ((round % 2)); then order="acquire ping"; else order="ping acquire"; fi
+  for op in $order; do
+    if [[ $op == ping ]]; then
+      S "${name}_ping_r$round" "${W4_OPEN[@]}" --op ping
+    else
+      S "${name}_r$round" "${W4_OPEN[@]}" "$@"
+    fi
+  done
+}
+# stored_keys NAME: the keys sluiced holds now, kept in $WORK/NAME.keys for the report.
+stored_keys() {
+  "$CTL" --servers "127.0.0.1:$SLUICE_PORT" stats --json |
+    python3 -c "import json,sys; print(json.load(sys.stdin)['total']['keys'])" >"$WORK/$1.keys" ||
+    die "cannot read sluiced's key count after $1"
+}
 for round in 1 2 3; do
   start_sluice 1GiB --busy-poll
-  S "W4_sluice_r$round" --busy-poll --duration "${W4_SECS}s" --rate "$W4_RATE_SLUICE" "${RULE[@]}"
+  w4_pair "$round" W4_sluice "${RULE[@]}"
+  stored_keys "W4_sluice_r$round"
   stop_pid "$SLUICE_PID"
   R "W4_redis_lua_r$round" --busy-poll --duration "${W4_SECS}s" --rate "$W4_RATE_REDIS" \
     "${RULE[@]}" --redis-design lua_token_bucket
+done
+# W4T: W4 with records that live. 100 per hour: a bucket that gave one token is full again only
+# 36 s later, so each of the $KEYS keys, first touched in order by a closed-loop fill, is still
+# in the table while the open loop runs (stored_keys says how many were).
+W4T_RULE=(--limit 100 --period 1h)
+for round in 1 2 3; do
+  start_sluice 1GiB --busy-poll
+  S "W4T_fill_r$round" --batch 64 --dist seq --requests "$KEYS" --duration 600s "${W4T_RULE[@]}"
+  w4_pair "$round" W4T_sluice "${W4T_RULE[@]}"
+  stored_keys "W4T_sluice_r$round"
+  stop_pid "$SLUICE_PID"
 done
 
 # W6: GCRA and sliding window counter on Sluice at W2's settings vs Redis incr_window.
