@@ -216,11 +216,18 @@ std::uint64_t hour_now() {
                                         .count());
 }
 
-TEST_CASE("rls: a closed loop with 3 descriptors admits exactly the limit per key", "[rls]") {
+TEST_CASE(
+    "rls: a closed loop with 3 descriptors admits exactly the limit per key with or without busy "
+    "polling",
+    "[rls]") {
   test::require_binary(SLUICED_PATH);
   test::require_binary(GATEWAY_PATH);
+  // Replies taken by the completion thread, or (--busy-poll) by the worker's polling loop.
+  const bool busy_poll = GENERATE(false, true);
+  INFO("busy_poll " << busy_poll);
   Stack stack;
-  const LoadOptions o = rls_run(stack.grpc());
+  LoadOptions o = rls_run(stack.grpc());
+  o.busy_poll = busy_poll;
   const std::uint64_t hour_before = hour_now();
   const auto result = run_load(o);
   const std::uint64_t hour_after = hour_now();

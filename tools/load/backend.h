@@ -87,6 +87,9 @@ class Backend {
   virtual void issue(std::uint32_t r, std::span<const std::uint64_t> keys, std::uint32_t lane) = 0;
   // Called at the end of every host handler: writes what issue() queued.
   virtual void flush() = 0;
+  // With --busy-poll, called on every turn of the worker's polling loop, after the host's
+  // io_context: a backend whose replies do not come through that io_context takes them here.
+  virtual void poll() {}
   // The run is over: closes the connections. Replies still in flight are dropped, uncounted
   // (the host counts them as errors), and no call comes back to the host any more.
   virtual void close() = 0;

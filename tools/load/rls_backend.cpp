@@ -1,6 +1,7 @@
 #include "tools/load/rls_backend.h"
 
 #include <fmt/core.h>
+#include <grpc/support/time.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
@@ -85,7 +86,7 @@ void RlsBackend::reserve(std::size_t requests) {
 }
 
 void RlsBackend::start() {
-  completions_ = std::thread([this] { wait_for_completions(); });
+  if (!o_.busy_poll) completions_ = std::thread([this] { wait_for_completions(); });
 }
 
 // ---- sending --------------------------------------------------------------------------------
@@ -134,6 +135,19 @@ void RlsBackend::wait_for_completions() {
     }
     if (post) asio::post(host_.io(), in_slot(post_slot_, [this] { take_completions(); }));
   }
+}
+
+void RlsBackend::poll() {
+  if (closed_ || queue_shut_down_ || completions_.joinable()) return;
+  void* tag = nullptr;
+  bool ok = false;
+  std::uint64_t now_ns = 0;
+  while (!closed_ && queue_.AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC)) ==
+                         grpc::CompletionQueue::GOT_EVENT) {
+    now_ns = monotonic_now_ns();
+    count(*static_cast<Call*>(tag), now_ns);
+  }
+  if (now_ns != 0 && !closed_) host_.handler_done(now_ns);
 }
 
 void RlsBackend::take_completions() {

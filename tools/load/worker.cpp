@@ -74,6 +74,7 @@ void Worker::run() {
   // Stops by itself once the run leaves no work (the tick timer is armed until the end).
   while (!io().stopped()) {
     io().poll();
+    backend_->poll();
     if (pace_by_clock_ && monotonic_now_ns() >= next_intended_) {
       pace_by_clock_ = false;
       pace();
