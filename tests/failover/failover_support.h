@@ -34,6 +34,7 @@
 #include "tests/support/etcd_quorum.h"
 #include "tests/support/log_lines.h"
 #include "tests/support/ports.h"
+#include "tests/support/window_clock.h"
 #include "tests/support/wire_map.h"
 
 namespace sluice::test {
@@ -277,26 +278,9 @@ inline std::unique_ptr<client::Client> connect_client(
   return std::move(connected).value();
 }
 
-// The period of steady(): a whole number of hours (3 or more) whose current window, on the UTC
-// clock the nodes align fixed windows to, has at least two hours left when first asked. Once
-// per process, so that every rule of a test is the same one.
-inline std::uint64_t steady_period_ms() {
-  static const std::uint64_t period = [] {
-    constexpr std::uint64_t kHourMs = 3'600'000;
-    const auto now_ms =
-        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                       std::chrono::system_clock::now().time_since_epoch())
-                                       .count());
-    std::uint64_t hours = 3;
-    while (hours * kHourMs - now_ms % (hours * kHourMs) < 2 * kHourMs) ++hours;
-    return hours * kHourMs;
-  }();
-  return period;
-}
-
 // A fixed window of `limit` whose count only grows during a test: no window boundary comes
-// while the test runs. (An hour-long window rolled over at a full hour in the middle of a CI
-// run, and the keys got their limit again.)
+// while the test runs (steady_period_ms(), tests/support/window_clock.h). (An hour-long window
+// rolled over at a full hour in the middle of a CI run, and the keys got their limit again.)
 inline Rule steady(std::uint32_t limit) {
   Rule rule;
   rule.algorithm = Algorithm::kFixedWindow;
