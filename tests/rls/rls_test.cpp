@@ -21,6 +21,7 @@
 #include "tests/rls/rls_config.h"
 #include "tests/support/child_process.h"
 #include "tests/support/ports.h"
+#include "tests/support/window_clock.h"
 #include "tools/gateway/rls.h"
 
 namespace sluice::gateway::testing {
@@ -131,8 +132,14 @@ void check_limit(const Response::DescriptorStatus& s, std::uint32_t per_unit, Un
   CHECK(s.current_limit().name() == name);
 }
 
+// A test that checks duration_until_reset (the wall clock's, not the node's) first waits until
+// the UTC hour has this long left, so that the hour cannot turn between the front's reading of
+// the clock and rest_of_hour()'s.
+constexpr auto kHourRoom = 30s;
+
 // The peer's duration_until_reset of an hourly limit: the rest of the UTC hour (a second of
 // slack either side for the clock ticking between its computation and ours).
+// REQUIRES: the test began with test::wait_for_window_room(1h, kHourRoom).
 void check_reset_in_hour(const Response::DescriptorStatus& s) {
   REQUIRE(s.has_duration_until_reset());
   const std::int64_t expected = rest_of_hour();
@@ -142,6 +149,7 @@ void check_reset_in_hour(const Response::DescriptorStatus& s) {
 }
 
 TEST_CASE("rls: a nested descriptor is decided by its own limit, then OVER_LIMIT with the reset") {
+  test::wait_for_window_room(1h, kHourRoom);
   RlsHarness h;
   const auto login = request("rls_test", {{{"authenticated", "false"}, {"path", "/login"}}});
   for (std::uint32_t i = 1; i <= 3; ++i) {
@@ -370,6 +378,7 @@ void go_silent(RlsHarness& h, SilentNode& silent) {
 }
 
 TEST_CASE("rls: a silent cluster is answered by each limit's failure policy within the deadline") {
+  test::wait_for_window_room(1h, kHourRoom);
   SilentNode silent;
   RlsOptions options;
   options.deadline = 50ms;
