@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/server.h"
+#include "tests/support/window_clock.h"
 #include "tools/load/load_driver.h"
 
 namespace sluice::load {
@@ -418,13 +419,15 @@ TEST_CASE("the Redis incr_window driver reads pipelined INCR, PEXPIRE and GET", 
   FakeRedis fake(0);
   LoadOptions o = redis_options(fake);
   o.redis_design = RedisDesign::kIncrWindow;
-  o.rule = Rule{Algorithm::kSlidingWindow, 7, 3'600'000, 0};  // one window for the whole run
+  // The driver names each counter by its window on the UTC clock: one window for the whole run
+  // (at an edge every key would start a new counter, and the fake answers GET with nothing).
+  o.rule = Rule{Algorithm::kSlidingWindow, 7, test::steady_period_ms(), 0};
   o.depth = 2;
   const auto result = run_load(o);
   REQUIRE(result.ok());
   CHECK(result->sent == 3000);
   CHECK(result->errors == 0);
-  // The fake's counters never reset; a window edge during the run can only admit fewer.
+  // The fake's counters never reset: at most 7 per key.
   CHECK(result->allowed <= 20 * 7);
   CHECK(result->allowed > 0);
   check_consistent(*result);
@@ -435,7 +438,7 @@ TEST_CASE("incr_window with 3 descriptors increments 3 counters per decision in 
   FakeRedis fake(0);
   LoadOptions o = redis_options(fake);
   o.redis_design = RedisDesign::kIncrWindow;
-  o.rule = Rule{Algorithm::kFixedWindow, 7, 3'600'000, 0};
+  o.rule = Rule{Algorithm::kFixedWindow, 7, test::steady_period_ms(), 0};  // one window, as above
   o.descriptors = 3;
   o.requests = 600;
   o.depth = 2;
@@ -444,8 +447,8 @@ TEST_CASE("incr_window with 3 descriptors increments 3 counters per decision in 
   CHECK(result->sent == 600);
   CHECK(result->errors == 0);
   check_consistent(*result);
-  // Every decision went to its key's 3 counters: all the window's counters of a key (two
-  // windows, if the hour turned during the run) add up to 3 per decision sent for it.
+  // Every decision went to its key's 3 counters of the window: they add up to 3 per decision
+  // sent for it.
   const auto counters = fake.counters();
   std::int64_t total = 0;
   std::map<std::string, std::int64_t> per_descriptor;
