@@ -39,6 +39,7 @@
 #include "protocol/messages.h"
 #include "tests/integration/raw_client.h"
 #include "tests/support/child_process.h"
+#include "tests/support/window_clock.h"
 
 #ifndef SLUICED_PATH
 #error "SLUICED_PATH must be defined by the build (tests/CMakeLists.txt)"
@@ -178,12 +179,12 @@ class RssWatch {
 };
 
 // A well-behaved client on its own thread: round after round, a PING whose payload must come
-// back, then an ACQUIRE of two keys whose answers are known exactly (a counter of 1,000,000 per
-// 366 days that must have one less left each time, and a key of 1 per 366 days, used up first,
-// that must stay denied), each reply within `deadline`. It times every request and stops at
-// the first wrong answer, or when the server sends ERROR SHUTTING_DOWN (then it must see end of
-// stream and nothing else). A 366-day fixed window ends within a test's minute with odds of
-// about 2 in a million: ignored.
+// back, then an ACQUIRE of two keys whose answers are known exactly (a counter of 1,000,000 a
+// window that must have one less left each time, and a key of 1 a window, used up first, that
+// must stay denied), each reply within `deadline`. It times every request and stops at the
+// first wrong answer, or when the server sends ERROR SHUTTING_DOWN (then it must see end of
+// stream and nothing else). The windows are fixed ones that no boundary of the UTC clock
+// crosses during a test (steady_period_ms()): at a boundary both keys would start afresh.
 class GoodClient {
  public:
   struct Report {
@@ -325,8 +326,8 @@ class GoodClient {
   }
 
   Step exchange_acquire(RawClient& client, bool first) {
-    const Rule counter{Algorithm::kFixedWindow, kCounterLimit, kMaxPeriodMs, 0};
-    const Rule single{Algorithm::kFixedWindow, 1, kMaxPeriodMs, 0};
+    const Rule counter{Algorithm::kFixedWindow, kCounterLimit, steady_period_ms(), 0};
+    const Rule single{Algorithm::kFixedWindow, 1, steady_period_ms(), 0};
     const protocol::AcquireItem items[] = {{"good:counter", counter, 1, false},
                                            {"good:used-up", single, 1, false}};
     const std::uint32_t id = client.next_id();
