@@ -23,9 +23,6 @@ using protocol::WireErrorCode;
 
 namespace {
 
-// Output buffers keep up to this much capacity once empty; larger ones are given back, so a
-// burst of replies does not pin its peak for the life of the connection.
-constexpr std::size_t kKeepOutput = 256 * 1024;
 // The least an input buffer grows to beyond kBaseInputBuffer (a large frame is arriving).
 constexpr std::size_t kGrownInput = 128 * 1024;
 // What a handed-over item holds until its task is back: the item and its result slot.
@@ -60,7 +57,7 @@ void SocketPeer::start() {
 
 void SocketPeer::start_refused(WireErrorCode code, std::string_view message) {
   failed_ = true;
-  protocol::encode_error(out_queued_, 0, code, message);
+  protocol::encode_error(output_.tail(), 0, code, message);
   begin_closing();
   start();
   recharge();
@@ -96,7 +93,7 @@ void SocketPeer::close() {
 }
 
 std::size_t SocketPeer::footprint() const {
-  std::size_t bytes = out_queued_.capacity() + out_writing_.capacity();
+  std::size_t bytes = output_.held();
   // Once shed, the input is discarded and its buffer freed as soon as the reader wakes, which
   // shed_for_memory() makes happen at once: it no longer counts.
   if (in_capacity_ > kBaseInputBuffer && !shed_) bytes += in_capacity_ - kBaseInputBuffer;
@@ -130,10 +127,10 @@ void SocketPeer::shed_for_memory(std::size_t shard_budget) {
     return;
   }
   const std::size_t held = charged_;
-  protocol::Bytes().swap(out_queued_);
+  output_.drop_queued();
   failed_ = true;
   protocol::encode_error(
-      out_queued_, 0, WireErrorCode::kOverloaded,
+      output_.tail(), 0, WireErrorCode::kOverloaded,
       fmt::format("closed: this connection held {} bytes of buffers, the most on a shard over its "
                   "buffer budget of {} bytes (--max-buffer-memory)",
                   held, shard_budget));
@@ -179,7 +176,7 @@ void SocketPeer::shut_down(SteadyClock::time_point deadline) {
 void SocketPeer::maybe_send_shutdown_error() {
   if (!shutting_down_ || failed_ || closed_ || frames_pending() != 0) return;
   failed_ = true;
-  protocol::encode_error(out_queued_, 0, WireErrorCode::kShuttingDown,
+  protocol::encode_error(output_.tail(), 0, WireErrorCode::kShuttingDown,
                          "the server is shutting down");
   recharge();
   flush();
@@ -190,7 +187,7 @@ void SocketPeer::send_error_and_close(std::uint32_t request_id, WireErrorCode co
                                       std::string_view message) {
   if (closing_) return;
   failed_ = true;
-  protocol::encode_error(out_queued_, request_id, code, message);
+  protocol::encode_error(output_.tail(), request_id, code, message);
   begin_closing();
 }
 
@@ -201,35 +198,33 @@ void SocketPeer::reject(std::uint32_t request_id, WireErrorCode code, std::strin
 void SocketPeer::wake_writer() { write_signal_.cancel(); }
 
 void SocketPeer::flush() {
-  if (out_queued_.empty() || flush_queued_) return;
+  if (output_.queued() == 0 || flush_queued_) return;
   flush_queued_ = true;
   shard_.queue_flush(self());
 }
 
 void SocketPeer::flush_now() {
   flush_queued_ = false;
-  if (out_queued_.empty()) return;
-  if (!writing_ && !closed_) {
+  if (output_.queued() == 0) return;
+  // Sealed blocks go first, through the writer: only a tail alone is sent from here.
+  if (!writing_ && !closed_ && !output_.has_sealed()) {
     // Never blocks; an error (the socket full, or broken) leaves the bytes to the writer.
-    const ssize_t sent = ::send(socket_.native_handle(), out_queued_.data(), out_queued_.size(),
-                                MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (sent > 0) out_queued_.erase(out_queued_.begin(), out_queued_.begin() + sent);
-    if (out_queued_.empty() && out_queued_.capacity() > kKeepOutput) {
-      protocol::Bytes().swap(out_queued_);
-    }
+    const protocol::Bytes& tail = output_.tail();
+    const ssize_t sent =
+        ::send(socket_.native_handle(), tail.data(), tail.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent > 0) output_.consume_tail(static_cast<std::size_t>(sent));
     recharge();
     // The reader may have paused on this output since it queued the flush.
     if (read_paused_ && !should_pause_reading()) read_resume_.cancel();
     // All sent: nothing for the writer, unless it is to close the connection after it.
-    if (out_queued_.empty() && !closing_) return;
+    if (output_.queued() == 0 && !closing_) return;
   }
   wake_writer();
 }
 
 bool SocketPeer::should_pause_reading() const {
   const ServerConfig& config = shard_.context().config;
-  return out_queued_.size() + out_writing_.size() >= config.max_queued_output ||
-         Dispatcher::backlog_full(*this, config);
+  return output_.size() >= config.max_queued_output || Dispatcher::backlog_full(*this, config);
 }
 
 asio::awaitable<void> SocketPeer::read_loop() {
@@ -306,7 +301,7 @@ asio::awaitable<void> SocketPeer::read_loop() {
 asio::awaitable<void> SocketPeer::write_loop() {
   while (!closed_) {
     boost::system::error_code ec;
-    if (out_queued_.empty()) {
+    if (output_.queued() == 0) {
       // A failed connection stops at its ERROR; one the peer finished waits for its last
       // hand-over replies.
       if (closing_ && (failed_ || frames_pending() == 0)) break;
@@ -314,16 +309,18 @@ asio::awaitable<void> SocketPeer::write_loop() {
       co_await write_signal_.async_wait(net::redirect(ec));
       continue;
     }
-    std::swap(out_queued_, out_writing_);
+    write_buffers_.clear();
+    for (const protocol::Bytes& block : output_.start_write()) {
+      write_buffers_.push_back(asio::buffer(block));
+    }
     writing_ = true;
-    co_await asio::async_write(socket_, asio::buffer(out_writing_), net::redirect(ec));
+    co_await asio::async_write(socket_, write_buffers_, net::redirect(ec));
     writing_ = false;
-    out_writing_.clear();
+    output_.finish_write();
     if (ec) {
       close();
       co_return;
     }
-    if (out_writing_.capacity() > kKeepOutput) protocol::Bytes().swap(out_writing_);
     recharge();
     read_resume_.cancel();  // output has drained: a paused reader may go on
   }
@@ -367,14 +364,15 @@ void SocketPeer::after_input(bool handled_any) {
     last_frame_ = SteadyClock::now();
     shard_.engine().publish_table_stats();
   }
-  shard_.TEST_record_queued_output(out_queued_.size() + out_writing_.size());
+  output_.prepare_tail();
+  shard_.TEST_record_queued_output(output_.size());
   recharge();
   flush();
 }
 
 bool SocketPeer::handle_input() {
   const std::span<const std::uint8_t> input(in_.get() + in_begin_, in_end_ - in_begin_);
-  turn_output_mark_ = out_queued_.size();
+  turn_output_mark_ = output_.queued();
   const DispatchResult result = shard_.dispatcher().dispatch_frames(*this, decoder_, input);
   in_begin_ += result.consumed;
   // Paused by back-pressure or a spent turn (not by closing) with bytes left: they may hold
@@ -385,6 +383,7 @@ bool SocketPeer::handle_input() {
 }
 
 void SocketPeer::frame_finished() {
+  output_.prepare_tail();
   if (wants_replies()) flush();
   maybe_send_shutdown_error();
   recharge();

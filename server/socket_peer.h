@@ -22,6 +22,7 @@
 #include "protocol/frame.h"
 #include "protocol/messages.h"
 #include "server/peer.h"
+#include "server/reply_queue.h"
 
 namespace sluice::server {
 
@@ -47,7 +48,7 @@ class SocketPeer final : public Peer {
   void shut_down(std::chrono::steady_clock::time_point deadline);
 
   // Peer: what the dispatcher sees.
-  protocol::Bytes& reply_buffer() override { return out_queued_; }
+  protocol::Bytes& reply_buffer() override { return output_.tail(); }
   bool wants_replies() const override { return !closed_ && !failed_; }
   void reject(std::uint32_t request_id, protocol::WireErrorCode code,
               std::string_view message) override;
@@ -96,7 +97,7 @@ class SocketPeer final : public Peer {
   void maybe_send_shutdown_error();
   bool should_pause_reading() const;
   // This turn's replies reached kTurnOutput (handle_input() sets the mark).
-  bool turn_spent() const { return out_queued_.size() >= turn_output_mark_ + kTurnOutput; }
+  bool turn_spent() const { return output_.queued() >= turn_output_mark_ + kTurnOutput; }
   void wake_writer();
   // Has the queued output sent once the handlers already queued on the shard have run
   // (Shard::queue_flush), by flush_now().
@@ -125,14 +126,14 @@ class SocketPeer final : public Peer {
   // handle_input() paused with bytes left that may hold complete frames: they are handled
   // before the next socket read.
   bool input_held_ = false;
-  // out_queued_.size() when the current handle_input() began (turn_spent()).
+  // output_.queued() when the current handle_input() began (turn_spent()).
   std::size_t turn_output_mark_ = 0;
   // input_held_ because the turn was spent, not by back-pressure: yield, then go on.
   bool turn_yield_ = false;
 
-  // Output: handlers append to out_queued_; the writer swaps it with out_writing_ and sends all.
-  protocol::Bytes out_queued_;
-  protocol::Bytes out_writing_;
+  // Output: handlers append to its tail; the writer sends everything queued in one write.
+  ReplyQueue output_;
+  std::vector<boost::asio::const_buffer> write_buffers_;  // the blocks of the write in flight
 
   boost::asio::steady_timer write_signal_;  // the writer sleeps on it; cancel() wakes it
   boost::asio::steady_timer read_resume_;   // the reader sleeps on it while output backs up
@@ -149,9 +150,9 @@ class SocketPeer final : public Peer {
   bool closed_ = false;
   bool read_paused_ = false;   // the reader waits on read_resume_ for output to drain
   bool flush_queued_ = false;  // flush_now() is due: flush() need not queue it again
-  bool writing_ = false;  // the writer has out_writing_ in flight: flush() must not overtake it
-  bool reading_ = false;  // the reader waits in async_read_some, on in_
-  bool shed_ = false;     // closed by shed_for_memory()
+  bool writing_ = false;       // the writer has a write in flight: flush() must not overtake it
+  bool reading_ = false;       // the reader waits in async_read_some, on in_
+  bool shed_ = false;          // closed by shed_for_memory()
   std::size_t charged_ = 0;
 };
 
