@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <fmt/core.h>
+#include <malloc.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <algorithm>
@@ -26,6 +27,8 @@ using asio::ip::tcp;
 namespace {
 
 constexpr auto kSweepInterval = std::chrono::nanoseconds(CounterTable::kSweepIntervalNs);
+// Buffers given back by a shard's connections, at least, before it trims the allocator's heaps.
+constexpr std::size_t kTrimAfterFreed = std::size_t{4} << 20;
 // Inbox tasks handled per drain() before yielding to the connections of this shard.
 constexpr int kDrainBudget = 256;
 // Tasks and pending frames kept for reuse per shard, and the largest batch whose vectors are
@@ -298,6 +301,7 @@ void Shard::on_connection_closed(SocketPeer* connection, bool counted) {
 
 void Shard::charge_buffers(std::int64_t delta) {
   buffer_bytes_ = static_cast<std::size_t>(static_cast<std::int64_t>(buffer_bytes_) + delta);
+  buffer_bytes_peak_ = std::max(buffer_bytes_peak_, buffer_bytes_);
   engine_.counters()[ShardStat::kBufferBytes].set(buffer_bytes_);
 }
 
@@ -338,6 +342,12 @@ asio::awaitable<void> Shard::sweep_loop() {
     co_await sweep_timer_.async_wait(net::redirect(ec));
     if (stopping_) break;
     engine_.sweep(context_.clock->now_ns());
+    // Connections gave back megabytes of buffers since the last look: some of them were carved
+    // from the middle of the allocator's heaps, which free() does not return to the system.
+    if (buffer_bytes_peak_ >= buffer_bytes_ + kTrimAfterFreed) {
+      ::malloc_trim(0);
+      buffer_bytes_peak_ = buffer_bytes_;
+    }
     if (engine_.view() != nullptr) {
       // Filled outside the engine's lock into the vector published last time: both keep their
       // memory.

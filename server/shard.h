@@ -191,6 +191,8 @@ class Shard {
   std::atomic<std::size_t> peak_queued_output_{0};
   const std::size_t buffer_budget_;
   std::size_t buffer_bytes_ = 0;  // charged by this shard's connections
+  // The most buffer_bytes_ since the last trim of the allocator's heaps (sweep_loop()).
+  std::size_t buffer_bytes_peak_ = 0;
   bool enforcing_ = false;
   int spare_fd_ = -1;  // /dev/null, kept so that one connection can be refused under EMFILE
   std::chrono::steady_clock::time_point last_accept_log_{};
