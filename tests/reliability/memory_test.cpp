@@ -232,10 +232,13 @@ TEST_CASE(
     "100 connections that pipeline STATS and never read leave a good client under 50 ms at p99, "
     "and RSS within the budget",
     "[reliability][memory][stats]") {
-  constexpr std::uint64_t kBudget = 32 * kMiB;
-  // The amplifier: a 16-byte request, a reply of about 1.3 KB. Defaults otherwise
-  // (--max-queued-output 4MiB, the STATS snapshot rebuilt at most every 100 ms).
-  Sluiced sluiced({"--max-buffer-memory", "32MiB"});
+  // The amplifier: a 16-byte request, a reply of about 1.3 KB, against sluiced's
+  // defaults: --max-memory 1GiB, so a buffer budget of 256 MiB (what RSS may grow by, with the
+  // per-connection terms); --max-queued-output 4MiB, so 100 flooders could queue 400 MiB and
+  // the budget sheds; the STATS snapshot rebuilt at most every 100 ms.
+  constexpr std::uint64_t kBudget = 256 * kMiB;
+  Sluiced sluiced({"--max-memory", "1GiB"});
+  REQUIRE_THAT(sluiced.startup_line(), Catch::Contains("buffer memory 256MiB"));
   RawClient observer(sluiced.port());
   observer.hello();
   GoodClient good(sluiced.port(), kGoodDeadline);

@@ -83,8 +83,8 @@ inline long long ms(SteadyClock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
-// sluiced on 127.0.0.1 with ephemeral ports and two shards unless `flags` say otherwise (a later
-// flag wins); its public port comes from its start-up line.
+// sluiced on 127.0.0.1 with ephemeral ports, two shards and --max-memory 64MiB unless `flags`
+// give their own --max-memory, then `flags`; its public port comes from its start-up line.
 //
 // Transparent huge pages are off for the child (PR_SET_THP_DISABLE, set on this process and
 // inherited across exec), so that its RSS counts the 4 KiB pages it touches: under THP
@@ -110,8 +110,11 @@ class Sluiced {
 
  private:
   static std::vector<std::string> with_defaults(const std::vector<std::string>& flags) {
-    std::vector<std::string> args = {"--bind",   "127.0.0.1", "--port",       "0",
-                                     "--shards", "2",         "--max-memory", "64MiB"};
+    std::vector<std::string> args = {"--bind", "127.0.0.1", "--port", "0", "--shards", "2"};
+    // sluiced refuses --max-memory twice: the test's own comes instead of the 64 MiB default.
+    if (std::find(flags.begin(), flags.end(), "--max-memory") == flags.end()) {
+      args.insert(args.end(), {"--max-memory", "64MiB"});
+    }
     args.insert(args.end(), flags.begin(), flags.end());
     return args;
   }
