@@ -107,6 +107,77 @@ BENCHMARK(BM_FindExistingPrefetched)
     ->Args({kKeys, 1})
     ->ArgNames({"keys", "huge"});
 
+// Key i's hash, made from i as a server hashes a key it has just read: no key array to miss.
+KeyHash key_of(std::uint64_t i) {
+  KeyHash k;
+  k.lo = splitmix64(i);
+  k.hi = splitmix64(i);
+  return k;
+}
+
+// A uniformly random index below n.
+std::uint64_t random_below(std::uint64_t& seed, std::uint64_t n) {
+  return static_cast<std::uint64_t>((static_cast<unsigned __int128>(splitmix64(seed)) * n) >> 64);
+}
+
+// A table of `n` keys made by key_of(), each with one token taken.
+std::unique_ptr<CounterTable> table_of(std::size_t n, bool huge_pages) {
+  auto table = std::make_unique<CounterTable>(roomy(16, huge_pages));
+  for (std::size_t i = 0; i < n; ++i) table->acquire(key_of(i), kBucket, Request{kT0, 1, false});
+  return table;
+}
+
+// One acquire at a time on a stored key, the key hashed from a random index (as
+// BM_FindExisting, without its key array: at 1M keys that array is 16 MB, and reading it is a
+// cache miss of the benchmark's, not the table's). Args: keys stored, huge pages.
+void BM_AcquireSingle(benchmark::State& state) {
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto table = table_of(n, state.range(1) != 0);
+  std::uint64_t seed = 21;
+  std::uint64_t now = kT0;
+  for (auto _ : state) {
+    const KeyHash k = key_of(random_below(seed, n));
+    benchmark::DoNotOptimize(table->acquire(k, kBucket, Request{now += kStepNs, 1, false}));
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
+  state.counters["load"] = static_cast<double>(table->size()) / table->stats().slots;
+}
+BENCHMARK(BM_AcquireSingle)
+    ->Args({10'000, 0})
+    ->Args({kKeys, 0})
+    ->Args({kKeys, 1})
+    ->ArgNames({"keys", "huge"});
+
+// A 64-item ACQUIRE frame on one shard, decided as Dispatcher::handle_acquire decides it: the
+// frame's hashes in an array (made while the frame is read), one clock reading for the frame,
+// then for_each_prefetched() over them. Time per decision is 1 / items_per_second.
+void BM_AcquireBatch(benchmark::State& state) {
+  constexpr std::size_t kBatch = 64;
+  const auto n = static_cast<std::size_t>(state.range(0));
+  auto table = table_of(n, state.range(1) != 0);
+  std::vector<KeyHash> hashes(kBatch);
+  std::vector<sluice::server::TableAnswer> answers(kBatch);
+  std::uint64_t seed = 22;
+  std::uint64_t now = kT0;
+  for (auto _ : state) {
+    for (KeyHash& k : hashes) k = key_of(random_below(seed, n));
+    now += kBatch * kStepNs;
+    table->for_each_prefetched(
+        kBatch, [&](std::size_t k) -> const KeyHash& { return hashes[k]; },
+        [&](std::size_t k) {
+          answers[k] = table->acquire(hashes[k], kBucket, Request{now, 1, false});
+        });
+    benchmark::DoNotOptimize(answers.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBatch));
+  state.counters["load"] = static_cast<double>(table->size()) / table->stats().slots;
+}
+BENCHMARK(BM_AcquireBatch)
+    ->Args({10'000, 0})
+    ->Args({kKeys, 0})
+    ->Args({kKeys, 1})
+    ->ArgNames({"keys", "huge"});
+
 // Inserts into a table sized for kKeys up front (no growth); refilled every kKeys inserts.
 void BM_InsertPresized(benchmark::State& state) {
   const auto keys = random_keys(kKeys, 2);
