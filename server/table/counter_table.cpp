@@ -189,7 +189,7 @@ CounterTable::CounterTable(const TableConfig& config)
       arena_(arena_chunk_bytes(max_bytes_)),
       pool_(config.huge_pages && max_bytes_ >= kHugePagesMinBytes) {
   // Enough selector bits for the segments the cap can hold, and a directory of at most
-  // 1/256 of the cap.
+  // 1/128 of the cap (16-byte entries).
   while (max_depth_ < 32 && (std::size_t{8} << max_depth_) <= max_bytes_ / 256) ++max_depth_;
   const std::size_t want = std::max<std::size_t>(config.initial_slots, 16);
   std::uint32_t depth = 0;
@@ -197,7 +197,7 @@ CounterTable::CounterTable(const TableConfig& config)
   std::size_t count = std::size_t{1} << depth;
   std::size_t chunks = 0;
   for (;; --depth, count /= 2) {
-    const std::size_t meta = count * (sizeof(std::uint32_t) + sizeof(Segment));
+    const std::size_t meta = count * (sizeof(DirectoryEntry) + sizeof(Segment));
     const std::size_t homes = (want + count - 1) / count;
     chunks = chunks_for(homes + kMaxDisplacement + 1);
     // Each chunk also takes a pointer in its segment's chunk list.
@@ -219,7 +219,7 @@ CounterTable::CounterTable(const TableConfig& config)
     seg.depth = depth;
     total_slots_ += seg.total_slots();
     segments_.push_back(std::move(seg));
-    directory_[i] = i;
+    refresh_directory(i);
   }
   rehash_scratch_.resize(segments_[0].total_slots());
   peak_bytes_ = memory_bytes();
@@ -253,47 +253,64 @@ void CounterTable::drop_chunks(Segment& seg, std::size_t keep) {
   }
 }
 
-std::uint32_t CounterTable::segment_index(const KeyHash& key) const {
+inline const CounterTable::DirectoryEntry& CounterTable::entry_of(const KeyHash& key) const {
   // The selector is the low 32 bits of `hi`: shard_for() and slot_for() use `lo`, and the
   // cluster ring is to place keys by the high bits of `hi`.
   const auto selector = static_cast<std::uint32_t>(key.hi);
   return directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)];
 }
 
-CounterTable::Probe CounterTable::find(const KeyHash& key) const {
-  const std::uint32_t index = segment_index(key);
+std::uint32_t CounterTable::segment_index(const KeyHash& key) const {
+  return entry_of(key).segment;
+}
+
+void CounterTable::refresh_directory(std::uint32_t index) {
   const Segment& seg = segments_[index];
+  const std::size_t span = std::size_t{1} << (depth_ - seg.depth);
+  const std::size_t first = std::size_t{seg.prefix} * span;
+  for (std::size_t i = first; i < first + span; ++i) {
+    directory_[i] = DirectoryEntry{seg.chunks.data(), seg.homes, index};
+  }
+}
+
+// Inline: it is most of acquire()'s work on a stored key.
+inline CounterTable::Probe CounterTable::find(const KeyHash& key) const {
+  const DirectoryEntry& entry = entry_of(key);
+  const std::uint32_t index = entry.segment;
   const std::uint64_t order = key.lo >> 32;
-  const std::size_t home = home_of(seg, key.lo);
+  const std::size_t home = home_of(entry.homes, key.lo);
   std::size_t chunk = home / kChunkRecords;
   std::size_t offset = home % kChunkRecords;
-  const Record* records = seg.chunks[chunk];
+  const Record* records = entry.chunks[chunk];
   // Terminates within kMaxDisplacement + 1 slots: a record past that window has a later home,
   // hence a larger `order` (invariants 1 and 2).
   for (;;) {
     const Record& r = records[offset];
     if (tag_of(r.meta) == 0 || (r.fp_lo >> 32) > order) {
-      return {index, chunk * kChunkRecords + offset, false};
+      return {index, chunk * kChunkRecords + offset, false, nullptr};
     }
-    if (r.fp_lo == key.lo && r.fp_hi == key.hi)
-      return {index, chunk * kChunkRecords + offset, true};
+    if (r.fp_lo == key.lo && r.fp_hi == key.hi) {
+      return {index, chunk * kChunkRecords + offset, true, const_cast<Record*>(&r)};
+    }
     if (++offset == kChunkRecords) {
       offset = 0;
-      records = seg.chunks[++chunk];
+      records = entry.chunks[++chunk];
     }
   }
 }
 
 void CounterTable::prefetch(const KeyHash& key) const {
-  const Segment& seg = segments_[segment_index(key)];
+  const DirectoryEntry& entry = entry_of(key);
   // Both cache lines a record may straddle.
-  const auto* record = reinterpret_cast<const char*>(&at(seg, home_of(seg, key.lo)));
+  const std::size_t home = home_of(entry.homes, key.lo);
+  const auto* record =
+      reinterpret_cast<const char*>(&entry.chunks[home / kChunkRecords][home % kChunkRecords]);
   __builtin_prefetch(record);
   __builtin_prefetch(record + sizeof(Record) - 1);
 }
 
 std::size_t CounterTable::metadata_bytes() const {
-  return directory_.capacity() * sizeof(std::uint32_t) + segments_.capacity() * sizeof(Segment) +
+  return directory_.capacity() * sizeof(DirectoryEntry) + segments_.capacity() * sizeof(Segment) +
          rehash_scratch_.capacity() + chunk_index_bytes_;
 }
 
@@ -388,7 +405,10 @@ bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
   const std::size_t homes = (seg.chunks.size() + add) * kChunkRecords - kMaxDisplacement - 1;
   if (homes > (std::size_t{1} << 32) - 1) return false;  // slot_for() scales 32 bits
   if (rehash_scratch_.size() < old_slots) rehash_scratch_.resize(old_slots);
-  if (!add_chunks(seg, add)) return false;
+  if (!add_chunks(seg, add)) {
+    refresh_directory(index);  // the chunk list may have moved
+    return false;
+  }
   peak_bytes_ = std::max(peak_bytes_, memory_bytes());
   const auto grown_homes = static_cast<std::uint32_t>(homes);
   const auto record = [&seg](std::size_t i) -> Record& { return at(seg, i); };
@@ -435,6 +455,7 @@ bool CounterTable::grow_in_place(std::uint32_t index, std::uint64_t now_ns) {
   seg.homes = static_cast<std::uint32_t>(homes);
   seg.max_size = static_cast<std::uint32_t>(homes * kMaxLoad);
   seg.size = kept;
+  refresh_directory(index);
   if (sweep_segment_ == index) sweep_cursor_ = 0;
   return true;
 }
@@ -464,11 +485,11 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
   if (chunks[0] > segments_[index].chunks.size()) return false;
   const bool deeper = depth == depth_;
   std::size_t extra = pool_.cost(chunks[1]) + chunks[1] * sizeof(Record*);
-  if (deeper) extra += directory_.size() * 2 * sizeof(std::uint32_t);
+  if (deeper) extra += directory_.size() * 2 * sizeof(DirectoryEntry);
   if (segments_.size() == segments_.capacity()) extra += segments_.size() * sizeof(Segment);
   if (extra > room()) return false;
 
-  std::vector<std::uint32_t> directory;
+  std::vector<DirectoryEntry> directory;
   try {
     if (deeper) directory.resize(directory_.size() * 2);
     if (segments_.size() == segments_.capacity()) segments_.reserve(2 * segments_.size());
@@ -482,7 +503,7 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
   }
   // Until the old segment gives back its spare chunks, both it and the upper half are held.
   peak_bytes_ =
-      std::max(peak_bytes_, memory_bytes() + directory.capacity() * sizeof(std::uint32_t));
+      std::max(peak_bytes_, memory_bytes() + directory.capacity() * sizeof(DirectoryEntry));
 
   Segment& seg = segments_[index];
   upper.homes = homes[1];
@@ -523,7 +544,6 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
   seg.prefix <<= 1;
   seg.depth = depth + 1;
   upper.size = sizes[1];
-  const std::uint32_t upper_prefix = upper.prefix;
   const auto upper_index = static_cast<std::uint32_t>(segments_.size());
   segments_.push_back(std::move(upper));  // capacity reserved above: no reallocation
   if (deeper) {
@@ -534,9 +554,8 @@ bool CounterTable::split(std::uint32_t index, std::uint64_t now_ns) {
     ++depth_;
   }
   // The old segment's entries: the upper half of them now name the new segment.
-  const std::size_t span = std::size_t{1} << (depth_ - depth - 1);
-  const std::size_t first = std::size_t{upper_prefix} * span;
-  for (std::size_t i = first; i < first + span; ++i) directory_[i] = upper_index;
+  refresh_directory(index);
+  refresh_directory(upper_index);
   if (sweep_segment_ == index) sweep_cursor_ = 0;
   return true;
 }
@@ -748,25 +767,30 @@ TableAnswer CounterTable::answer_fresh(const Rule& rule, const Request& request)
   return {TableOutcome::kOk, sliding_log_answer(rule, SlidingLog{}, request)};  // no ring needed
 }
 
-TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
-                                          const Request& request) {
-  Segment& seg = segments_[probe.segment];
-  Record& r = at(seg, probe.pos);
+inline TableAnswer CounterTable::update_counter(const Probe& probe, const Rule& rule,
+                                                const Request& request) {
+  Record& r = *probe.record;
   const std::uint64_t now = request.now_ns;
-  if (rule.algorithm != Algorithm::kSlidingLog) {
-    const Verdict decision = decide(rule, r.state, request);
-    if (!request.peek) {
-      const std::uint64_t idle_at = idle_at_ns(rule, r.state);
-      if (r.state == CounterState{} || idle_at <= now) {
-        erase(seg, probe.pos);
-        return {TableOutcome::kOk, decision};
-      }
-      r.meta = make_meta(tag_of(r.meta), now, idle_at, decision);
-    } else {
-      r.meta = with_stamp(r.meta, now);
-    }
+  const Verdict decision = decide(rule, r.state, request);
+  if (request.peek) {
+    r.meta = with_stamp(r.meta, now);
     return {TableOutcome::kOk, decision};
   }
+  const std::uint64_t idle_at = idle_at_ns(rule, r.state);
+  if (r.state == CounterState{} || idle_at <= now) {
+    erase(segments_[probe.segment], probe.pos);
+    return {TableOutcome::kOk, decision};
+  }
+  r.meta = make_meta(tag_of(r.meta), now, idle_at, decision);
+  return {TableOutcome::kOk, decision};
+}
+
+TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
+                                          const Request& request) {
+  if (rule.algorithm != Algorithm::kSlidingLog) return update_counter(probe, rule, request);
+  Segment& seg = segments_[probe.segment];
+  Record& r = *probe.record;
+  const std::uint64_t now = request.now_ns;
 
   const std::uint32_t need = LogArena::class_for(rule.limit);
   LogHandle handle{};
@@ -851,22 +875,27 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
     ++failed_inserts_;  // validate() rejects this first; refuse rather than size a ring for it
     return {TableOutcome::kNoMemory, {}};
   }
+  const Probe probe = find(key);
+  if (probe.found && rule.algorithm != Algorithm::kSlidingLog &&
+      tag_of(probe.record->meta) == static_cast<std::uint8_t>(rule.algorithm) &&
+      !is_expired(probe.record->meta, request.now_ns)) {
+    return update_counter(probe, rule, request);  // live, of the rule's algorithm
+  }
   ring_shortage_ = false;
-  TableAnswer answer = acquire_once(key, rule, request);
+  TableAnswer answer = acquire_once(key, probe, rule, request);
   // No ring under the cap: free one from another sliding-log key (reclaim_ring) and try again.
   // A failed try leaves nothing half done: the key is looked up afresh. (A peek never asks for
   // a ring, so it never takes one from another key.)
   if (answer.outcome == TableOutcome::kNoMemory && ring_shortage_ &&
       reclaim_ring(LogArena::class_for(rule.limit), request.now_ns)) {
-    answer = acquire_once(key, rule, request);
+    answer = acquire_once(key, find(key), rule, request);
   }
   if (answer.outcome == TableOutcome::kNoMemory) ++failed_inserts_;
   return answer;
 }
 
-TableAnswer CounterTable::acquire_once(const KeyHash& key, const Rule& rule,
+TableAnswer CounterTable::acquire_once(const KeyHash& key, const Probe& probe, const Rule& rule,
                                        const Request& request) {
-  const Probe probe = find(key);
   if (!probe.found) {
     return request.peek ? answer_fresh(rule, request) : insert_new(key, probe, rule, request);
   }
@@ -1096,7 +1125,7 @@ ScanResult CounterTable::scan_records(std::uint64_t cursor, std::size_t max_reco
   std::size_t examined = 0;
   for (;;) {
     const auto selector = static_cast<std::uint32_t>(begin);
-    const Segment& seg = segments_[directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)]];
+    const Segment& seg = segments_[directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)].segment];
     if (selector_begin(seg.prefix, seg.depth) != begin) {
       // Not a cursor of this table (segments never merge, so ours always name the start of
       // one): scan the whole segment, which is safe.
@@ -1195,6 +1224,8 @@ std::size_t CounterTable::memory_bytes() const {
   return pool_.bytes() + metadata_bytes() + arena_.bytes();
 }
 
+bool CounterTable::TEST_holds(const KeyHash& key) const { return find(key).found; }
+
 bool CounterTable::TEST_check_invariants() const {
   std::size_t count = 0;
   std::size_t ring_bytes = 0;
@@ -1207,7 +1238,12 @@ bool CounterTable::TEST_check_invariants() const {
     // The segment owns exactly the directory entries of its prefix.
     const std::size_t span = std::size_t{1} << (depth_ - seg.depth);
     for (std::size_t i = 0; i < directory_.size(); ++i) {
-      if ((directory_[i] == index) != (i / span == seg.prefix)) return false;
+      const DirectoryEntry& entry = directory_[i];
+      if ((entry.segment == index) != (i / span == seg.prefix)) return false;
+      if (entry.segment == index &&
+          (entry.chunks != seg.chunks.data() || entry.homes != seg.homes)) {
+        return false;
+      }
     }
     chunks += seg.chunks.size();
     list_bytes += seg.chunks.capacity() * sizeof(Record*);

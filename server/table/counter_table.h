@@ -185,7 +185,7 @@ class CounterTable {
   // O(slots).
   bool TEST_check_invariants() const;
   // Test seam: whether a record for the key is stored, expired or not.
-  bool TEST_holds(const KeyHash& key) const { return find(key).found; }
+  bool TEST_holds(const KeyHash& key) const;
   // Test seam: the most memory the table has held at once, growth steps included.
   std::size_t TEST_peak_memory_bytes() const { return peak_bytes_; }
 
@@ -247,7 +247,23 @@ class CounterTable {
     std::uint32_t segment;  // index in segments_
     std::size_t pos;        // the record's slot, or where it would be inserted
     bool found;
+    Record* record;  // the record at `pos` when found
   };
+
+  // Directory entry i: the segment of the keys whose selector's top `depth_` bits are i, with
+  // the two of its fields a lookup needs, so that a lookup reads the entry, a chunk pointer and
+  // records, and neither segments_ nor the segment's chunk list (refresh_directory() keeps
+  // them current).
+  struct DirectoryEntry {
+    Record* const* chunks;  // the segment's chunks.data()
+    std::uint32_t homes;
+    std::uint32_t segment;  // index in segments_
+  };
+  static_assert(sizeof(DirectoryEntry) == 16);
+  const DirectoryEntry& entry_of(const KeyHash& key) const;
+  // Rewrites the directory entries of segment `index` from it, after its chunk list or homes
+  // changed or it split.
+  void refresh_directory(std::uint32_t index);
 
   static std::size_t home_of(std::uint32_t homes, std::uint64_t fp_lo);
   static std::size_t home_of(const Segment& seg, std::uint64_t fp_lo) {
@@ -291,6 +307,9 @@ class CounterTable {
   // The answer for a key with no state; stores nothing.
   static TableAnswer answer_fresh(const Rule& rule, const Request& request);
   TableAnswer update_existing(const Probe& probe, const Rule& rule, const Request& request);
+  // update_existing() for a live record of the rule's algorithm, not a sliding log: the common
+  // case, kept free of calls but to the algorithm.
+  TableAnswer update_counter(const Probe& probe, const Rule& rule, const Request& request);
   TableAnswer insert_new(const KeyHash& key, const Probe& probe, const Rule& rule,
                          const Request& request);
   // A ring from the arena within the cap, or nullptr (and ring_shortage_ set).
@@ -301,8 +320,10 @@ class CounterTable {
   // remaining capacity, then the least recently used.
   // Returns whether it erased one.
   bool reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns);
-  // acquire() without the retry after a reclaim and without counting failures.
-  TableAnswer acquire_once(const KeyHash& key, const Rule& rule, const Request& request);
+  // acquire() without the retry after a reclaim and without counting failures, from the key's
+  // probe.
+  TableAnswer acquire_once(const KeyHash& key, const Probe& probe, const Rule& rule,
+                           const Request& request);
   // apply_record() for a known algorithm other than 0, likewise.
   ApplyOutcome apply_once(const RecordImage& image, std::span<const std::uint64_t> log,
                           std::uint64_t now_ns);
@@ -323,8 +344,7 @@ class CounterTable {
   LogArena arena_;
   ChunkPool pool_;
   std::vector<Segment> segments_;
-  // Entry i names the segment of the keys whose selector's top `depth_` bits are i.
-  std::vector<std::uint32_t> directory_;
+  std::vector<DirectoryEntry> directory_;
   std::uint32_t depth_ = 0;
   std::uint32_t max_depth_ = 0;
   std::vector<std::uint8_t> rehash_scratch_;  // each record's new displacement, in a growth
