@@ -17,6 +17,7 @@
 #include "server/table/counter_table.h"
 
 #ifdef __linux__
+#include <sys/mman.h>
 #include <time.h>
 #endif
 
@@ -177,6 +178,33 @@ BENCHMARK(BM_AcquireBatch)
     ->Args({kKeys, 0})
     ->Args({kKeys, 1})
     ->ArgNames({"keys", "huge"});
+
+// The machine's floor under the figures at 1M keys, measured in the same run: dependent loads
+// of random cache lines over 48 MiB (about the records of 1M keys), one at a time. A decision on
+// a key whose record is not in cache cannot take less than one of these. Arg: huge pages.
+void BM_RandomLoadFloor(benchmark::State& state) {
+#ifdef __linux__
+  constexpr std::size_t kBytes = std::size_t{48} << 20;
+  constexpr std::size_t kStride = 64 / sizeof(std::uint64_t);  // one word per cache line
+  void* map = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return state.SkipWithError("mmap failed");
+  if (state.range(0) != 0) madvise(map, kBytes, MADV_HUGEPAGE);
+  auto* words = static_cast<std::uint64_t*>(map);
+  // One cycle through every line in random order (Sattolo's shuffle).
+  const std::size_t lines = kBytes / 64;
+  std::vector<std::uint32_t> next(lines);
+  for (std::size_t i = 0; i < lines; ++i) next[i] = static_cast<std::uint32_t>(i);
+  std::uint64_t seed = 23;
+  for (std::size_t i = lines - 1; i > 0; --i) std::swap(next[i], next[random_below(seed, i)]);
+  for (std::size_t i = 0; i < lines; ++i) words[i * kStride] = next[i] * kStride;
+  std::uint64_t at = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(at = words[at]);
+  munmap(map, kBytes);
+#else
+  state.SkipWithError("needs mmap");
+#endif
+}
+BENCHMARK(BM_RandomLoadFloor)->Arg(0)->Arg(1)->ArgName("huge");
 
 // Inserts into a table sized for kKeys up front (no growth); refilled every kKeys inserts.
 void BM_InsertPresized(benchmark::State& state) {
@@ -537,10 +565,11 @@ BENCHMARK(BM_InsertMaxPause)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
-// Memory per key as one table grows from 1024 slots to state.range(0) keys, one shard's part
-// of the W5 workload: memory_bytes() per key at the end (bytes_per_key), its worst and best
-// over every multiple of 10k keys from 500k on (bpk_max, bpk_min), and RSS growth per key at the
-// end (rss_per_key, which also counts allocator and page-table overhead).
+// Memory per key as one table grows from 1024 slots to state.range(0) keys (5M: one shard's part
+// of the W5 workload; 10M: all of it in one table): memory_bytes() per key at the end
+// (bytes_per_key), its worst and best over every multiple of 10k keys from 500k on (bpk_max,
+// bpk_min), and RSS growth per key at the end (rss_per_key, which also counts allocator and
+// page-table overhead).
 void BM_BytesPerKey(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   for (auto _ : state) {
@@ -571,6 +600,7 @@ BENCHMARK(BM_BytesPerKey)
     ->Arg(kKeys)
     ->Arg(2'500'000)
     ->Arg(5 * kKeys)
+    ->Arg(10 * kKeys)
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
