@@ -72,6 +72,31 @@ class MapConfirmation {
   Nanos deadline_{0};
 };
 
+// What a read of the member set, sent at some instant S and answered at etcd's revision
+// `read_revision`, does to a node's map. The node's watch has applied every event up to
+// `watched` (the newest revision it brought), and `watched_adopted` says whether the set at
+// `watched` made the map in force (a set that makes no map is not adopted).
+enum class MemberRead : std::uint8_t {
+  kConfirms,   // no change made before S is missing from the map in force
+  kNothing,    // the read proves nothing about the map in force; the next one may
+  kAdoptRead,  // etcd has a set the watch never brought: adopt the read's, remake the watch
+};
+
+// `shows_map` is whether the read's set is the one of the map in force. A read answered at a
+// revision the watch has already passed confirms the map too (when the watch's set is in
+// force): it was answered after S, so every change before S is at or below its revision, and
+// the map in force holds all of those. Without this, a read that crosses a watch event in
+// flight (member sets that change every few hundred ms while a cluster forms, reads slowed by a
+// loaded etcd) proves nothing, and a few in a row close the fence of a node that missed nothing.
+inline MemberRead judge_member_read(bool shows_map, std::int64_t read_revision,
+                                    std::int64_t watched, bool watched_adopted) {
+  if (shows_map) return MemberRead::kConfirms;
+  if (read_revision <= watched) {
+    return watched_adopted ? MemberRead::kConfirms : MemberRead::kNothing;
+  }
+  return MemberRead::kAdoptRead;
+}
+
 // Why a node in etcd mode serves nothing as primary now, as STATS ("node.fence_reason") and
 // the log give it; the values are part of STATS (docs/OPERATIONS.md, "Statistics").
 enum class FenceReason : std::uint8_t {

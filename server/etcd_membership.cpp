@@ -301,13 +301,14 @@ asio::awaitable<void> EtcdMembership::confirm_loop(std::uint64_t session) {
 
 void EtcdMembership::confirm(const etcd::RangeResult& read, std::chrono::nanoseconds sent) {
   Records set = records_of(read);
-  if (set == adopted_) {
+  const cluster::MemberRead verdict =
+      cluster::judge_member_read(set == adopted_, read.revision, watched_, members_ == adopted_);
+  if (verdict == cluster::MemberRead::kConfirms) {
     map_confirmed_.on_confirmed(sent);
     publish_fence();
     return;
   }
-  // The watch is ahead of this read (its events came meanwhile): the next read confirms.
-  if (read.revision <= watched_) return;
+  if (verdict == cluster::MemberRead::kNothing) return;
   // etcd has a member set the watch never brought: it sits on a member that froze or fell
   // behind. The read's set is adopted, and the watch made again on another member.
   say(

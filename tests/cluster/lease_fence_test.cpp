@@ -84,3 +84,24 @@ TEST_CASE("a fence reason names the bound that passed first", "[lease-fence]") {
   lease.lose();
   CHECK(fence_reason(milliseconds(1000), lease, map) == FenceReason::kNoLease);
 }
+
+TEST_CASE(
+    "a read of the member set confirms the map when it shows it or when the watch has "
+    "passed its revision",
+    "[lease-fence]") {
+  using sluice::cluster::judge_member_read;
+  using sluice::cluster::MemberRead;
+  // The watch has brought revision 40 and its set is the map in force.
+  CHECK(judge_member_read(true, 40, 40, true) == MemberRead::kConfirms);
+  // Other keys moved etcd's revision on, the member set did not change.
+  CHECK(judge_member_read(true, 55, 40, true) == MemberRead::kConfirms);
+  // Sent before a member's change at 40 and answered after the watch brought it: the read shows
+  // the set before the change, and the map in force is newer than what it shows.
+  CHECK(judge_member_read(false, 39, 40, true) == MemberRead::kConfirms);
+  CHECK(judge_member_read(false, 40, 40, true) == MemberRead::kConfirms);
+  // The set at 40 made no map: the map in force is older than the watch, and proves nothing.
+  CHECK(judge_member_read(false, 39, 40, false) == MemberRead::kNothing);
+  // etcd is past the watch with another set: the watch missed it.
+  CHECK(judge_member_read(false, 41, 40, true) == MemberRead::kAdoptRead);
+  CHECK(judge_member_read(false, 41, 40, false) == MemberRead::kAdoptRead);
+}
