@@ -265,21 +265,16 @@ EOF
   die "W4: no closed-loop capacity measured (sluice $W4_RATE_SLUICE/s, redis $W4_RATE_REDIS/s)"
 log "W4 open-loop rates ($W4_MODE, fraction $W4_FRACTION): sluice $W4_RATE_SLUICE/s, redis $W4_RATE_REDIS/s"
 echo "$W4_RATE_SLUICE $W4_RATE_REDIS $CAP_SECS" >"$WORK/w4_rates.txt"
-# Each round also sends PING frames at the same rate to the same sluiced: the control, whose
-# latency is the transport's and the generator's (docs/BENCHMARKS.md, "Whose tail"). The two
-# alternate which goes first, round by round.
-w4_pair() { # ROUND NAME RULE...: the acquire run NAME and its control NAME_ping, in turn
-  local round="$1" name="$2" order
+# Every other request of a round is a PING frame of the same keys (--control-every 2): the
+# control, whose latency is the transport's and the generator's (docs/BENCHMARKS.md, "Whose
+# tail"), sent on the same connections in the same schedule as the acquires, so that both go
+# through the same moments of the machine. The server sees W4's rate of requests; half of them
+# are decisions.
+w4_round() { # ROUND NAME RULE...: one open-loop run NAME_rROUND, acquires and their control
+  local round="$1" name="$2"
   shift 2
-  W4_OPEN=(--busy-poll --duration "${W4_SECS}s" --rate "$W4_RATE_SLUICE")
-  if ((round % 2)); then order="acquire ping"; else order="ping acquire"; fi
-  for op in $order; do
-    if [[ $op == ping ]]; then
-      S "${name}_ping_r$round" "${W4_OPEN[@]}" --op ping
-    else
-      S "${name}_r$round" "${W4_OPEN[@]}" "$@"
-    fi
-  done
+  S "${name}_r$round" --busy-poll --duration "${W4_SECS}s" --rate "$W4_RATE_SLUICE" \
+    --control-every 2 "$@"
 }
 # stored_keys NAME: the keys sluiced holds now, kept in $WORK/NAME.keys for the report.
 stored_keys() {
@@ -289,7 +284,7 @@ stored_keys() {
 }
 for round in 1 2 3; do
   start_sluice 1GiB --busy-poll
-  w4_pair "$round" W4_sluice "${RULE[@]}"
+  w4_round "$round" W4_sluice "${RULE[@]}"
   stored_keys "W4_sluice_r$round"
   stop_pid "$SLUICE_PID"
   R "W4_redis_lua_r$round" --busy-poll --duration "${W4_SECS}s" --rate "$W4_RATE_REDIS" \
@@ -302,7 +297,7 @@ W4T_RULE=(--limit 100 --period 1h)
 for round in 1 2 3; do
   start_sluice 1GiB --busy-poll
   S "W4T_fill_r$round" --batch 64 --dist seq --requests "$KEYS" --duration 600s "${W4T_RULE[@]}"
-  w4_pair "$round" W4T_sluice "${W4T_RULE[@]}"
+  w4_round "$round" W4T_sluice "${W4T_RULE[@]}"
   stored_keys "W4T_sluice_r$round"
   stop_pid "$SLUICE_PID"
 done

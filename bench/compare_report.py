@@ -116,13 +116,23 @@ fraction = float(ctx["w4_fraction"])
 how = (f"{fraction:.0%} of its own capacity" if ctx["w4_mode"] == "own"
        else f"{fraction:.0%} of the slower one's capacity")
 how_short = f"{fraction:.0%} of {'own' if ctx['w4_mode'] == 'own' else 'slower'} capacity"
+def requests_per_s(r):
+    """Requests answered per second: decisions, and the PING controls sent between them."""
+    t = r.get("throughput_per_s", NAN)
+    c = r.get("control")
+    decided = r.get("allowed", 0) + r.get("denied", 0)
+    if c and decided:
+        t = t * (decided + c.get("answered", 0)) / decided
+    return t
+
+
 w4 = {}
 for who, rate, cap_name, judged in (
         ("sluice", rate_sluice, "W4_capacity_sluice", True),
         ("redis_lua", rate_redis, "W4_capacity_redis_lua", False)):
     rounds = [load(f"W4_{who}_r{k}") or {} for k in (1, 2, 3)]
     lats = [r.get("latency_us") or {} for r in rounds]
-    achieved = [r.get("throughput_per_s", NAN) for r in rounds]
+    achieved = [requests_per_s(r) for r in rounds]
     kept_up = [a == a and a >= 0.95 * rate for a in achieved]
     row("W4", f"{who} closed-loop capacity /s ({cap_secs} s)", tput(cap_name))
     row("W4", f"{who} open-loop rate /s ({how_short})", rate)
@@ -149,14 +159,16 @@ def stored_keys(name):
         return NAN
 
 
-# W4 and W4T beside their PING control: each round's acquires and PINGs at the same rate on the
-# same sluiced. The tail the control has is the transport's and the generator's; what the
-# acquires add beyond it is the decision's (targets: at most 1.2x on p99 and p99.9, medians).
-# W4's records expire at once; W4T's live (100 per hour, after a fill of every key).
+# W4 and W4T beside their PING control: in each round every other request is a PING of the same
+# keys (--control-every 2), in the same schedule on the same connections. The tail the control
+# has is the transport's and the generator's; what the acquires add beyond it is the decision's
+# (targets: at most 1.2x on p99 and p99.9, medians). W4's records expire at once; W4T's live
+# (100 per hour, after a fill of every key).
 for w in ("W4", "W4T"):
-    acq = [(load(f"{w}_sluice_r{k}") or {}).get("latency_us") or {} for k in (1, 2, 3)]
-    ping = [(load(f"{w}_sluice_ping_r{k}") or {}).get("latency_us") or {} for k in (1, 2, 3)]
-    achieved = [(load(f"{w}_sluice_r{k}") or {}).get("throughput_per_s", NAN) for k in (1, 2, 3)]
+    runs = [load(f"{w}_sluice_r{k}") or {} for k in (1, 2, 3)]
+    acq = [r.get("latency_us") or {} for r in runs]
+    ping = [(r.get("control") or {}).get("latency_us") or {} for r in runs]
+    achieved = [requests_per_s(r) for r in runs]
     keys = [stored_keys(f"{w}_sluice_r{k}") for k in (1, 2, 3)]
     if w == "W4T":
         row(w, "sluice open-loop rate /s (W4's)", rate_sluice)
@@ -239,8 +251,10 @@ for f in sorted(os.listdir(work)):
             continue
         r.pop("timeline", None)
         runs[f[:-5]] = r
-        if r.get("errors"):
-            errors.append(f"{f[:-5]}: {r['errors']:,} errors"
+        control_errors = (r.get("control") or {}).get("errors") or 0
+        if r.get("errors") or control_errors:
+            errors.append(f"{f[:-5]}: {r.get('errors') or 0:,} errors"
+                          + (f", {control_errors:,} control errors" if control_errors else "")
                           + (f" ({r['first_error']})" if r.get("first_error") else ""))
         if f.startswith(("W1_sluice", "W2_sluice", "W3_sluice", "W6_sluice")):
             denied += r.get("denied") or 0

@@ -287,6 +287,57 @@ TEST_CASE("options that cannot stop or do not fit the backend are refused", "[dr
   CHECK(validate(o) == "--rls-domain is for --backend rls");
 }
 
+TEST_CASE("the control option takes 0 or 2..1000 and Sluice acquires only", "[driver]") {
+  LoadOptions o;
+  o.control_every = 2;
+  CHECK(validate(o).empty());
+  o.control_every = 1000;
+  CHECK(validate(o).empty());
+  o.control_every = 1;
+  CHECK(validate(o) == "--control-every 1: must be 2..1000 (0 = none)");
+  o.control_every = 1001;
+  CHECK(validate(o) == "--control-every 1001: must be 2..1000 (0 = none)");
+  o.control_every = 2;
+  o.op = Operation::kPing;
+  CHECK(validate(o) == "--control-every is for --backend sluice with --op acquire");
+  o.op = Operation::kAcquire;
+  o.backend = BackendKind::kRedis;
+  CHECK(validate(o) == "--control-every is for --backend sluice with --op acquire");
+}
+
+TEST_CASE(
+    "a busy-polling open loop with a PING control sends every other request as a PING and "
+    "times both apart",
+    "[driver]") {
+  LiveServer server(/*shards=*/2, /*busy_poll=*/true);
+  LoadOptions o = bounded(server.address());
+  o.busy_poll = true;
+  o.requests = 0;
+  o.rate = 2000;
+  o.control_every = 2;
+  o.duration = std::chrono::milliseconds(500);
+  o.drain_timeout = std::chrono::seconds(1);
+  const auto result = run_on_time(o);
+  REQUIRE(result.ok());
+  const LoadReport& r = *result;
+  check_consistent(r);
+  CHECK(r.errors == 0);
+  CHECK(r.control.errors == 0);
+  CHECK(r.control.answered == r.control.sent);
+  // Alternating from the first request: as many controls as decision requests, or one fewer.
+  CHECK(r.control.sent <= r.sent);
+  CHECK(r.control.sent + 1 >= r.sent);
+  CHECK(r.sent + r.control.sent > 500);
+  // The schedule holds both: the slots not sent are behind.
+  CHECK(r.intended == 1000);
+  CHECK(r.latency.count() == r.sent);
+  CHECK(r.control.latency.count() == r.control.sent);
+  // 5 per second over 50 keys in half a second: the controls took no tokens, so decisions were
+  // denied only past 5 a key.
+  CHECK(r.allowed <= 50 * 5 + 50 * 3);
+  CHECK(r.allowed + r.denied == r.sent);
+}
+
 // A RESP server with scripted answers: SCRIPT LOAD, EVALSHA (a per-key counter admits the first
 // `admit` calls), INCR, PEXPIRE, GET (always absent), PING. `noscript` answers EVALSHA with an
 // error instead.

@@ -24,6 +24,7 @@ struct FakeLog {
     std::uint32_t lane_asked;
     std::uint32_t lane;
     std::size_t keys;
+    bool control;
   };
   std::vector<Issued> issued;
   std::size_t reserved = 0;
@@ -45,14 +46,19 @@ class FakeBackend final : public Backend {
     REQUIRE(r < log_.reserved);
     const std::uint32_t asked = lane;
     if (lane == kAnyLane) lane = next_lane_++ % lanes_;
-    log_.issued.push_back({r, asked, lane, keys.size()});
+    const bool control = host_.is_control(r);
+    log_.issued.push_back({r, asked, lane, keys.size(), control});
     if (answer_ == Answer::kNever) return;
-    boost::asio::post(host_.io(), [this, r, lane, n = keys.size()] {
+    boost::asio::post(host_.io(), [this, r, lane, n = keys.size(), control] {
       if (log_.closed) return;
       const std::uint64_t now = monotonic_now_ns();
       if (answer_ == Answer::kFail) return host_.failed("the fake's connection failed");
       TimelineEntry& t = host_.tally().step(now);
-      for (std::size_t i = 0; i < n; ++i) host_.tally().allowed(t);
+      if (control) {
+        host_.tally().control_answered();
+      } else {
+        for (std::size_t i = 0; i < n; ++i) host_.tally().allowed(t);
+      }
       host_.request_done(r, lane, now);
       host_.handler_done(now);
     });
@@ -122,6 +128,49 @@ TEST_CASE("a closed loop keeps lanes x depth in flight and replaces each request
     }
   }
   CHECK(log.flushes > 0);
+}
+
+TEST_CASE(
+    "with --control-every every Nth request is a control that is counted and timed apart from "
+    "the decisions",
+    "[worker]") {
+  LoadOptions o = fake_options();
+  o.control_every = 3;
+  RunContext ctx(o);
+  FakeLog log;
+  const LoadReport r = run_worker(ctx, 60, 0, 2, Answer::kAllowed, log);
+  // 20 decision requests of 3 reach the quota; requests 3, 6, ..., 27 went between them, and the
+  // 30th would have been the next decision request: the quota stops the run there.
+  CHECK(r.sent == 60);
+  CHECK(r.allowed == 60);
+  CHECK(r.errors == 0);
+  CHECK(r.latency.count() == 20);
+  CHECK(r.control.sent == 9);
+  CHECK(r.control.answered == 9);
+  CHECK(r.control.errors == 0);
+  CHECK(r.control.latency.count() == 9);
+  REQUIRE(log.issued.size() == 29);
+  for (std::size_t i = 0; i < log.issued.size(); ++i) {
+    INFO("request " << i + 1);
+    CHECK(log.issued[i].control == ((i + 1) % 3 == 0));
+    CHECK(log.issued[i].keys == 3);  // a control carries the keys it routes by
+  }
+}
+
+TEST_CASE("controls never answered count as control errors once the drain ends", "[worker]") {
+  LoadOptions o = fake_options();
+  o.control_every = 2;
+  o.duration = std::chrono::milliseconds(50);
+  RunContext ctx(o);
+  FakeLog log;
+  const LoadReport r = run_worker(ctx, 0, 0, 2, Answer::kNever, log);
+  // 2 lanes x depth 2: two decision requests and two controls, then nothing frees a slot.
+  CHECK(r.sent == 6);
+  CHECK(r.errors == 6);
+  CHECK(r.control.sent == 2);
+  CHECK(r.control.answered == 0);
+  CHECK(r.control.errors == 2);
+  CHECK(r.first_error == "no reply within the drain timeout");
 }
 
 TEST_CASE("requests never answered count as errors once the drain ends", "[worker]") {

@@ -52,6 +52,9 @@ class BackendHost {
   // The backend cannot go on (a Redis connection failed): the worker's run ends, and what is
   // in flight counts as errors. `why` is the first error unless one was kept.
   virtual void failed(std::string why) = 0;
+  // --control-every: request `r` (in flight) is a control, a PING of its keys that decides
+  // nothing; its replies are counted with Tally::control_answered() or control_failed().
+  virtual bool is_control(std::uint32_t r) const = 0;
 
  protected:
   BackendHost() = default;

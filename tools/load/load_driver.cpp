@@ -185,6 +185,14 @@ std::string validate(const LoadOptions& o) {
     return fmt::format("--only-node takes at most {} keys (its key list is built up front)",
                        kMaxOnlyNodeKeys);
   }
+  if (o.control_every != 0) {
+    if (o.control_every < 2 || o.control_every > 1000) {
+      return fmt::format("--control-every {}: must be 2..1000 (0 = none)", o.control_every);
+    }
+    if (o.backend != BackendKind::kSluice || o.op != Operation::kAcquire) {
+      return "--control-every is for --backend sluice with --op acquire";
+    }
+  }
   if (std::string why = validate_http(o); !why.empty()) return why;
   if (std::string why = validate_rls(o); !why.empty()) return why;
   if (o.op == Operation::kAcquire) {

@@ -97,6 +97,12 @@ struct LoadOptions {
   // Workers spin on io_context::poll() instead of sleeping: each takes a whole core, and no
   // wake-up latency of the generator lands in the measured latency.
   bool busy_poll = false;
+  // Sluice, --op acquire only: every Nth request of each worker (N = control_every, 2..1000) is
+  // a PING frame of the same keys in place of the ACQUIRE, sent on the same connections in the
+  // same schedule, timed the same way, and reported apart (LoadReport::control): the transport's
+  // latency measured through the same moments as the decisions'. It decides nothing, so
+  // decisions go at rate x (N - 1) / N. 0 = none.
+  unsigned control_every = 0;
   // HTTP only (http_backend.h): each decision is `GET http_path` with its key in the header
   // `key_header`; 2xx is allowed, 429 and deny_status (0 = none) denied, any other status an
   // error. The audit's rule (rule, cost) must match the policy the endpoint applies.

@@ -74,6 +74,9 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
       "drain", po::value<std::string>()->default_value("2s"),
       "wait this long for replies after the bound, with a unit (1ms..1h)")(
       "busy-poll", "worker threads poll their sockets instead of sleeping in epoll_wait")(
+      "control-every", po::value<std::string>()->default_value("0"),
+      "sluice acquire: every Nth request is a PING of the same keys, timed and reported apart "
+      "(the transport's control, 2..1000; 0 = none)")(
       "failure-policy", po::value<std::string>()->default_value("report"),
       "sluice: when a key's owner cannot answer, open (a local limiter at limit / gateways "
       "decides), closed (denied) or report (counted as an error)")(
@@ -161,6 +164,8 @@ std::optional<LoadOptions> parse_flags(int argc, char** argv, bool& json) {
   o.drain_timeout =
       std::chrono::milliseconds(duration_flag("drain", text("drain"), 1, kMaxDrainMs));
   o.busy_poll = vm.count("busy-poll") != 0;
+  o.control_every =
+      static_cast<unsigned>(count_flag("control-every", text("control-every"), 0, 1000));
   const auto policy = sluice::client::parse_failure_policy(text("failure-policy"));
   if (!policy) {
     throw FlagError{"--failure-policy " + text("failure-policy") +

@@ -10,6 +10,28 @@ namespace sluice::load {
 
 using cli::JsonWriter;
 
+namespace {
+
+void latency_json(JsonWriter& j, const LatencyHistogram& h) {
+  j.key("latency_us").begin_object();
+  j.field("p50", h.value_at_percentile(50));
+  j.field("p90", h.value_at_percentile(90));
+  j.field("p99", h.value_at_percentile(99));
+  j.field("p999", h.value_at_percentile(99.9));
+  j.field("max", h.max());
+  j.field("mean", h.mean());
+  j.field("count", h.count());
+  j.end_object();
+}
+
+std::string latency_text(const LatencyHistogram& h) {
+  return fmt::format("p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", h.value_at_percentile(50),
+                     h.value_at_percentile(90), h.value_at_percentile(99),
+                     h.value_at_percentile(99.9), h.max());
+}
+
+}  // namespace
+
 std::string report_json(const LoadOptions& o, const LoadReport& r) {
   JsonWriter j;
   j.begin_object();
@@ -72,15 +94,17 @@ std::string report_json(const LoadOptions& o, const LoadReport& r) {
   j.field("in_flight_max", static_cast<std::uint64_t>(r.in_flight_max));
   j.field("duration_s", r.duration_s);
   j.field("throughput_per_s", r.throughput_per_s);
-  j.key("latency_us").begin_object();
-  j.field("p50", r.latency.value_at_percentile(50));
-  j.field("p90", r.latency.value_at_percentile(90));
-  j.field("p99", r.latency.value_at_percentile(99));
-  j.field("p999", r.latency.value_at_percentile(99.9));
-  j.field("max", r.latency.max());
-  j.field("mean", r.latency.mean());
-  j.field("count", r.latency.count());
-  j.end_object();
+  latency_json(j, r.latency);
+  if (o.control_every != 0) {
+    j.key("control").begin_object();
+    j.field("op", "ping");
+    j.field("every", o.control_every);
+    j.field("sent", r.control.sent);
+    j.field("answered", r.control.answered);
+    j.field("errors", r.control.errors);
+    latency_json(j, r.control.latency);
+    j.end_object();
+  }
   if (r.audit) {
     j.key("audit").begin_object();
     j.field("keys_checked", r.audit->keys_checked);
@@ -155,10 +179,12 @@ std::string report_text(const LoadOptions& o, const LoadReport& r) {
   }
   out += fmt::format("duration {:.3f} s  throughput {:.0f}/s  in flight max {}\n", r.duration_s,
                      r.throughput_per_s, r.in_flight_max);
-  out += fmt::format("latency us: p50 {}  p90 {}  p99 {}  p99.9 {}  max {}\n",
-                     r.latency.value_at_percentile(50), r.latency.value_at_percentile(90),
-                     r.latency.value_at_percentile(99), r.latency.value_at_percentile(99.9),
-                     r.latency.max());
+  out += "latency us: " + latency_text(r.latency) + "\n";
+  if (o.control_every != 0) {
+    out += fmt::format("control (a PING in every {} requests): sent {}  answered {}  errors {}\n",
+                       o.control_every, r.control.sent, r.control.answered, r.control.errors);
+    out += "control latency us: " + latency_text(r.control.latency) + "\n";
+  }
   if (r.audit) {
     out += fmt::format("audit: {} keys checked, max overshoot ratio {}\n", r.audit->keys_checked,
                        r.audit->max_overshoot_ratio);

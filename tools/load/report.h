@@ -49,7 +49,15 @@ struct LoadReport {
   std::size_t in_flight_max = 0;
   double duration_s = 0;        // from the first send to the last reply (or the drain's end)
   double throughput_per_s = 0;  // (allowed + denied) / duration_s
-  LatencyHistogram latency;     // per request, microseconds
+  LatencyHistogram latency;     // per request, microseconds (decision requests only)
+  // --control-every: the PING requests sent in place of decision requests, and their latency
+  // (per request, microseconds, timed as the decisions are). Not in sent/allowed/denied/errors.
+  struct Control {
+    std::uint64_t sent = 0;
+    std::uint64_t answered = 0;
+    std::uint64_t errors = 0;  // error replies, and no reply within the drain
+    LatencyHistogram latency;
+  } control;
   std::optional<AuditReport> audit;
   std::vector<TimelineEntry> timeline;  // one entry per 100 ms from the start
   std::string first_error;              // empty when errors == 0

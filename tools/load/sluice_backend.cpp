@@ -74,7 +74,7 @@ void SluiceBackend::issue(std::uint32_t r, std::span<const std::uint64_t> keys,
   auto done = [this, r](std::span<const Result<client::Decision>> results) {
     on_results(r, results);
   };
-  if (o_.op == Operation::kPing) {
+  if (o_.op == Operation::kPing || host_.is_control(r)) {
     client_->probe_batch_async(items, done);
   } else {
     client_->acquire_batch_async(items, done);
@@ -86,6 +86,18 @@ void SluiceBackend::on_results(std::uint32_t r, std::span<const Result<client::D
   const std::uint64_t now_ns = monotonic_now_ns();
   const std::uint64_t now_unix_ns = audit_ ? SystemClock::instance().now_ns() : 0;
   Tally& tally = host_.tally();
+  if (host_.is_control(r)) {
+    const auto failed = std::find_if(results.begin(), results.end(),
+                                     [](const Result<client::Decision>& d) { return !d.ok(); });
+    if (failed == results.end()) {
+      tally.control_answered();
+    } else {
+      tally.control_failed(1, "Sluice control PING: " + failed->status().to_string());
+    }
+    host_.request_done(r, kAnyLane, now_ns);
+    host_.handler_done(now_ns);
+    return;
+  }
   TimelineEntry& t = tally.step(now_ns);
   const std::uint32_t base = r * o_.batch;
   std::unique_lock<std::mutex> lock;

@@ -55,6 +55,18 @@ class Tally {
   void decided_by(client::DecisionSource source) {
     ++by_source_[static_cast<std::size_t>(source) & 3];
   }
+  // --control-every: a control request (a PING in place of a decision request) was sent, was
+  // answered, or failed. Controls are no decisions: none of the counts above holds them.
+  void control_sent() { ++control_sent_; }
+  void control_answered() { ++control_answered_; }
+  void control_failed(std::uint64_t count, std::string_view what) {
+    control_errors_ += count;
+    if (first_error_.empty()) first_error_ = std::string(what);
+  }
+  std::uint64_t control_unanswered() const {
+    return control_sent_ - control_answered_ - control_errors_;
+  }
+
   // Why the run ended early, unless an error was kept already.
   void keep_first_error(std::string why) {
     if (first_error_.empty()) first_error_ = std::move(why);
@@ -75,6 +87,9 @@ class Tally {
     report.denied += denied_;
     report.errors += errors_;
     for (std::size_t s = 0; s < by_source_.size(); ++s) report.by_source[s] += by_source_[s];
+    report.control.sent += control_sent_;
+    report.control.answered += control_answered_;
+    report.control.errors += control_errors_;
     if (report.timeline.size() < timeline_.size()) report.timeline.resize(timeline_.size());
     for (std::size_t i = 0; i < timeline_.size(); ++i) {
       report.timeline[i].sent += timeline_[i].sent;
@@ -95,6 +110,9 @@ class Tally {
   std::uint64_t denied_ = 0;
   std::uint64_t errors_ = 0;
   std::array<std::uint64_t, 4> by_source_{};
+  std::uint64_t control_sent_ = 0;
+  std::uint64_t control_answered_ = 0;
+  std::uint64_t control_errors_ = 0;
   std::string first_error_;
   std::vector<TimelineEntry> timeline_;
 };

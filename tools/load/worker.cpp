@@ -90,6 +90,7 @@ void Worker::add_to(LoadReport& report) const {
   report.backlog_max += backlog_max_;
   report.in_flight_max += in_flight_max_;
   report.latency.merge(latency_);
+  report.control.latency.merge(control_latency_);
 }
 
 // ---- the run --------------------------------------------------------------------------------
@@ -189,16 +190,22 @@ void Worker::issue(std::uint32_t lane, std::uint64_t intended_ns) {
   }
   const std::uint32_t r = alloc_request();
   requests_[r].intended_ns = intended_ns;
+  requests_[r].control = o_.control_every != 0 && ++issued_ % o_.control_every == 0;
   ++in_flight_requests_;
   in_flight_max_ = std::max(in_flight_max_, in_flight_requests_);
-  tally().sent(n, monotonic_now_ns());
+  if (requests_[r].control) {
+    tally().control_sent();
+  } else {
+    tally().sent(n, monotonic_now_ns());
+  }
   for (std::uint32_t j = 0; j < n; ++j) drawn_[j] = next_key();
   backend_->issue(r, std::span<const std::uint64_t>(drawn_.data(), n), lane);
 }
 
 void Worker::request_done(std::uint32_t r, std::uint32_t lane, std::uint64_t now_ns) {
   const Request& req = requests_[r];
-  latency_.record(now_ns > req.intended_ns ? (now_ns - req.intended_ns) / 1000 : 0);
+  (req.control ? control_latency_ : latency_)
+      .record(now_ns > req.intended_ns ? (now_ns - req.intended_ns) / 1000 : 0);
   end_ns_ = now_ns;
   free_request(r);
   --in_flight_requests_;
@@ -285,6 +292,10 @@ void Worker::finish(std::uint64_t now) {
   finished_ = true;
   if (const std::uint64_t lost = tally().unanswered(); lost > 0) {
     tally().errors(lost, tally().step(now), "no reply within the drain timeout");
+    end_ns_ = now;
+  }
+  if (const std::uint64_t lost = tally().control_unanswered(); lost > 0) {
+    tally().control_failed(lost, "control: no reply within the drain timeout");
     end_ns_ = now;
   }
   backend_->close();  // what is still in flight calls back, and is ignored

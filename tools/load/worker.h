@@ -81,11 +81,13 @@ class Worker final : public BackendHost {
   void request_done(std::uint32_t r, std::uint32_t lane, std::uint64_t now_ns) override;
   void handler_done(std::uint64_t now_ns) override;
   void failed(std::string why) override;
+  bool is_control(std::uint32_t r) const override { return requests_[r].control; }
 
  private:
   struct Request {
     std::uint64_t intended_ns = 0;  // latency is measured from here
     std::uint32_t next_free = 0;    // the free list, while not in flight
+    bool control = false;           // --control-every: a PING in place of decisions
   };
   static constexpr std::uint32_t kNoRequest = UINT32_MAX;  // the free list's end
 
@@ -141,7 +143,9 @@ class Worker final : public BackendHost {
   bool finished_ = false;
   std::size_t in_flight_requests_ = 0;
 
+  std::uint64_t issued_ = 0;  // requests, controls included: every control_every-th is one
   LatencyHistogram latency_;
+  LatencyHistogram control_latency_;
   Published published_;
   std::unique_ptr<Backend> backend_;  // runs on io(), and is destroyed before it
 };
