@@ -12,12 +12,14 @@
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <queue>
 #include <string>
+#include <thread>
 
 #include "client/client.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
@@ -114,10 +116,19 @@ class RlsServer {
   void shutdown(std::chrono::milliseconds grace);
 
  private:
-  class Service;
+  struct Call;
+  static constexpr int kCallsAhead = 8;
+
+  void serve();  // the thread that waits on the completion queue
+
   RlsFront& front_;
-  std::unique_ptr<Service> service_;
+  std::unique_ptr<rls::RateLimitService::AsyncService> service_;
+  std::unique_ptr<grpc::ServerCompletionQueue> queue_;
   std::unique_ptr<grpc::Server> server_;
+  std::thread thread_;
+  std::mutex deciding_mutex_;
+  std::condition_variable decided_;
+  std::size_t deciding_ = 0;  // calls handed to the front and not yet finished
   std::uint16_t port_ = 0;
 };
 
