@@ -100,7 +100,8 @@ class RlsFront {
   boost::asio::steady_timer tick_timer_;  // the timers' thread only
 };
 
-// The gRPC server: RlsFront behind RateLimitService's callback API.
+// The gRPC server: RlsFront behind RateLimitService's asynchronous API, one thread of its own
+// waiting on the completion queue.
 class RlsServer {
  public:
   explicit RlsServer(RlsFront& front);
