@@ -336,6 +336,9 @@ TEST_CASE(
   // denied only past 5 a key.
   CHECK(r.allowed <= 50 * 5 + 50 * 3);
   CHECK(r.allowed + r.denied == r.sent);
+  CHECK(report_json(o, r).find("\"control\":{\"op\":\"ping\",\"every\":2,\"sent\":") !=
+        std::string::npos);
+  CHECK(report_text(o, r).find("control (a PING in every 2 requests): sent ") != std::string::npos);
 }
 
 // A RESP server with scripted answers: SCRIPT LOAD, EVALSHA (a per-key counter admits the first
