@@ -61,6 +61,16 @@ LoadOptions bounded(std::string server) {
   return o;
 }
 
+// An open loop at `rate` decisions/s for half a second, then at most a second for replies.
+LoadOptions open_loop(std::string server, double rate) {
+  LoadOptions o = bounded(std::move(server));
+  o.requests = 0;
+  o.rate = rate;
+  o.duration = std::chrono::milliseconds(500);
+  o.drain_timeout = std::chrono::seconds(1);
+  return o;
+}
+
 // Runs `o` (an open loop with a duration) and checks that it ended on time: its duration, then
 // at most the drain; the rest is connect and start-up slack.
 client::Result<LoadReport> run_on_time(const LoadOptions& o) {
@@ -120,10 +130,7 @@ TEST_CASE(
     "an open-loop run sends or counts behind each scheduled request and stops at its duration",
     "[driver]") {
   LiveServer server;
-  LoadOptions o = bounded(server.address());
-  o.requests = 0;
-  o.rate = 2000;
-  o.duration = std::chrono::milliseconds(500);
+  const LoadOptions o = open_loop(server.address(), 2000);
   const auto result = run_load(o);
   REQUIRE(result.ok());
   // Never more than scheduled; how many went out in time is the machine's speed, not asserted.
@@ -139,12 +146,9 @@ TEST_CASE(
 
 TEST_CASE("an open loop far above capacity still ends at its duration", "[driver]") {
   LiveServer server;
-  LoadOptions o = bounded(server.address());
-  o.requests = 0;
-  o.rate = 1e9;  // decisions/s: far above what one sluiced on a shared machine can answer
+  // Decisions/s far above what one sluiced on a shared machine can answer.
+  LoadOptions o = open_loop(server.address(), 1e9);
   o.depth = 2;
-  o.duration = std::chrono::milliseconds(500);
-  o.drain_timeout = std::chrono::seconds(1);
   const auto result = run_on_time(o);
   REQUIRE(result.ok());
   const LoadReport& r = *result;
@@ -191,12 +195,8 @@ TEST_CASE(
     "behind and it ends at its duration",
     "[driver]") {
   LiveServer server(/*shards=*/2, /*busy_poll=*/true);
-  LoadOptions o = bounded(server.address());
+  LoadOptions o = open_loop(server.address(), 2000);
   o.busy_poll = true;
-  o.requests = 0;
-  o.rate = 2000;
-  o.duration = std::chrono::milliseconds(500);
-  o.drain_timeout = std::chrono::seconds(1);
   const auto result = run_on_time(o);
   REQUIRE(result.ok());
   const LoadReport& r = *result;
@@ -310,13 +310,9 @@ TEST_CASE(
     "times both apart",
     "[driver]") {
   LiveServer server(/*shards=*/2, /*busy_poll=*/true);
-  LoadOptions o = bounded(server.address());
+  LoadOptions o = open_loop(server.address(), 2000);
   o.busy_poll = true;
-  o.requests = 0;
-  o.rate = 2000;
   o.control_every = 2;
-  o.duration = std::chrono::milliseconds(500);
-  o.drain_timeout = std::chrono::seconds(1);
   const auto result = run_on_time(o);
   REQUIRE(result.ok());
   const LoadReport& r = *result;
