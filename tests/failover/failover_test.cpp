@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "core/utc_time.h"
 #include "tests/failover/failover_support.h"
 
 namespace sluice::test {
@@ -493,6 +494,7 @@ TEST_CASE("etcd mode: draining a node under load loses no request and no count")
   drive(*client, keys, rules, logs, std::nullopt,
         [&](SteadyClock::time_point now) { return now >= warm_until; });
   const auto drained_at = SteadyClock::now();
+  const std::string drained_at_text = format_utc_ms(std::chrono::system_clock::now());
   const auto outcome = client->drain("node-1");
   REQUIRE(outcome.ok());
   CHECK(outcome->refusal.empty());
@@ -519,20 +521,29 @@ TEST_CASE("etcd mode: draining a node under load loses no request and no count")
       fmt::format("drain under load: {} errors, {} admitted beyond the limit, node-1 out of "
                   "the ring at epoch {}",
                   errors, over, after.epoch()));
-  // Each node went through its states once, none was fenced; node-1 wrote `draining` once, and
-  // adopted one map in which it drains (the refused second drain wrote nothing). It is stopped
-  // as the drain asks, after the others took its ranges, and before them: it would adopt the
-  // map their leaving makes, a second one in which it drains.
+  // Each node went through its states once, and none was fenced from the drain on; node-1 wrote
+  // `draining` once, and adopted one map in which it drains (the refused second drain wrote
+  // nothing). It is stopped as the drain asks, after the others took its ranges, and before
+  // them: it would adopt the map their leaving makes, a second one in which it drains. (While
+  // the three formed the cluster, an etcd starved of CPU, as on a loaded CI machine under ASan,
+  // may answer no keepalive or read for the fence's 1.75 s; a node then rightly serves nothing
+  // for that while. That is not the drain's doing.)
   cluster.stop({1});
   cluster.stop({0, 2});
   for (int i = 0; i < 3; ++i) {
     const bool drained = i == 1;
+    const std::vector<std::string> lines = split_lines(cluster.log(i));
+    INFO(node_id(i) << "'s log:\n" << cluster.log(i) << "\nthe drain began at " << drained_at_text);
+    CHECK(std::count_if(lines.begin(), lines.end(), [&](const std::string& line) {
+            const auto parsed = parse_text_log_line(line);
+            return parsed && parsed->time >= drained_at_text &&
+                   line.find(" fenced: ") != std::string::npos;
+          }) == 0);
     check_state_lines(cluster, i,
                       {{"sluiced/node: listening on ", 1},
                        {" as joining under lease ", 1},
                        {" is active (revision ", 1},
                        {"fence open: serving as primary", 1},
-                       {" fenced: ", 0},
                        {" lost (", 0},
                        {"draining: this node's ranges move to the others", drained ? 1u : 0u},
                        {" is draining (revision ", drained ? 1u : 0u},
