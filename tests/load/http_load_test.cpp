@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "tests/http/http_test_support.h"
+#include "tests/load/load_checks.h"
 #include "tools/load/load_driver.h"
 
 namespace sluice::load {
@@ -88,21 +89,6 @@ LoadOptions http_run(std::string server, std::uint32_t limit) {
   o.audit = true;
   o.connect_timeout = std::chrono::seconds(5);
   return o;
-}
-
-void check_consistent(const LoadReport& r) {
-  CHECK(r.sent == r.allowed + r.denied + r.errors);
-  TimelineEntry sum;
-  for (const TimelineEntry& e : r.timeline) {
-    sum.sent += e.sent;
-    sum.allowed += e.allowed;
-    sum.denied += e.denied;
-    sum.errors += e.errors;
-  }
-  CHECK(sum.sent == r.sent);
-  CHECK(sum.allowed == r.allowed);
-  CHECK(sum.denied == r.denied);
-  CHECK(sum.errors == r.errors);
 }
 
 TEST_CASE("http: a pipelined closed loop counts 2xx as allowed and 429 as denied, per key",

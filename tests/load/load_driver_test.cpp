@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/server.h"
+#include "tests/load/load_checks.h"
 #include "tests/support/window_clock.h"
 #include "tools/load/load_driver.h"
 
@@ -79,21 +80,6 @@ client::Result<LoadReport> run_on_time(const LoadOptions& o) {
   const auto took = std::chrono::steady_clock::now() - begin;
   CHECK(took < o.duration + o.drain_timeout + std::chrono::milliseconds(500));
   return result;
-}
-
-void check_consistent(const LoadReport& r) {
-  CHECK(r.sent == r.allowed + r.denied + r.errors);
-  TimelineEntry sum;
-  for (const TimelineEntry& e : r.timeline) {
-    sum.sent += e.sent;
-    sum.allowed += e.allowed;
-    sum.denied += e.denied;
-    sum.errors += e.errors;
-  }
-  CHECK(sum.sent == r.sent);
-  CHECK(sum.allowed == r.allowed);
-  CHECK(sum.denied == r.denied);
-  CHECK(sum.errors == r.errors);
 }
 
 TEST_CASE("a bounded run against sluiced reports consistent counts and no overshoot", "[driver]") {
