@@ -70,6 +70,10 @@ std::uint64_t with_stamp(std::uint64_t meta, std::uint64_t now_ns) {
   return (meta & ~(kStampMask << kStampShift)) | (stamp_of(now_ns) << kStampShift);
 }
 bool is_expired(std::uint64_t meta, std::uint64_t now_ns) { return (meta & kExpiryMask) <= now_ns; }
+// Whether a stored record counts for `algorithm` now: not expired, and stored under it.
+bool live_for(std::uint64_t meta, Algorithm algorithm, std::uint64_t now_ns) {
+  return !is_expired(meta, now_ns) && tag_of(meta) == static_cast<std::uint8_t>(algorithm);
+}
 // How long ago (in stamp units, modulo the stamp range) the record was last used.
 std::uint64_t age_of(std::uint64_t meta, std::uint64_t now_ns) {
   return (stamp_of(now_ns) - ((meta >> kStampShift) & kStampMask)) & kStampMask;
@@ -253,11 +257,14 @@ void CounterTable::drop_chunks(Segment& seg, std::size_t keep) {
   }
 }
 
+inline const CounterTable::DirectoryEntry& CounterTable::entry_at(std::uint32_t selector) const {
+  return directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)];
+}
+
 inline const CounterTable::DirectoryEntry& CounterTable::entry_of(const KeyHash& key) const {
   // The selector is the low 32 bits of `hi`: shard_for() and slot_for() use `lo`, and the
   // cluster ring is to place keys by the high bits of `hi`.
-  const auto selector = static_cast<std::uint32_t>(key.hi);
-  return directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)];
+  return entry_at(static_cast<std::uint32_t>(key.hi));
 }
 
 std::uint32_t CounterTable::segment_index(const KeyHash& key) const {
@@ -877,8 +884,7 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
   }
   const Probe probe = find(key);
   if (probe.found && rule.algorithm != Algorithm::kSlidingLog &&
-      tag_of(probe.record->meta) == static_cast<std::uint8_t>(rule.algorithm) &&
-      !is_expired(probe.record->meta, request.now_ns)) {
+      live_for(probe.record->meta, rule.algorithm, request.now_ns)) {
     return update_counter(probe, rule, request);  // live, of the rule's algorithm
   }
   ring_shortage_ = false;
@@ -928,9 +934,7 @@ std::uint32_t CounterTable::give_back(const KeyHash& key, const Rule& rule, std:
   if (!probe.found) return 0;
   Segment& seg = segments_[probe.segment];
   Record& r = at(seg, probe.pos);
-  if (is_expired(r.meta, now_ns) || tag_of(r.meta) != static_cast<std::uint8_t>(rule.algorithm)) {
-    return 0;
-  }
+  if (!live_for(r.meta, rule.algorithm, now_ns)) return 0;
   const std::uint32_t credited = sluice::give_back(rule, r.state, units, stamp, now_ns);
   if (credited == 0) return 0;
   const std::uint64_t idle_at = idle_at_ns(rule, r.state);
@@ -1125,7 +1129,7 @@ ScanResult CounterTable::scan_records(std::uint64_t cursor, std::size_t max_reco
   std::size_t examined = 0;
   for (;;) {
     const auto selector = static_cast<std::uint32_t>(begin);
-    const Segment& seg = segments_[directory_[depth_ == 0 ? 0 : selector >> (32 - depth_)].segment];
+    const Segment& seg = segments_[entry_at(selector).segment];
     if (selector_begin(seg.prefix, seg.depth) != begin) {
       // Not a cursor of this table (segments never merge, so ours always name the start of
       // one): scan the whole segment, which is safe.

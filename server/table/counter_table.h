@@ -260,6 +260,8 @@ class CounterTable {
     std::uint32_t segment;  // index in segments_
   };
   static_assert(sizeof(DirectoryEntry) == 16);
+  // The entry of a selector (a key's: the low 32 bits of its hash's `hi`).
+  const DirectoryEntry& entry_at(std::uint32_t selector) const;
   const DirectoryEntry& entry_of(const KeyHash& key) const;
   // Rewrites the directory entries of segment `index` from it, after its chunk list or homes
   // changed or it split.
