@@ -65,6 +65,11 @@ void fill(CounterTable& table, const std::vector<KeyHash>& keys, const Rule& rul
   for (const KeyHash& k : keys) table.acquire(k, rule, Request{now, 1, false});
 }
 
+// The table's load factor, beside its time.
+void report_load(benchmark::State& state, const CounterTable& table) {
+  state.counters["load"] = static_cast<double>(table.size()) / table.stats().slots;
+}
+
 // Args: keys stored, and whether records are in huge pages. 10k fits in cache and shows the CPU
 // cost; 1M pays a memory miss, and with 4 KiB pages a TLB miss too.
 void BM_FindExisting(benchmark::State& state) {
@@ -80,7 +85,7 @@ void BM_FindExisting(benchmark::State& state) {
     benchmark::DoNotOptimize(table.acquire(k, kBucket, Request{now += kStepNs, 1, false}));
     ++i;
   }
-  state.counters["load"] = static_cast<double>(table.size()) / table.stats().slots;
+  report_load(state, table);
 }
 BENCHMARK(BM_FindExisting)
     ->Args({10'000, 1})
@@ -128,6 +133,11 @@ std::unique_ptr<CounterTable> table_of(std::size_t n, bool huge_pages) {
   return table;
 }
 
+// The arguments of the acquire benchmarks: keys stored (in cache, and not), huge pages.
+void table_args(benchmark::internal::Benchmark* b) {
+  b->Args({10'000, 0})->Args({kKeys, 0})->Args({kKeys, 1})->ArgNames({"keys", "huge"});
+}
+
 // One acquire at a time on a stored key, the key hashed from a random index (as
 // BM_FindExisting, without its key array: at 1M keys that array is 16 MB, and reading it is a
 // cache miss of the benchmark's, not the table's). Args: keys stored, huge pages.
@@ -141,13 +151,9 @@ void BM_AcquireSingle(benchmark::State& state) {
     benchmark::DoNotOptimize(table->acquire(k, kBucket, Request{now += kStepNs, 1, false}));
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()));
-  state.counters["load"] = static_cast<double>(table->size()) / table->stats().slots;
+  report_load(state, *table);
 }
-BENCHMARK(BM_AcquireSingle)
-    ->Args({10'000, 0})
-    ->Args({kKeys, 0})
-    ->Args({kKeys, 1})
-    ->ArgNames({"keys", "huge"});
+BENCHMARK(BM_AcquireSingle)->Apply(table_args);
 
 // A 64-item ACQUIRE frame on one shard, decided as Dispatcher::handle_acquire decides it: the
 // frame's hashes in an array (made while the frame is read), one clock reading for the frame,
@@ -171,13 +177,9 @@ void BM_AcquireBatch(benchmark::State& state) {
     benchmark::DoNotOptimize(answers.data());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kBatch));
-  state.counters["load"] = static_cast<double>(table->size()) / table->stats().slots;
+  report_load(state, *table);
 }
-BENCHMARK(BM_AcquireBatch)
-    ->Args({10'000, 0})
-    ->Args({kKeys, 0})
-    ->Args({kKeys, 1})
-    ->ArgNames({"keys", "huge"});
+BENCHMARK(BM_AcquireBatch)->Apply(table_args);
 
 // The machine's floor under the figures at 1M keys, measured in the same run: dependent loads
 // of random cache lines over 48 MiB (about the records of 1M keys), one at a time. A decision on
