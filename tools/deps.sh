@@ -12,7 +12,8 @@ packages=(
   nftables libyaml-cpp-dev pkgconf
   prometheus-cpp-dev prometheus  # metrics; prometheus for promtool only (never its service)
   nginx-light wrk                # the gateway's nginx test and overhead bench (never a service)
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # the RLS front
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # RLS: messages, load
+  libnghttp2-dev                   # HTTP/2 under the gateway's gRPC server (RLS front)
   python3-grpcio python3-protobuf  # a gRPC client that is not ours, for the RLS tests
   dpkg-dev systemd                 # cpack -G DEB (dpkg-shlibdeps), systemd-analyze verify
 )

@@ -179,7 +179,8 @@ asan_pass() {
 # out, tests/CMakeLists.txt says why).
 tsan_pass() {
   local dir=build-tsan
-  local targets=(server_tests client_tests integration_tests rules_tests http_tests gateway_tests)
+  local targets=(server_tests client_tests integration_tests rules_tests http_tests grpc_tests
+    gateway_tests)
   export TSAN_OPTIONS=second_deadlock_stack=1
   timed "tsan: configure+build" configure_and_build "$dir" "${targets[*]}" \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_SANITIZE=thread -DSLUICE_BUILD_BENCH=OFF

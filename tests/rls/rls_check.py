@@ -193,6 +193,44 @@ def invalid(c):
         raise Failed("an empty domain was answered")
 
 
+def raw_call(c, method, payload, timeout=5):
+    """A unary call of `payload` bytes to `method`, as grpcio sends any call."""
+    call = c.channel.unary_unary(method, request_serializer=lambda b: b,
+                                 response_deserializer=lambda b: b)
+    return call(payload, timeout=timeout)
+
+
+def refused_raw(c, method, payload, code, details):
+    try:
+        raw_call(c, method, payload)
+    except grpc.RpcError as e:
+        expect("status", e.code(), code)
+        expect("message", e.details(), details)
+    else:
+        raise Failed("{} of {} bytes was answered".format(method, len(payload)))
+
+
+def server_refusals(c):
+    should = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+    refused_raw(c, "/envoy.service.ratelimit.v3.RateLimitService/Other", b"",
+                grpc.StatusCode.UNIMPLEMENTED,
+                "unknown method /envoy.service.ratelimit.v3.RateLimitService/Other")
+    refused_raw(c, should, b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT,
+                "the request is not a RateLimitRequest message")
+    # The gateway runs with --rls-max-message-bytes 4096: 4096 bytes are taken, 4097 are not.
+    fits = c.request([[("batch", "")]])
+    entry = fits.descriptors[0].entries[0]
+    while len(fits.SerializeToString()) < 4096:  # length prefixes grow with it: one at a time
+        entry.value += "x"
+    expect("size of the request that fits", len(fits.SerializeToString()), 4096)
+    expect("overall_code", c.call(fits).overall_code, c.OK)
+    fits.descriptors[0].entries[0].value += "x"
+    refused_raw(c, should, fits.SerializeToString(), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "request message larger than 4096 bytes")
+    # The channel carries on.
+    expect("overall_code", c.ask([[("batch", "after refusals")]]).overall_code, c.OK)
+
+
 def counted_in_metrics(c):
     text = c.metrics()
     for line in ['sluice_gateway_rls_requests_total{code="OVER_LIMIT",domain="rls_test"}',
@@ -211,6 +249,7 @@ CASES = [
     ("one status per descriptor in request order", order),
     ("an unknown domain", unknown_domain),
     ("an empty domain is INVALID_ARGUMENT", invalid),
+    ("the gRPC server's own refusals, each with its status and message", server_refusals),
     ("requests by domain and code in /metrics", counted_in_metrics),
 ]
 

@@ -76,11 +76,12 @@ TEST_CASE("rls: Python's grpcio asks the gateway binary in front of a 3-node clu
   const std::string grpc_address = "127.0.0.1:" + std::to_string(base);
   const std::string http_address = "127.0.0.1:" + std::to_string(base + 1);
   const fs::path gateway_log = dir.path / "gateway.log";
-  test::Child gateway(GATEWAY_PATH,
-                      {"--listen", http_address, "--grpc-listen", grpc_address, "--servers",
-                       "127.0.0.1:" + std::to_string(ports[0]), "--rules",
-                       (dir.path / "envoy.yaml").string(), "--rls-headers", "both"},
-                      gateway_log.string());
+  test::Child gateway(
+      GATEWAY_PATH,
+      {"--listen", http_address, "--grpc-listen", grpc_address, "--servers",
+       "127.0.0.1:" + std::to_string(ports[0]), "--rules", (dir.path / "envoy.yaml").string(),
+       "--rls-headers", "both", "--rls-max-message-bytes", "4096"},
+      gateway_log.string());
   // Serving once it says so (the gRPC server starts before the HTTP line).
   const auto until = std::chrono::steady_clock::now() + 10s;
   while (read_file(gateway_log).find("listening on") == std::string::npos) {
@@ -94,7 +95,7 @@ TEST_CASE("rls: Python's grpcio asks the gateway binary in front of a 3-node clu
                         grpc_address + " " + http_address);
   INFO("rls_check.py: " << run.output << "\ngateway log: " << read_file(gateway_log));
   CHECK(run.status == 0);
-  CHECK(run.output.find("10 cases passed") != std::string::npos);
+  CHECK(run.output.find("11 cases passed") != std::string::npos);
 }
 
 }  // namespace

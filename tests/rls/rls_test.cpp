@@ -74,7 +74,7 @@ struct RlsHarness {
         guard(timers.get_executor()),
         timer_thread([this] { timers.run(); }),
         front(*client, box(), metrics, timers, with_policy(options, policy)),
-        server(front) {
+        server(front, timers) {
     server.start("127.0.0.1", 0);
     stub = rls::RateLimitService::NewStub(grpc::CreateChannel(
         "127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));

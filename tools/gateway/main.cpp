@@ -217,7 +217,15 @@ int main(int argc, char** argv) {
   }
   sluice::rules::RuleSource& rules = **source;
 
-  auto client = sluice::client::Client::connect(flags->client);
+  // With one thread (the default) the client runs on the servers' io_context: a decision is
+  // read, asked of the cluster and answered on that thread, with no hand-over between threads
+  // (each costs a context switch, most of a call's CPU time: docs/BENCHMARKS.md). With more,
+  // the client keeps an I/O thread of its own, as an io_context it shares must be run by one
+  // thread at a time.
+  boost::asio::io_context io;
+  const bool client_on_io = flags->threads == 1;
+  auto client = client_on_io ? sluice::client::Client::connect(flags->client, io)
+                             : sluice::client::Client::connect(flags->client);
   if (!client.ok()) {
     say("cannot start the client: " + client.status().to_string());
     return 1;
@@ -240,7 +248,6 @@ int main(int argc, char** argv) {
   options.forwarded_by = flags->forwarded_by;
   sluice::gateway::Gateway gateway(**client, std::move(view), metrics, options);
 
-  boost::asio::io_context io;
   sluice::http::Server server(
       io, flags->limits,
       [&](const sluice::http::Request& request, sluice::http::Responder responder) {
@@ -258,7 +265,6 @@ int main(int argc, char** argv) {
   // Envoy's Rate Limit Service, beside the HTTP server: its deadlines run on `io`.
   std::optional<sluice::gateway::RlsFront> rls_front;
   std::optional<sluice::gateway::RlsServer> rls_server;
-  std::thread rls_stopper;
   if (flags->grpc_listen) {
     sluice::gateway::RulesView rls_view;
     rls_view.current = [&rules] { return rules.current(); };
@@ -266,7 +272,10 @@ int main(int argc, char** argv) {
       return sluice::gateway::RulesView::Reloads{rules.reloads_ok(), rules.reloads_failed()};
     };
     rls_front.emplace(**client, std::move(rls_view), metrics, io, flags->rls);
-    rls_server.emplace(*rls_front);
+    sluice::http::GrpcLimits grpc_limits;
+    grpc_limits.max_connections = flags->limits.max_connections;
+    grpc_limits.idle_timeout = flags->limits.idle_timeout;
+    rls_server.emplace(*rls_front, io, grpc_limits);
     try {
       rls_server->start(flags->grpc_listen->host, flags->grpc_listen->port);
     } catch (const std::exception& e) {
@@ -287,10 +296,16 @@ int main(int argc, char** argv) {
     say(fmt::format("signal {}: stopping", signal));
     hangups.cancel();
     server.stop();
-    // gRPC's shutdown waits for the calls in flight, which end by their deadline on `io`: so on
-    // a thread of its own while `io` still runs; no new call (nor timer) comes after it.
+    // The RLS front stops taking calls (GOAWAY) and answers those in flight, which end by their
+    // deadline; then a client on `io` is closed, which leaves `io` with no work, so io.run()
+    // returns.
+    const auto close_client = [&] {
+      if (client_on_io) (*client)->close();
+    };
     if (rls_server) {
-      rls_stopper = std::thread([&] { rls_server->shutdown(std::chrono::milliseconds(200)); });
+      rls_server->stop(std::chrono::milliseconds(200), close_client);
+    } else {
+      close_client();
     }
   });
   std::function<void(const boost::system::error_code&, int)> on_hangup =
@@ -308,7 +323,6 @@ int main(int argc, char** argv) {
   for (unsigned i = 1; i < flags->threads; ++i) threads.emplace_back([&] { io.run(); });
   io.run();
   for (auto& t : threads) t.join();
-  if (rls_stopper.joinable()) rls_stopper.join();
   // The client first: its destructor fails what is still in flight and joins its I/O thread,
   // where decisions are answered, while the gateway, its metrics and `io` still exist.
   client->reset();

@@ -1,11 +1,8 @@
 #include "tools/gateway/rls.h"
 
-#include <absl/synchronization/mutex.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server_builder.h>
-
 #include <atomic>
 #include <boost/asio/steady_timer.hpp>
+#include <future>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -338,105 +335,56 @@ void RlsFront::finish(Pending& pending, std::span<const client::Result<client::D
   done(grpc::Status::OK);
 }
 
-// RateLimitService on gRPC's asynchronous API, served by one thread of our own that waits on
-// the completion queue. gRPC's callback API ran each call on its own pool of at least two
-// threads, and a call went from one to the client's I/O thread and back to the other: 5.3
-// context switches a call (measured), which cost most of the gateway's CPU time on this
-// machine. Here the thread that waits on the queue also reads the calls' sockets (gRPC polls
-// from it), the decision goes to the client's I/O thread, and the answer's completion comes
-// back to the queue: about two switches a call.
+// One call between its arrival and its answer: the request parsed from the call's message,
+// and the response the front fills in.
 struct RlsServer::Call {
-  explicit Call(RlsServer& owner) : responder(&context) {
-    owner.service_->RequestShouldRateLimit(&context, &request, &responder, owner.queue_.get(),
-                                           owner.queue_.get(), this);
-  }
-  grpc::ServerContext context;
+  explicit Call(http::GrpcCall c) : grpc(std::move(c)) {}
+  http::GrpcCall grpc;
   rls::RateLimitRequest request;
   rls::RateLimitResponse response;
-  grpc::ServerAsyncResponseWriter<rls::RateLimitResponse> responder;
-  bool answering = false;  // the call came: the next tag is its answer's completion
 };
 
-RlsServer::RlsServer(RlsFront& front) : front_(front) {}
-RlsServer::~RlsServer() { shutdown(std::chrono::milliseconds(0)); }
+RlsServer::RlsServer(RlsFront& front, boost::asio::io_context& io, http::GrpcLimits limits)
+    : front_(front), server_(io, [&] {
+        limits.max_message_bytes = front.options().max_message_bytes;
+        return limits;
+      }()) {
+  server_.add_method(std::string(kMethod), [this](http::GrpcCall call) { serve(std::move(call)); });
+}
 
-void RlsServer::serve() {
-  // Calls requested ahead: a call that arrives while the thread is busy waits in gRPC until one
-  // is requested, so a few are enough for one thread.
-  for (int i = 0; i < kCallsAhead; ++i) new Call(*this);
-  void* tag = nullptr;
-  bool ok = false;
-  while (queue_->Next(&tag, &ok)) {
-    auto* call = static_cast<Call*>(tag);
-    if (call->answering || !ok) {
-      delete call;  // answered (or cancelled), or the server is shutting down
-      continue;
-    }
-    call->answering = true;
-    new Call(*this);  // the next one
-    // gRPC's deadline is on the system clock; turn it into a steady one.
-    SteadyClock::time_point deadline = SteadyClock::time_point::max();
-    const auto wall = call->context.deadline();
-    if (wall != std::chrono::system_clock::time_point::max()) {
-      deadline = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
-                                          wall - std::chrono::system_clock::now());
-    }
-    {
-      std::lock_guard lock(deciding_mutex_);
-      ++deciding_;
-    }
-    front_.decide(
-        call->request, call->response,
-        [this, call](grpc::Status status) {
-          call->responder.Finish(call->response, status, call);
-          std::lock_guard lock(deciding_mutex_);
-          if (--deciding_ == 0) decided_.notify_all();
-        },
-        deadline);
+void RlsServer::serve(http::GrpcCall grpc) {
+  auto call = std::make_shared<Call>(std::move(grpc));
+  const std::string_view message = call->grpc.message();
+  if (!call->request.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+    return call->grpc.fail(http::GrpcCode::kInvalidArgument,
+                           "the request is not a RateLimitRequest message");
   }
+  front_.decide(
+      call->request, call->response,
+      [call](grpc::Status status) {
+        if (status.ok()) return call->grpc.answer(call->response.SerializeAsString());
+        call->grpc.fail(static_cast<http::GrpcCode>(status.error_code()), status.error_message());
+      },
+      call->grpc.deadline());
 }
 
 void RlsServer::start(const std::string& host, std::uint16_t port) {
-  // Debian's absl checks every Mutex acquisition for lock-order cycles (about 5% of the
-  // gateway's CPU time under RLS load, measured with perf): gRPC's locks are its own business.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  service_ = std::make_unique<rls::RateLimitService::AsyncService>();
-  grpc::ServerBuilder builder;
-  int selected = 0;
-  builder.AddListeningPort(net::format_host_port(host, port), grpc::InsecureServerCredentials(),
-                           &selected);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(front_.options().max_message_bytes));
-  builder.RegisterService(service_.get());
-  queue_ = builder.AddCompletionQueue();
-  server_ = builder.BuildAndStart();
-  if (!server_ || selected == 0) {
-    server_.reset();
-    queue_->Shutdown();
-    void* tag = nullptr;
-    bool ok = false;
-    while (queue_->Next(&tag, &ok)) {
-    }
-    queue_.reset();
-    throw std::runtime_error("gRPC could not listen on " + net::format_host_port(host, port));
+  try {
+    server_.start(host, port);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("gRPC cannot listen on " + net::format_host_port(host, port) + ": " +
+                             e.what());
   }
-  port_ = static_cast<std::uint16_t>(selected);
-  thread_ = std::thread([this] { serve(); });
+}
+
+void RlsServer::stop(std::chrono::milliseconds grace, std::function<void()> stopped) {
+  server_.stop(grace, std::move(stopped));
 }
 
 void RlsServer::shutdown(std::chrono::milliseconds grace) {
-  if (!server_) return;
-  server_->Shutdown(std::chrono::system_clock::now() + grace);
-  // Every call handed to the front is answered by its deadline (on the front's timers, which
-  // still run): its Finish must reach the queue before the queue shuts down.
-  {
-    std::unique_lock lock(deciding_mutex_);
-    decided_.wait(lock, [this] { return deciding_ == 0; });
-  }
-  queue_->Shutdown();
-  thread_.join();  // serve() drains the queue, deleting every call, and returns
-  server_->Wait();
-  server_.reset();
-  queue_.reset();
+  std::promise<void> done;
+  server_.stop(grace, [&done] { done.set_value(); });
+  done.get_future().wait();
 }
 
 }  // namespace sluice::gateway

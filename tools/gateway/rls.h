@@ -7,22 +7,22 @@
 // dropped.
 #pragma once
 
-#include <grpcpp/server.h>
+#include <grpcpp/support/status.h>
 
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <queue>
 #include <string>
-#include <thread>
+#include <string_view>
 
 #include "client/client.h"
 #include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "http/grpc_server.h"
 #include "net/asio.h"
 #include "tools/gateway/gateway.h"
 #include "tools/gateway/gateway_metrics.h"
@@ -100,37 +100,36 @@ class RlsFront {
   boost::asio::steady_timer tick_timer_;  // the timers' thread only
 };
 
-// The gRPC server: RlsFront behind RateLimitService's asynchronous API, one thread of its own
-// waiting on the completion queue.
+// The gRPC server: RlsFront behind RateLimitService/ShouldRateLimit on http::GrpcServer, on the
+// io_context the caller runs (the gateway's, where its client runs too, so a call is read,
+// decided and answered on one thread).
 class RlsServer {
  public:
-  explicit RlsServer(RlsFront& front);
-  ~RlsServer();
+  static constexpr std::string_view kMethod =
+      "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+  // `limits.max_message_bytes` is the front's max_message_bytes.
+  RlsServer(RlsFront& front, boost::asio::io_context& io, http::GrpcLimits limits = {});
   RlsServer(const RlsServer&) = delete;
   RlsServer& operator=(const RlsServer&) = delete;
 
   // Listens on host:port (0: any free port); throws std::runtime_error when it cannot.
   void start(const std::string& host, std::uint16_t port);
-  std::uint16_t port() const { return port_; }
-  // Stops taking calls and waits up to `grace` for those in flight (they end by their
-  // deadline); the client must still be running.
+  std::uint16_t port() const { return server_.port(); }
+  // Stops taking calls (GOAWAY); the calls in flight are answered (by their deadline), and
+  // `stopped` runs on the io_context once every connection has closed, at most `grace` later.
+  // Any thread.
+  void stop(std::chrono::milliseconds grace, std::function<void()> stopped = {});
+  // stop(), then waits for `stopped`. REQUIRES: another thread runs the io_context.
   void shutdown(std::chrono::milliseconds grace);
+  http::GrpcCounters counters() const { return server_.counters(); }
 
  private:
   struct Call;
-  static constexpr int kCallsAhead = 8;
-
-  void serve();  // the thread that waits on the completion queue
+  void serve(http::GrpcCall call);
 
   RlsFront& front_;
-  std::unique_ptr<rls::RateLimitService::AsyncService> service_;
-  std::unique_ptr<grpc::ServerCompletionQueue> queue_;
-  std::unique_ptr<grpc::Server> server_;
-  std::thread thread_;
-  std::mutex deciding_mutex_;
-  std::condition_variable decided_;
-  std::size_t deciding_ = 0;  // calls handed to the front and not yet finished
-  std::uint16_t port_ = 0;
+  http::GrpcServer server_;
 };
 
 }  // namespace sluice::gateway
