@@ -5,7 +5,10 @@
 # per run with throughput, p50/p99/p99.9 and the gateway's CPU per call (its utime + stime over
 # the run, from /proc). Used to keep the change that proved a win (docs/BENCHMARKS.md).
 # Usage: bench/rls_ab.sh BEFORE_BINARY AFTER_BINARY [ROUNDS]
-# Environment: RATE (10000), SECONDS_EACH (6), SERVER_CPU (1), LOAD_CPU (0), BUILD_DIR (build).
+# Environment: RATE (10000), SECONDS_EACH (6), SERVER_CPU (1), LOAD_CPU (0), BUILD_DIR (build),
+# RLS_DOMAIN (bench: every descriptor has a limit; any other name is a domain the config lacks,
+# answered OK without the cluster, so the run measures the gRPC front alone), LOAD_FLAGS (extra
+# sluice-load flags for every run, e.g. --busy-poll).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before=${1:?usage: bench/rls_ab.sh BEFORE_BINARY AFTER_BINARY [ROUNDS]}
@@ -16,6 +19,8 @@ secs=${SECONDS_EACH:-6}
 server_cpu=${SERVER_CPU:-1}
 load_cpu=${LOAD_CPU:-0}
 bin=${BUILD_DIR:-build}/bin
+domain=${RLS_DOMAIN:-bench}
+load_flags=${LOAD_FLAGS:-}
 dir=$(mktemp -d /tmp/sluice-rls-ab.XXXXXX)
 pids=()
 cleanup() {
@@ -60,7 +65,7 @@ one() { # LABEL BINARY
   wait_port "$((port + 4))" "$g" || { cat "$dir/gateway.log" >&2; exit 1; }
   local load=(taskset -c "$load_cpu" "$bin/sluice-load" -q --json --keys 100000 --connections 4
     --depth 16 --algorithm fixed_window --limit 1000000 --period 1s --backend rls
-    --servers "127.0.0.1:$((port + 4))" --descriptors 3)
+    --servers "127.0.0.1:$((port + 4))" --descriptors 3 --rls-domain "$domain" $load_flags)
   "${load[@]}" --duration 2s >/dev/null
   t0=$(cpu_ticks "$g")
   "${load[@]}" --duration "${secs}s" >"$dir/closed.json" || true
@@ -84,8 +89,9 @@ PY
   pids=()
 }
 
-echo "rls_ab: 3 descriptors, closed loop and open loop at $rate/s, ${secs} s each; servers on" \
-  "CPU $server_cpu, sluice-load on CPU $load_cpu; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "rls_ab: 3 descriptors in domain $domain, closed loop and open loop at $rate/s, ${secs} s" \
+  "each; servers on CPU $server_cpu, sluice-load on CPU $load_cpu${load_flags:+ ($load_flags)};" \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
   one before "$before"
   one after "$after"

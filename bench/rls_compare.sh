@@ -35,8 +35,13 @@
 # Prints every run and a table; writes bench/results/rls_compare.json (a run with the defaults)
 # or bench/results/rls_compare-quick.json (any shorter run). Stops everything it started.
 #
+# sluice-load busy-polls in every run (--busy-poll, as compare.sh's W4): its core is its own, and
+# so neither a wake-up of its own nor a hand-over between its threads is in the latencies, which
+# are then the servers' and the transport's (RLS_LOAD_FLAGS="" runs it sleeping in epoll, as
+# before 2026-12-07).
+#
 # Environment: RLS_SECONDS (default 10), RLS_RATE (10000), RLS_KEYS (100000), RLS_CONNS (4),
-# RLS_DEPTH (16), SERVER_CPU (1), LOAD_CPU (0), BUILD_DIR (build).
+# RLS_DEPTH (16), RLS_LOAD_FLAGS (--busy-poll), SERVER_CPU (1), LOAD_CPU (0), BUILD_DIR (build).
 set -Eeuo pipefail
 trap 'echo "rls_compare: error: line $LINENO failed: $BASH_COMMAND" >&2' ERR
 
@@ -46,6 +51,7 @@ RATE="${RLS_RATE:-10000}"
 KEYS="${RLS_KEYS:-100000}"
 CONNS="${RLS_CONNS:-4}"
 DEPTH="${RLS_DEPTH:-16}"
+LOAD_FLAGS="${RLS_LOAD_FLAGS---busy-poll}"
 SERVER_CPU="${SERVER_CPU:-1}"
 LOAD_CPU="${LOAD_CPU:-0}"
 BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
@@ -163,8 +169,9 @@ load() { # NAME ARGS...: one sluice-load run on LOAD_CPU, its JSON in $DIR/NAME.
   cpu_ticks "$DIR/$name.cpu-before"
   # The generator's own CPU time: `times` in the subshell gives its children's, after the run.
   (
+    # shellcheck disable=SC2086 # LOAD_FLAGS is a list of flags
     taskset -c "$LOAD_CPU" "$LOAD" -q --json --keys "$KEYS" --connections "$CONNS" \
-      --depth "$DEPTH" --algorithm fixed_window --limit "$GENEROUS" --period 1s "$@" \
+      --depth "$DEPTH" --algorithm fixed_window --limit "$GENEROUS" --period 1s $LOAD_FLAGS "$@" \
       >"$DIR/$name.json" || true # a run with errors exits 1; its JSON says what happened
     times >"$DIR/$name.times" # a builtin: no fork, so the children are this subshell's
   )
@@ -310,7 +317,7 @@ echo "code: commit $git_commit${git_dirty:+ (modified: $git_dirty)}, $build_type
 echo "start: $(date -u '+%Y-%m-%d %H:%M UTC'), load average $LOADAVG_START"
 echo "pinning: sluiced (1 shard), sluice-gateway and redis-server on CPU $SERVER_CPU" \
   "(seen: $(cpus_of "$SLUICED_PID"), $(cpus_of "$GATEWAY_PID"), $(cpus_of "$REDIS_PID"));" \
-  "sluice-load on CPU $LOAD_CPU"
+  "sluice-load on CPU $LOAD_CPU${LOAD_FLAGS:+ ($LOAD_FLAGS)}"
 echo "runs: ${SECS} s each, $KEYS keys uniform, $CONNS connections x depth $DEPTH;" \
   "open loop at $RATE/s; after a 2 s closed-loop warm-up of each backend"
 
@@ -339,6 +346,7 @@ json.dump({"date": "$START", "end": "$(date -u '+%Y-%m-%dT%H:%M:%SZ')",
                        "loadavg_end": "$(cut -d' ' -f1-3 /proc/loadavg)",
                        "server_cpu": "$SERVER_CPU", "load_cpu": "$LOAD_CPU", "seconds": $SECS,
                        "rate": $RATE, "keys": $KEYS, "connections": $CONNS, "depth": $DEPTH,
+                       "load_flags": "$LOAD_FLAGS",
                        "redis": "$(redis-server --version)"},
            "machine": {"cores": $(nproc), "cpu": "$(lscpu | sed -n 's/^Model name: *//p')",
                        "kernel": "$(uname -r)"}},

@@ -368,8 +368,8 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       return refuse(id, *s, GrpcCode::kUnimplemented,
                     "compressed messages are not accepted (grpc-accept-encoding: identity)");
     }
-    std::string message = body.substr(kPrefixBytes);
-    std::string().swap(s->body);
+    s->body.erase(0, kPrefixBytes);
+    std::string message = std::move(s->body);
     const GrpcHandler& handler = *s->handler;
     const Clock::time_point deadline = s->deadline;
     s->handler = nullptr;  // handed over: the answer comes through respond()
@@ -444,9 +444,9 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
       flush();
       return;
     }
-    std::vector<std::int32_t> ready;
-    ready.swap(ready_);
-    for (const std::int32_t id : ready) dispatch_call(id);
+    dispatching_.swap(ready_);
+    for (const std::int32_t id : dispatching_) dispatch_call(id);
+    dispatching_.clear();
     flush();
     if (!closed_ && nghttp2_session_want_read(session_) != 0) read();
   }
@@ -535,7 +535,8 @@ class GrpcConnection : public std::enable_shared_from_this<GrpcConnection> {
   asio::steady_timer watchdog_;
   nghttp2_session* session_ = nullptr;
   std::unordered_map<std::int32_t, Stream> streams_;
-  std::vector<std::int32_t> ready_;  // requests ended during one mem_recv
+  std::vector<std::int32_t> ready_;        // requests ended during one mem_recv
+  std::vector<std::int32_t> dispatching_;  // ready_'s, being handed to their handlers
   std::array<std::uint8_t, 16 * 1024> input_{};
   std::vector<std::uint8_t> output_;
   Clock::time_point last_read_{};

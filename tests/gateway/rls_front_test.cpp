@@ -49,14 +49,14 @@ descriptors:
   int by_cluster = 0;
   int by_deadline = 0;
   for (int i = 0; i < kCalls; ++i) {
-    std::promise<grpc::Status> done;
+    std::promise<RlsStatus> done;
     auto answered = done.get_future();
     // A caller's deadline from 0 to 150 us away, around a round trip to the node: either may
     // come first.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(i % 151);
     front.decide(
         request, responses[static_cast<std::size_t>(i)],
-        [&](grpc::Status status) {
+        [&](RlsStatus status) {
           answers.fetch_add(1);
           done.set_value(std::move(status));
         },

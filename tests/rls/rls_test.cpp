@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
 #include "tests/gateway/gateway_support.h"
 #include "tests/rls/rls_config.h"
 #include "tests/support/child_process.h"

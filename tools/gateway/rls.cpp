@@ -140,7 +140,7 @@ void RlsFront::decide(const rls::RateLimitRequest& request, rls::RateLimitRespon
                       Done done, SteadyClock::time_point caller_deadline) {
   const auto invalid = [&](std::string message) {
     metrics_.rls_answered("", "INVALID_ARGUMENT", std::chrono::nanoseconds(0));
-    done(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message)));
+    done(RlsStatus{http::GrpcCode::kInvalidArgument, std::move(message)});
   };
   // The peer's two refusals, with its messages; then our limits.
   if (request.domain().empty()) return invalid("rate limit domain must not be empty");
@@ -332,7 +332,7 @@ void RlsFront::finish(Pending& pending, std::span<const client::Result<client::D
   metrics_.rls_answered(pending.domain_label, over ? "OVER_LIMIT" : "OK",
                         SteadyClock::now() - pending.arrived);
   Done done = std::move(pending.done);
-  done(grpc::Status::OK);
+  done(RlsStatus{});
 }
 
 // One call between its arrival and its answer: the request parsed from the call's message,
@@ -361,9 +361,9 @@ void RlsServer::serve(http::GrpcCall grpc) {
   }
   front_.decide(
       call->request, call->response,
-      [call](grpc::Status status) {
+      [call](RlsStatus status) {
         if (status.ok()) return call->grpc.answer(call->response.SerializeAsString());
-        call->grpc.fail(static_cast<http::GrpcCode>(status.error_code()), status.error_message());
+        call->grpc.fail(status.code, status.message);
       },
       call->grpc.deadline());
 }

@@ -7,8 +7,6 @@
 // dropped.
 #pragma once
 
-#include <grpcpp/support/status.h>
-
 #include <boost/asio/steady_timer.hpp>
 
 #include <chrono>
@@ -21,7 +19,7 @@
 #include <string_view>
 
 #include "client/client.h"
-#include "envoy/service/ratelimit/v3/rls.grpc.pb.h"
+#include "envoy/service/ratelimit/v3/rls.pb.h"
 #include "http/grpc_server.h"
 #include "net/asio.h"
 #include "tools/gateway/gateway.h"
@@ -54,10 +52,17 @@ struct RlsOptions {
   std::size_t max_message_bytes = 64 * 1024;
 };
 
+// How a call ends: OK (the response is filled in), or a gRPC status and its message.
+struct RlsStatus {
+  http::GrpcCode code = http::GrpcCode::kOk;
+  std::string message;
+  bool ok() const { return code == http::GrpcCode::kOk; }
+};
+
 // The decision logic, free of the gRPC server: tests call decide() directly.
 class RlsFront {
  public:
-  using Done = std::function<void(grpc::Status)>;
+  using Done = std::function<void(RlsStatus)>;
 
   // `client`, `metrics`, `timers` and what `rules` refers to must outlive the front; `timers`
   // runs the deadlines (the gateway's io_context).
