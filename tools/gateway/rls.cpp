@@ -83,6 +83,7 @@ struct RlsFront::Pending {
   };
   std::vector<Item> items;
   std::atomic<bool> answered{false};  // the first of the cluster's answer and the deadline wins
+  std::optional<Waiting::iterator> waiting;  // RlsFront::waiting_mutex_: its place there
 };
 
 RlsFront::RlsFront(client::Client& client, RulesView rules, GatewayMetrics& metrics,
@@ -95,11 +96,32 @@ RlsFront::RlsFront(client::Client& client, RulesView rules, GatewayMetrics& metr
       tick_timer_(timers) {}
 
 void RlsFront::watch(std::shared_ptr<Pending> pending, SteadyClock::time_point deadline) {
+  Pending& p = *pending;
   std::lock_guard lock(waiting_mutex_);
-  waiting_.push(Waiting{deadline, std::move(pending)});
-  if (ticking_) return;
-  ticking_ = true;
-  boost::asio::post(timers_, [this] { tick(); });
+  p.waiting = waiting_.emplace(deadline, std::move(pending));
+  if (deadline >= armed_for_) return;  // the timer fires before this deadline anyway
+  armed_for_ = deadline;
+  boost::asio::post(timers_, [this] { arm(); });
+}
+
+void RlsFront::unwatch(Pending& pending) {
+  std::lock_guard lock(waiting_mutex_);
+  if (!pending.waiting) return;
+  waiting_.erase(*pending.waiting);  // the timer stays set: it finds nothing, and moves on
+  pending.waiting.reset();
+}
+
+void RlsFront::arm() {
+  SteadyClock::time_point at;
+  {
+    std::lock_guard lock(waiting_mutex_);
+    if (armed_for_ == SteadyClock::time_point::max()) return;
+    at = armed_for_ + options_.deadline_tick;
+  }
+  tick_timer_.expires_at(at);  // cancels a wait for a later time
+  tick_timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) tick();
+  });
 }
 
 void RlsFront::tick() {
@@ -107,19 +129,14 @@ void RlsFront::tick() {
   {
     std::lock_guard lock(waiting_mutex_);
     const auto now = SteadyClock::now();
-    while (!waiting_.empty() && waiting_.top().deadline <= now) {
-      due.push_back(waiting_.top().pending);
-      waiting_.pop();
+    while (!waiting_.empty() && waiting_.begin()->first <= now) {
+      due.push_back(std::move(waiting_.begin()->second));
+      due.back()->waiting.reset();
+      waiting_.erase(waiting_.begin());
     }
-    if (waiting_.empty()) {
-      ticking_ = false;
-    } else {
-      tick_timer_.expires_after(options_.deadline_tick);
-      tick_timer_.async_wait([this](const boost::system::error_code& ec) {
-        if (!ec) tick();
-      });
-    }
+    armed_for_ = waiting_.empty() ? SteadyClock::time_point::max() : waiting_.begin()->first;
   }
+  arm();
   // Every limit of a call not yet answered then follows its failure policy.
   for (const auto& pending : due) finish(*pending, {});
 }
@@ -253,9 +270,9 @@ void RlsFront::decide(const rls::RateLimitRequest& request, rls::RateLimitRespon
 }
 
 void RlsFront::finish(Pending& pending, std::span<const client::Result<client::Decision>> results) {
-  // The other of the answer and the deadline came first. (A call answered by the cluster stays
-  // watched until its deadline: the tick then finds it answered.)
+  // The other of the answer and the deadline came first.
   if (pending.answered.exchange(true)) return;
+  unwatch(pending);
   const bool timed_out = results.empty() && std::any_of(pending.items.begin(), pending.items.end(),
                                                         [](const Pending::Item& i) {
                                                           return i.batch_index.has_value();

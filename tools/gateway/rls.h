@@ -12,9 +12,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <queue>
 #include <string>
 #include <string_view>
 
@@ -37,9 +37,11 @@ struct RlsOptions {
   std::chrono::milliseconds deadline{15};
   // How long before the caller's deadline the answer is sent, for its way back.
   std::chrono::milliseconds caller_margin{2};
-  // While calls wait for the cluster, one timer ticks this often and answers those whose
-  // deadline has passed (a timer per call would cost two thread wake-ups per call); so a
-  // deadline is met within one tick.
+  // One timer serves every call waiting for the cluster: it is set this long after the
+  // earliest deadline of a call not yet answered, and answers every call whose deadline has
+  // passed by then. So a deadline is met within one tick, and while the cluster answers in time
+  // the timer hardly ever fires (a timer per call, or one ticking while calls wait, cost thread
+  // wake-ups: docs/BENCHMARKS.md).
   std::chrono::microseconds deadline_tick{1000};
   // response_headers_to_add: RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-
   // headers), Retry-After when over; and with `legacy_headers` the RateLimit-Limit,
@@ -82,8 +84,10 @@ class RlsFront {
   struct Pending;
   void finish(Pending& pending, std::span<const client::Result<client::Decision>> results);
   bool fails_closed(const rules::EnvoyLimit& limit) const;
-  // Deadlines: watch() from any thread; tick() on the timers' thread.
+  // Deadlines: watch() and unwatch() from any thread; arm() and tick() on the timers' thread.
   void watch(std::shared_ptr<Pending> pending, std::chrono::steady_clock::time_point deadline);
+  void unwatch(Pending& pending);
+  void arm();
   void tick();
 
   client::Client& client_;
@@ -92,17 +96,16 @@ class RlsFront {
   boost::asio::io_context& timers_;
   RlsOptions options_;
 
-  struct Waiting {
-    std::chrono::steady_clock::time_point deadline;
-    std::shared_ptr<Pending> pending;
-    bool operator>(const Waiting& other) const { return deadline > other.deadline; }
-  };
+  using Waiting = std::multimap<std::chrono::steady_clock::time_point, std::shared_ptr<Pending>>;
   std::mutex waiting_mutex_;
-  // Earliest deadline on top; a call stays until its deadline even when answered (then the
-  // tick finds it answered), so at most rate x deadline entries.
-  std::priority_queue<Waiting, std::vector<Waiting>, std::greater<>> waiting_;  // waiting_mutex_
-  bool ticking_ = false;                                                        // waiting_mutex_
-  boost::asio::steady_timer tick_timer_;  // the timers' thread only
+  // The calls not yet answered, by deadline: a call leaves when answered, either way.
+  Waiting waiting_;  // waiting_mutex_
+  // The deadline the timer is set for (less the tick); max(): not set. It may be earlier than
+  // every call's now (the call it was set for was answered): it then fires, answers nothing,
+  // and is set for the earliest.
+  std::chrono::steady_clock::time_point armed_for_ =
+      std::chrono::steady_clock::time_point::max();  // waiting_mutex_
+  boost::asio::steady_timer tick_timer_;             // the timers' thread only
 };
 
 // The gRPC server: RlsFront behind RateLimitService/ShouldRateLimit on http::GrpcServer, on the
