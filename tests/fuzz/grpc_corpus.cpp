@@ -19,28 +19,19 @@
 #include <utility>
 #include <vector>
 
+#include "tests/grpc/h2_request.h"
+
 namespace {
 
-using Headers = std::vector<std::pair<std::string, std::string>>;
+using sluice::test::h2::Body;
+using sluice::test::h2::framed;
+using sluice::test::h2::Headers;
+using sluice::test::h2::submit_request;
 
 constexpr const char* kSay = "/test.Echo/Say";
 
-std::string framed(const std::string& message, std::uint8_t flag = 0) {
-  const auto n = static_cast<std::uint32_t>(message.size());
-  std::string out{static_cast<char>(flag), static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                  static_cast<char>(n >> 8), static_cast<char>(n)};
-  return out + message;
-}
-
 Headers grpc(std::string path, Headers more = {}) {
-  Headers h{{":method", "POST"},
-            {":scheme", "http"},
-            {":authority", "127.0.0.1"},
-            {":path", std::move(path)},
-            {"content-type", "application/grpc"},
-            {"te", "trailers"}};
-  h.insert(h.end(), more.begin(), more.end());
-  return h;
+  return sluice::test::h2::grpc_headers(std::move(path), std::move(more));
 }
 
 struct Request {
@@ -49,26 +40,6 @@ struct Request {
   bool end = true;                  // false: the body does not end the stream
   bool reset = false;               // the client resets the stream after sending it
 };
-
-struct Body {
-  std::string bytes;
-  std::size_t sent = 0;
-  bool end = true;
-};
-
-ssize_t read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
-                  std::uint32_t* flags, nghttp2_data_source* source, void*) {
-  auto& body = *static_cast<Body*>(source->ptr);
-  const std::size_t n = std::min(length, body.bytes.size() - body.sent);
-  std::copy_n(body.bytes.data() + body.sent, n, buf);
-  body.sent += n;
-  if (body.sent == body.bytes.size()) {
-    if (!body.end)
-      return n == 0 ? static_cast<ssize_t>(NGHTTP2_ERR_DEFERRED) : static_cast<ssize_t>(n);
-    *flags |= NGHTTP2_DATA_FLAG_EOF;
-  }
-  return static_cast<ssize_t>(n);
-}
 
 // What a client's session writes for `requests` (and a PING when asked).
 std::string client_bytes(const std::vector<Request>& requests, bool ping = false) {
@@ -89,23 +60,7 @@ std::string client_bytes(const std::vector<Request>& requests, bool ping = false
   };
   std::vector<std::unique_ptr<Body>> bodies;
   for (const Request& r : requests) {
-    std::vector<nghttp2_nv> nva;
-    for (const auto& [name, value] : r.headers) {
-      nva.push_back({reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-                     reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),
-                     value.size(), NGHTTP2_NV_FLAG_NONE});
-    }
-    std::int32_t id = 0;
-    if (!r.body) {
-      id = nghttp2_submit_headers(session, NGHTTP2_FLAG_END_STREAM, -1, nullptr, nva.data(),
-                                  nva.size(), nullptr);
-    } else {
-      bodies.push_back(std::make_unique<Body>(Body{*r.body, 0, r.end}));
-      nghttp2_data_provider provider{};
-      provider.source.ptr = bodies.back().get();
-      provider.read_callback = &read_body;
-      id = nghttp2_submit_request(session, nullptr, nva.data(), nva.size(), &provider, nullptr);
-    }
+    const std::int32_t id = submit_request(session, r.headers, r.body, r.end, bodies);
     if (r.reset && id > 0) {
       drain();  // the request's frames first, then the reset
       nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);

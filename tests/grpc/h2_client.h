@@ -24,10 +24,11 @@
 #include <utility>
 #include <vector>
 
+#include "tests/grpc/h2_request.h"
+
 namespace sluice::test::h2 {
 
 using namespace std::chrono_literals;
-using Headers = std::vector<std::pair<std::string, std::string>>;
 
 // Under a sanitizer everything runs several times slower: bounds on "it happened in time" widen.
 #if defined(SLUICE_SANITIZED)
@@ -35,27 +36,6 @@ inline constexpr int kSlack = 10;
 #else
 inline constexpr int kSlack = 1;
 #endif
-
-// One gRPC message on the wire: the compressed flag, the big-endian length, the bytes.
-inline std::string framed(std::string_view message, std::uint8_t flag = 0) {
-  const auto n = static_cast<std::uint32_t>(message.size());
-  std::string out{static_cast<char>(flag), static_cast<char>(n >> 24), static_cast<char>(n >> 16),
-                  static_cast<char>(n >> 8), static_cast<char>(n)};
-  out.append(message);
-  return out;
-}
-
-// A gRPC request's headers for `path`, with more after them.
-inline Headers grpc_headers(std::string path, Headers more = {}) {
-  Headers h{{":method", "POST"},
-            {":scheme", "http"},
-            {":authority", "127.0.0.1"},
-            {":path", std::move(path)},
-            {"content-type", "application/grpc"},
-            {"te", "trailers"}};
-  h.insert(h.end(), more.begin(), more.end());
-  return h;
-}
 
 // What came back on one stream: headers and trailers in one map (grpc-status is in either).
 struct Reply {
@@ -114,24 +94,7 @@ class Client {
   // request stays open after its body. Returns the stream id.
   std::int32_t start(const Headers& headers, std::optional<std::string> body = std::nullopt,
                      bool end = true) {
-    std::vector<nghttp2_nv> nva;
-    for (const auto& [name, value] : headers) {
-      nva.push_back({reinterpret_cast<std::uint8_t*>(const_cast<char*>(name.data())),
-                     reinterpret_cast<std::uint8_t*>(const_cast<char*>(value.data())), name.size(),
-                     value.size(), NGHTTP2_NV_FLAG_NONE});
-    }
-    std::int32_t id = 0;
-    if (!body) {
-      const std::uint8_t flags = end ? NGHTTP2_FLAG_END_STREAM : NGHTTP2_FLAG_NONE;
-      id = nghttp2_submit_headers(session_, flags, -1, nullptr, nva.data(), nva.size(), nullptr);
-    } else {
-      auto source = std::make_unique<Body>(Body{std::move(*body), 0, end});
-      nghttp2_data_provider provider{};
-      provider.source.ptr = source.get();
-      provider.read_callback = &read_body;
-      id = nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(), &provider, nullptr);
-      bodies_.push_back(std::move(source));
-    }
+    const std::int32_t id = submit_request(session_, headers, std::move(body), end, bodies_);
     REQUIRE(id > 0);
     replies_[id];
     pump_out();
@@ -173,12 +136,6 @@ class Client {
   }
 
  private:
-  struct Body {
-    std::string bytes;
-    std::size_t sent = 0;
-    bool end = true;
-  };
-
   static Client& self(void* p) { return *static_cast<Client*>(p); }
   static int on_header(nghttp2_session*, const nghttp2_frame* frame, const std::uint8_t* name,
                        std::size_t nlen, const std::uint8_t* value, std::size_t vlen, std::uint8_t,
@@ -205,21 +162,6 @@ class Client {
     self(p).replies_[id].closed = true;
     return 0;
   }
-  static ssize_t read_body(nghttp2_session*, std::int32_t, std::uint8_t* buf, std::size_t length,
-                           std::uint32_t* flags, nghttp2_data_source* source, void*) {
-    auto& body = *static_cast<Body*>(source->ptr);
-    const std::size_t n = std::min(length, body.bytes.size() - body.sent);
-    std::copy_n(body.bytes.data() + body.sent, n, buf);
-    body.sent += n;
-    if (body.sent == body.bytes.size()) {
-      if (!body.end) {
-        return n == 0 ? static_cast<ssize_t>(NGHTTP2_ERR_DEFERRED) : static_cast<ssize_t>(n);
-      }
-      *flags |= NGHTTP2_DATA_FLAG_EOF;
-    }
-    return static_cast<ssize_t>(n);
-  }
-
   void pump_out() {
     for (;;) {
       const std::uint8_t* data = nullptr;
