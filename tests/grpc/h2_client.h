@@ -25,17 +25,13 @@
 #include <vector>
 
 #include "tests/grpc/h2_request.h"
+#include "tests/support/slack.h"
 
 namespace sluice::test::h2 {
 
 using namespace std::chrono_literals;
 
-// Under a sanitizer everything runs several times slower: bounds on "it happened in time" widen.
-#if defined(SLUICE_SANITIZED)
-inline constexpr int kSlack = 10;
-#else
-inline constexpr int kSlack = 1;
-#endif
+inline constexpr int kSlack = kTimingSlack;  // tests/support/slack.h
 
 // What came back on one stream: headers and trailers in one map (grpc-status is in either).
 struct Reply {

@@ -24,17 +24,13 @@
 #include <vector>
 
 #include "http/server.h"
+#include "tests/support/slack.h"
 
 namespace sluice::test::http_support {
 
 using namespace std::chrono_literals;
 
-// Under a sanitizer everything runs several times slower: bounds on "it happened in time" widen.
-#if defined(SLUICE_SANITIZED)
-inline constexpr int kSlack = 10;
-#else
-inline constexpr int kSlack = 1;
-#endif
+inline constexpr int kSlack = kTimingSlack;  // tests/support/slack.h
 
 // An http::Server on 127.0.0.1, an ephemeral port, its io_context run by `threads` threads.
 class HttpFixture {

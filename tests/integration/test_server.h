@@ -12,16 +12,9 @@
 #include "core/clock.h"
 #include "core/key_hash.h"
 #include "server/server.h"
+#include "tests/support/slack.h"
 
 namespace sluice::test {
-
-// Bounds on latency in tests catch starvation (seconds), not a slow machine; sanitizer builds
-// (ThreadSanitizer above all) run the server several times slower, so their bounds are wider.
-#if defined(SLUICE_SANITIZED)
-inline constexpr int kTimingSlack = 10;
-#else
-inline constexpr int kTimingSlack = 1;
-#endif
 
 // A minute boundary, so that fixed windows start exactly at the test's first request.
 inline constexpr std::uint64_t kTestStartNs = 1'700'000'040'000'000'000ull;
