@@ -70,6 +70,8 @@ TEST_CASE("gateway flags: bad values exit 2 naming the flag") {
   refused("--rls-max-descriptors 0", "--rls-max-descriptors 0");
   refused("--rls-max-entries 5000", "--rls-max-entries 5000");
   refused("--rls-max-message-bytes 100", "--rls-max-message-bytes 100");
+  refused("--rls-max-streams 0", "--rls-max-streams 0");
+  refused("--rls-max-streams 65536", "--rls-max-streams 65536");
   const test::Run no_rules = gateway("");
   CHECK(no_rules.status == 2);
   CHECK_THAT(no_rules.output, Catch::Contains("--rules PATH is required"));

@@ -46,6 +46,7 @@ struct Flags {
   sluice::rules::RuleSetOptions rule_options;
   std::optional<sluice::net::HostPort> grpc_listen;  // the Envoy RLS front, when asked for
   sluice::gateway::RlsOptions rls;
+  sluice::http::GrpcLimits grpc;  // the RLS front's connections
 };
 
 std::optional<Flags> parse_flags(int argc, char** argv) {
@@ -66,14 +67,16 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       "gateways sharing each limit: the local fallback admits limit / N")(
       "timeout", po::value<std::string>()->default_value("50ms"),
       "the cluster's deadline per request; past it the failure policy decides")(
-      "threads", po::value<std::string>()->default_value("1"), "threads serving HTTP")(
+      "threads", po::value<std::string>()->default_value("1"),
+      "threads serving HTTP and gRPC (with 1, the client runs on that thread too)")(
       "max-connections", po::value<std::string>()->default_value("10000"),
-      "HTTP connections at once")("max-header-bytes",
-                                  po::value<std::string>()->default_value("8KiB"),
-                                  "request line and headers; more: 431")(
+      "HTTP connections at once, and gRPC connections at once (counted apart)")(
+      "max-header-bytes", po::value<std::string>()->default_value("8KiB"),
+      "request line and headers; more: 431 (gRPC: a call's header list; more: its stream reset)")(
       "max-body-bytes", po::value<std::string>()->default_value("64KiB"),
-      "request body; more: 413")("idle-timeout", po::value<std::string>()->default_value("60s"),
-                                 "close a keep-alive connection idle this long")(
+      "request body; more: 413")(
+      "idle-timeout", po::value<std::string>()->default_value("60s"),
+      "close a keep-alive connection (or a gRPC one with no call open) idle this long")(
       "request-timeout", po::value<std::string>()->default_value("10s"),
       "a request must arrive whole within this")(
       "proxy", po::value<std::string>()->default_value("nginx"),
@@ -99,6 +102,8 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       "entries in one descriptor; more: INVALID_ARGUMENT")(
       "rls-max-message-bytes", po::value<std::string>()->default_value("64KiB"),
       "a ShouldRateLimit request's size; more: RESOURCE_EXHAUSTED")(
+      "rls-max-streams", po::value<std::string>()->default_value("256"),
+      "calls open at once on one gRPC connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS)")(
       "log-format", po::value<std::string>()->default_value("text"),
       "log lines on stderr: text (RFC 3339 time, level, component; under systemd's journal the "
       "level as a priority and no time) or json (one object per line)");
@@ -183,6 +188,12 @@ std::optional<Flags> parse_flags(int argc, char** argv) {
       sluice::cli::count_flag("rls-max-entries", text("rls-max-entries"), 1, 4096));
   f.rls.max_message_bytes = sluice::cli::size_flag(
       "rls-max-message-bytes", text("rls-max-message-bytes"), 256, 64 * 1024 * 1024);
+  // The gRPC port's connections share the HTTP port's limits, each port counting its own.
+  f.grpc.max_connections = f.limits.max_connections;
+  f.grpc.idle_timeout = f.limits.idle_timeout;
+  f.grpc.max_header_bytes = f.limits.max_header_bytes;
+  f.grpc.max_streams = static_cast<std::uint32_t>(
+      sluice::cli::count_flag("rls-max-streams", text("rls-max-streams"), 1, 65'535));
   return f;
 }
 
@@ -272,10 +283,7 @@ int main(int argc, char** argv) {
       return sluice::gateway::RulesView::Reloads{rules.reloads_ok(), rules.reloads_failed()};
     };
     rls_front.emplace(**client, std::move(rls_view), metrics, io, flags->rls);
-    sluice::http::GrpcLimits grpc_limits;
-    grpc_limits.max_connections = flags->limits.max_connections;
-    grpc_limits.idle_timeout = flags->limits.idle_timeout;
-    rls_server.emplace(*rls_front, io, grpc_limits);
+    rls_server.emplace(*rls_front, io, flags->grpc);
     try {
       rls_server->start(flags->grpc_listen->host, flags->grpc_listen->port);
     } catch (const std::exception& e) {
