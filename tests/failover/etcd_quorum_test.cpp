@@ -140,10 +140,13 @@ long long leader_fault(bool freeze, bool first_leads = false) {
   return worst;
 }
 
+// The bound is one election: etcd's followers campaign after its election timeout (1 s by
+// default), randomized up to twice that, so a key may go without a decision for up to 2 s while
+// no member leads (a run on a loaded machine measured 1,120 ms; quiet ones 57 to 827 ms).
 TEST_CASE(
     "3-member etcd: kill -9 of the etcd leader under load: keys are UNAVAILABLE only "
     "while a new leader is elected") {
-  CHECK(leader_fault(/*freeze=*/false) <= 1000 + ms(kSlowBuildMargin));
+  CHECK(leader_fault(/*freeze=*/false) <= 2000 + ms(kSlowBuildMargin));
 }
 
 // A frozen leader answers nothing until the other two elect another (etcd's election timeout);
