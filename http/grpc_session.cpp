@@ -84,8 +84,7 @@ void GrpcCall::answer(std::string reply) {
 void GrpcCall::fail(GrpcCode code, std::string_view message) {
   if (!target_) return;
   auto target = std::move(target_);
-  target->deliver(stream_, code == GrpcCode::kOk ? GrpcCode::kUnknown : code,
-                  grpc_percent_encode(message));
+  target->deliver(stream_, code == GrpcCode::kOk ? GrpcCode::kUnknown : code, std::string(message));
 }
 
 namespace detail {
@@ -342,7 +341,7 @@ void GrpcSession::dispatch_call(std::int32_t id) {
 void GrpcSession::refuse(std::int32_t id, Stream& s, GrpcCode code, std::string_view message) {
   counters_.refused_calls.fetch_add(1, std::memory_order_relaxed);
   s.handler = nullptr;
-  respond_status(id, s, code, grpc_percent_encode(message));
+  respond_status(id, s, code, message);
 }
 
 void GrpcSession::refuse_http(std::int32_t id, Stream& s, std::string_view status) {
@@ -353,11 +352,13 @@ void GrpcSession::refuse_http(std::int32_t id, Stream& s, std::string_view statu
   nghttp2_submit_response(session_, id, headers.data(), headers.size(), nullptr);
 }
 
-// Trailers-only: the status in the one HEADERS frame that ends the stream.
+// Trailers-only: the status in the one HEADERS frame that ends the stream, its message
+// percent-encoded as grpc-message is.
 void GrpcSession::respond_status(std::int32_t id, Stream& s, GrpcCode code,
-                                 const std::string& encoded) {
+                                 std::string_view message) {
   s.answered = true;
   const std::string number = std::to_string(static_cast<int>(code));
+  const std::string encoded = grpc_percent_encode(message);
   const std::array<nghttp2_nv, 4> headers{
       field(":status", "200"), field("content-type", "application/grpc"),
       field("grpc-status", number), field("grpc-message", encoded)};

@@ -26,8 +26,8 @@ namespace sluice::http::detail {
 class CallTarget {
  public:
   virtual ~CallTarget() = default;
-  // `text` is the answer's message when `code` is kOk, else the status's message, already
-  // percent-encoded.
+  // `text` is the answer's message when `code` is kOk, else the status's message (as the
+  // handler wrote it: the session percent-encodes it for the wire).
   virtual void deliver(std::int32_t stream, GrpcCode code, std::string text) = 0;
 };
 
@@ -97,7 +97,7 @@ class GrpcSession {
   void dispatch_call(std::int32_t id);
   void refuse(std::int32_t id, Stream& s, GrpcCode code, std::string_view message);
   void refuse_http(std::int32_t id, Stream& s, std::string_view status);
-  void respond_status(std::int32_t id, Stream& s, GrpcCode code, const std::string& encoded);
+  void respond_status(std::int32_t id, Stream& s, GrpcCode code, std::string_view message);
 
   const GrpcLimits& limits_;
   const MethodTable& methods_;
