@@ -16,6 +16,7 @@
 
 #include "http/grpc_server.h"
 #include "tests/grpc/h2_client.h"
+#include "tests/http/http_test_support.h"
 
 namespace sluice::http {
 namespace {
@@ -277,26 +278,9 @@ TEST_CASE("grpc server: bytes that are not HTTP/2 end their connection, others c
   Fixture f;
   Client good(f.port());
   CHECK(good.wait(good.call(kEcho, "1")).message() == "1");
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(f.port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  const std::string http1 = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-  REQUIRE(::send(fd, http1.data(), http1.size(), MSG_NOSIGNAL) ==
-          static_cast<ssize_t>(http1.size()));
-  // The server closes it: reads end (after whatever it wrote) within the bound.
-  const auto until = Clock::now() + 5s * kSlack;
-  bool closed = false;
-  while (!closed && Clock::now() < until) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char buf[4096];
-    closed = ::recv(fd, buf, sizeof buf, 0) <= 0;
-  }
-  ::close(fd);
-  CHECK(closed);
+  test::http_support::HttpClient http1(f.port());
+  REQUIRE(http1.send(test::http_support::get("/")));
+  CHECK(http1.wait_closed());  // the server closes it (after whatever it wrote)
   CHECK(f.server().counters().protocol_errors == 1);
   CHECK(good.wait(good.call(kEcho, "23")).message() == "32");
 }
