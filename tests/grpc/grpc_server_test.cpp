@@ -274,6 +274,38 @@ TEST_CASE("grpc server: a header list over max_header_bytes resets its stream on
   CHECK(c.wait(c.call(kEcho, "ab", {{"x-small", std::string(500, 'h')}})).message() == "ba");
 }
 
+TEST_CASE("grpc server: max_streams, a stream over it refused, the connection carries on") {
+  GrpcLimits limits;
+  limits.max_streams = 2;
+  Fixture f(limits);
+  Client c(f.port());
+  // All three go before the client has read the server's SETTINGS, so it does not hold the third
+  // back as it would once it knows the limit: the server itself refuses it.
+  const auto first = c.call(kHold, "1");
+  const auto second = c.call(kHold, "2");
+  const auto third = c.call(kHold, "3");
+  const auto refused = c.wait(third);
+  REQUIRE(refused.reset);
+  CHECK(*refused.reset == NGHTTP2_REFUSED_STREAM);
+  CHECK(refused.grpc_status() == -1);
+  CHECK(c.remote_setting(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS) == 2);
+  std::vector<GrpcCall> calls = f.held(2);
+  REQUIRE(calls.size() == 2);
+  for (GrpcCall& call : calls) call.answer("answer to " + std::string(call.message()));
+  CHECK(c.wait(first).message() == "answer to 1");
+  CHECK(c.wait(second).message() == "answer to 2");
+  // The same connection takes calls again, up to the limit at once.
+  const auto again = c.call(kHold, "4");
+  const auto echo = c.call(kEcho, "5");
+  CHECK(c.wait(echo).message() == "5");
+  std::vector<GrpcCall> later = f.held(1);
+  REQUIRE(later.size() == 1);
+  later[0].answer("answer to 4");
+  CHECK(c.wait(again).message() == "answer to 4");
+  CHECK(f.server().counters().calls == 4);  // the refused stream never became a call
+  CHECK_FALSE(c.goaway());
+}
+
 TEST_CASE("grpc server: bytes that are not HTTP/2 end their connection, others carry on") {
   Fixture f;
   Client good(f.port());
