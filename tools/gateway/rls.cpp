@@ -153,12 +153,14 @@ bool RlsFront::fails_closed(const EnvoyLimit& limit) const {
   return options_.failure_policy == client::FailurePolicy::kClosed;
 }
 
+void RlsFront::refuse(const Done& done, std::string message) {
+  metrics_.rls_answered("", "INVALID_ARGUMENT", std::chrono::nanoseconds(0));
+  done(RlsStatus{http::GrpcCode::kInvalidArgument, std::move(message)});
+}
+
 void RlsFront::decide(const rls::RateLimitRequest& request, rls::RateLimitResponse& response,
                       Done done, SteadyClock::time_point caller_deadline) {
-  const auto invalid = [&](std::string message) {
-    metrics_.rls_answered("", "INVALID_ARGUMENT", std::chrono::nanoseconds(0));
-    done(RlsStatus{http::GrpcCode::kInvalidArgument, std::move(message)});
-  };
+  const auto invalid = [&](std::string message) { refuse(done, std::move(message)); };
   // The peer's two refusals, with its messages; then our limits.
   if (request.domain().empty()) return invalid("rate limit domain must not be empty");
   if (request.descriptors_size() == 0) {
@@ -372,17 +374,14 @@ RlsServer::RlsServer(RlsFront& front, boost::asio::io_context& io, http::GrpcLim
 void RlsServer::serve(http::GrpcCall grpc) {
   auto call = std::make_shared<Call>(std::move(grpc));
   const std::string_view message = call->grpc.message();
+  RlsFront::Done done = [call](RlsStatus status) {
+    if (status.ok()) return call->grpc.answer(call->response.SerializeAsString());
+    call->grpc.fail(status.code, status.message);
+  };
   if (!call->request.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
-    return call->grpc.fail(http::GrpcCode::kInvalidArgument,
-                           "the request is not a RateLimitRequest message");
+    return front_.refuse(done, "the request is not a RateLimitRequest message");
   }
-  front_.decide(
-      call->request, call->response,
-      [call](RlsStatus status) {
-        if (status.ok()) return call->grpc.answer(call->response.SerializeAsString());
-        call->grpc.fail(status.code, status.message);
-      },
-      call->grpc.deadline());
+  front_.decide(call->request, call->response, std::move(done), call->grpc.deadline());
 }
 
 void RlsServer::start(const std::string& host, std::uint16_t port) {

@@ -78,6 +78,11 @@ class RlsFront {
               std::chrono::steady_clock::time_point caller_deadline =
                   std::chrono::steady_clock::time_point::max());
 
+  // Answers INVALID_ARGUMENT with `message` through `done`, now, for a call that is refused
+  // before it can be decided (bytes that are not a RateLimitRequest, or a request decide()
+  // refuses), counted under domain "" like decide()'s own refusals.
+  void refuse(const Done& done, std::string message);
+
   const RlsOptions& options() const { return options_; }
 
  private:
