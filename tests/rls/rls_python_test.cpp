@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -14,6 +15,7 @@
 #include "tests/rls/rls_config.h"
 #include "tests/support/child_process.h"
 #include "tests/support/ports.h"
+#include "tests/support/prometheus_scrape.h"
 
 namespace sluice::gateway::testing {
 namespace {
@@ -96,6 +98,29 @@ TEST_CASE("rls: Python's grpcio asks the gateway binary in front of a 3-node clu
   INFO("rls_check.py: " << run.output << "\ngateway log: " << read_file(gateway_log));
   CHECK(run.status == 0);
   CHECK(run.output.find("11 cases passed") != std::string::npos);
+
+  // The gRPC port's own counters: every call the server passed on was answered and counted by
+  // domain and code, and the two it refused itself (an unknown method, a message over the limit)
+  // are apart; promtool takes the whole exposition.
+  const auto scraped = test::http_get(static_cast<std::uint16_t>(base + 1), "/metrics");
+  const std::string& text = scraped.body();
+  const test::Run promtool = test::promtool_check_metrics(text);
+  INFO(text << "\npromtool: " << promtool.output);
+  CHECK(promtool.status == 0);
+  CHECK(promtool.output.empty());
+  const std::map<std::string, double> samples = test::parse_samples(text);
+  double answered = 0;
+  for (const auto& [name, value] : samples) {
+    if (name.rfind("sluice_gateway_rls_requests_total{", 0) == 0) answered += value;
+  }
+  CHECK(answered > 20);
+  CHECK(samples.at("sluice_gateway_grpc_calls_total") == answered);
+  CHECK(samples.at("sluice_gateway_grpc_refused_calls_total") == 2);
+  CHECK(samples.at("sluice_gateway_grpc_protocol_errors_total") == 0);
+  CHECK(samples.at("sluice_gateway_grpc_connections_refused_total") == 0);
+  CHECK(samples.at("sluice_gateway_grpc_connections_total") >= 1);
+  CHECK(samples.at("sluice_gateway_grpc_connections_open") <=
+        samples.at("sluice_gateway_grpc_connections_total"));
 }
 
 }  // namespace

@@ -127,6 +127,7 @@ void Gateway::handle(const http::Request& request, http::Responder responder) {
     state.client = client_.counters();
     state.breakers = client_.node_breakers();
     if (server_ != nullptr) state.http = server_->counters();
+    if (grpc_counters_) state.grpc = grpc_counters_();
     const RulesView::Reloads reloads = rules_.reloads();
     state.reloads_ok = reloads.ok;
     state.reloads_failed = reloads.failed;

@@ -10,8 +10,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "client/client.h"
+#include "http/grpc_server.h"
 #include "http/server.h"
 #include "rules/rule_set.h"
 #include "tools/gateway/attributes.h"
@@ -58,6 +60,11 @@ class Gateway {
 
   // The HTTP server whose counters /metrics shows (set once, before serving).
   void set_server(const http::Server* server) { server_ = server; }
+  // The gRPC port's counters, shown in /metrics beside the HTTP port's (set once, before
+  // serving; none: no gRPC port).
+  void set_grpc_counters(std::function<http::GrpcCounters()> counters) {
+    grpc_counters_ = std::move(counters);
+  }
 
   // What /readyz answers now.
   Readiness readiness() const;
@@ -75,6 +82,7 @@ class Gateway {
   GatewayMetrics& metrics_;
   GatewayOptions options_;
   const http::Server* server_ = nullptr;
+  std::function<http::GrpcCounters()> grpc_counters_;
 };
 
 }  // namespace sluice::gateway

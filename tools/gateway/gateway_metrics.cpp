@@ -24,6 +24,35 @@ void add_value(MetricFamily& f, double value, std::vector<ClientMetric::Label> l
   f.metric.push_back(http::metric_sample(f.type, value, std::move(labels)));
 }
 
+// The gRPC port's own counts (http::GrpcServer), beside the HTTP port's.
+void append_grpc_families(const http::GrpcCounters& c, std::vector<MetricFamily>& out) {
+  const auto add = [&](const char* name, MetricType type, const char* help, std::uint64_t v) {
+    out.push_back(http::metric_family(std::string("sluice_gateway_grpc_") + name, type, help));
+    add_value(out.back(), static_cast<double>(v));
+  };
+  add("calls_total", MetricType::Counter,
+      "gRPC calls read whole and passed to the RLS front (each is then in "
+      "sluice_gateway_rls_requests_total)",
+      c.calls);
+  add("refused_calls_total", MetricType::Counter,
+      "gRPC calls the server answered itself: a method it does not serve, a content-type that is "
+      "not gRPC, a compressed or malformed message, one over --rls-max-message-bytes, a malformed "
+      "grpc-timeout",
+      c.refused_calls);
+  add("connections_total", MetricType::Counter, "gRPC connections accepted and served",
+      c.connections_total);
+  add("connections_open", MetricType::Gauge, "gRPC connections open now", c.connections_open);
+  add("connections_refused_total", MetricType::Counter,
+      "gRPC connections closed at accept because --max-connections were open",
+      c.connections_refused);
+  add("protocol_errors_total", MetricType::Counter,
+      "gRPC connections ended with GOAWAY for bytes that are not HTTP/2 or break its rules",
+      c.protocol_errors);
+  add("idle_timeouts_total", MetricType::Counter,
+      "gRPC connections closed after --idle-timeout with no call open, or with answers unread",
+      c.idle_timeouts);
+}
+
 }  // namespace
 
 GatewayMetrics::GatewayMetrics()
@@ -169,6 +198,7 @@ std::string GatewayMetrics::scrape(const ScrapeState& state) {
   families.push_back(std::move(build));
 
   http::append_metric_families(state.http, "sluice_gateway_http", families);
+  if (state.grpc) append_grpc_families(*state.grpc, families);
   return prometheus::TextSerializer().Serialize(families);
 }
 

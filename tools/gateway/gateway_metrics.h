@@ -13,12 +13,14 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "client/client.h"
+#include "http/grpc_server.h"
 #include "http/server.h"
 
 namespace sluice::gateway {
@@ -31,6 +33,7 @@ struct ScrapeState {
   client::ClientCounters client;              // the client's own counts since connect
   std::vector<client::NodeBreaker> breakers;  // each node's breaker now
   http::ServerCounters http;
+  std::optional<http::GrpcCounters> grpc;  // the gRPC port's, when --grpc-listen serves one
   std::uint64_t reloads_ok = 0;
   std::uint64_t reloads_failed = 0;
   std::string rules_hash;    // of the rules in force

@@ -284,6 +284,7 @@ int main(int argc, char** argv) {
     };
     rls_front.emplace(**client, std::move(rls_view), metrics, io, flags->rls);
     rls_server.emplace(*rls_front, io, flags->grpc);
+    gateway.set_grpc_counters([&rls_server] { return rls_server->counters(); });
     try {
       rls_server->start(flags->grpc_listen->host, flags->grpc_listen->port);
     } catch (const std::exception& e) {
