@@ -55,72 +55,86 @@ void append_grpc_families(const http::GrpcCounters& c, std::vector<MetricFamily>
 
 }  // namespace
 
+template <typename Metric>
+template <typename... Extra>
+Metric& GatewayMetrics::Labelled<Metric>::at(std::initializer_list<std::string_view> values,
+                                             const Extra&... extra) {
+  key_.clear();
+  for (const std::string_view v : values) {
+    const auto n = static_cast<std::uint32_t>(v.size());
+    key_.append(reinterpret_cast<const char*>(&n), sizeof n);
+    key_.append(v);
+  }
+  if (auto it = cache_.find(key_); it != cache_.end()) return *it->second;
+  prometheus::Labels labels;
+  auto name = names_.begin();
+  for (const std::string_view v : values) labels.emplace(*name++, std::string(v));
+  Metric& metric = family_.Add(labels, extra...);
+  cache_.emplace(key_, &metric);
+  return metric;
+}
+
 GatewayMetrics::GatewayMetrics()
     : decisions_(prometheus::BuildCounter()
                      .Name("sluice_gateway_decisions_total")
                      .Help("Limits decided, by policy, outcome (allowed, denied, error) and "
-                           "source (cluster, local_fallback, blocked_cache, lease)")
-                     .Register(registry_)),
+                           "source (cluster, local_fallback, blocked_cache, lease, deadline)")
+                     .Register(registry_),
+                 {"policy", "outcome", "source"}),
       shadow_denials_(prometheus::BuildCounter()
                           .Name("sluice_gateway_shadow_denials_total")
                           .Help("Shadow limits that would have denied, by policy")
-                          .Register(registry_)),
+                          .Register(registry_),
+                      {"policy"}),
       requests_(prometheus::BuildCounter()
                     .Name("sluice_gateway_requests_total")
-                    .Help("Decision requests answered, by endpoint (check, acquire) and outcome")
-                    .Register(registry_)),
+                    .Help("Decision requests answered, by endpoint (check, acquire, rls) and "
+                          "outcome")
+                    .Register(registry_),
+                {"endpoint", "outcome"}),
       duration_(prometheus::BuildHistogram()
                     .Name("sluice_gateway_decision_duration_seconds")
                     .Help("From a decision request's arrival to its answer, by endpoint")
-                    .Register(registry_)),
+                    .Register(registry_),
+                {"endpoint"}),
       rls_requests_(prometheus::BuildCounter()
                         .Name("sluice_gateway_rls_requests_total")
                         .Help("ShouldRateLimit calls answered, by domain and code")
-                        .Register(registry_)) {}
+                        .Register(registry_),
+                    {"domain", "code"}) {}
 
-std::string GatewayMetrics::policy_label(std::string_view policy) {
-  std::lock_guard lock(mutex_);
-  if (policies_.find(policy) != policies_.end()) return std::string(policy);
-  if (policies_.size() >= kMaxPolicyLabels) return "other";
-  return *policies_.emplace(policy).first;
+std::string_view GatewayMetrics::bounded_label(std::set<std::string, std::less<>>& seen,
+                                               std::string_view name) {
+  if (auto it = seen.find(name); it != seen.end()) return *it;
+  if (seen.size() >= kMaxPolicyLabels) return "other";
+  return *seen.emplace(name).first;
 }
 
 void GatewayMetrics::decided(std::string_view policy, std::string_view outcome,
                              std::string_view source) {
-  decisions_
-      .Add({{"policy", policy_label(policy)},
-            {"outcome", std::string(outcome)},
-            {"source", std::string(source)}})
-      .Increment();
+  std::lock_guard lock(mutex_);
+  decisions_.at({bounded_label(policies_, policy), outcome, source}).Increment();
 }
 
 void GatewayMetrics::shadow_denied(std::string_view policy) {
-  shadow_denials_.Add({{"policy", policy_label(policy)}}).Increment();
+  std::lock_guard lock(mutex_);
+  shadow_denials_.at({bounded_label(policies_, policy)}).Increment();
 }
 
 void GatewayMetrics::answered(std::string_view endpoint, bool allowed,
                               std::chrono::nanoseconds took) {
-  requests_.Add({{"endpoint", std::string(endpoint)}, {"outcome", allowed ? "allowed" : "denied"}})
-      .Increment();
-  duration_.Add({{"endpoint", std::string(endpoint)}}, duration_buckets())
-      .Observe(std::chrono::duration<double>(took).count());
+  std::lock_guard lock(mutex_);
+  requests_.at({endpoint, allowed ? "allowed" : "denied"}).Increment();
+  duration_.at({endpoint}, duration_buckets()).Observe(std::chrono::duration<double>(took).count());
 }
 
 void GatewayMetrics::rls_answered(std::string_view domain, std::string_view code,
                                   std::chrono::nanoseconds took) {
-  std::string label;
   {
     // Domains come from the rules (others are "unknown"); bounded like policies all the same.
     std::lock_guard lock(mutex_);
-    if (domains_.find(domain) != domains_.end()) {
-      label = std::string(domain);
-    } else if (domains_.size() >= kMaxPolicyLabels) {
-      label = "other";
-    } else {
-      label = *domains_.emplace(domain).first;
-    }
+    rls_requests_.at({bounded_label(domains_, domain), code}).Increment();
   }
-  rls_requests_.Add({{"domain", label}, {"code", std::string(code)}}).Increment();
   if (code == "OK" || code == "OVER_LIMIT") answered("rls", code == "OK", took);
 }
 
