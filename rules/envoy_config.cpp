@@ -519,14 +519,11 @@ EnvoyMatch EnvoyConfig::match(std::string_view domain, std::span<const EnvoyEntr
   const auto found = domains_.find(domain);
   if (found == domains_.end() || entries.empty()) return out;
   const Node* level = found->second.get();
-  std::vector<std::string_view> shared(entries.size());
-  bool any_shared = false;
-  std::string detailed(domain);
+  std::vector<std::string_view> shared;  // sized at the first wildcard that shares its counter
   std::string composite;
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const EnvoyEntry& entry = entries[i];
     composite.assign(entry.key).append(1, '_').append(entry.value);
-    detailed.append(1, '.').append(composite);
     const Node* next = nullptr;
     if (const auto exact = level->children.find(composite); exact != level->children.end()) {
       next = exact->second.get();
@@ -537,8 +534,8 @@ EnvoyMatch EnvoyConfig::match(std::string_view domain, std::span<const EnvoyEntr
             wildcard_match(level->wildcards[w].first, entry.value)) {
           next = level->wildcards[w].second;
           if (next->share_threshold) {
+            shared.resize(entries.size());
             shared[i] = next->value;
-            any_shared = true;
           }
           break;
         }
@@ -556,9 +553,16 @@ EnvoyMatch EnvoyConfig::match(std::string_view domain, std::span<const EnvoyEntr
     level = next;
   }
   if (out.limit == nullptr) return out;
-  out.counted_key = counted_key(
-      domain, entries, any_shared ? std::span(shared) : std::span<const std::string_view>());
-  out.stats_key = out.limit->detailed_metric ? detailed : out.limit->stats_key;
+  out.counted_key = counted_key(domain, entries, shared);
+  if (out.limit->detailed_metric) {
+    // A limit is only found on the last entry, so every entry is in its name.
+    out.stats_key.assign(domain);
+    for (const EnvoyEntry& entry : entries) {
+      out.stats_key.append(1, '.').append(entry.key).append(1, '_').append(entry.value);
+    }
+  } else {
+    out.stats_key = out.limit->stats_key;
+  }
   return out;
 }
 
