@@ -79,3 +79,19 @@ stop_pid() { # PID: SIGTERM, SIGKILL if it still runs 10 s later; then untracked
   wait "$1" 2>/dev/null || true
   untrack "$1"
 }
+
+# rls_bench_config FILE: the envoyproxy/ratelimit config the RLS benchmarks give the gateway:
+# domain "bench", key-only descriptors d0, d1, d2 at 1,000,000 per second each, so the limit
+# denies nothing (bench/rls_ab.sh, bench/rls_callgrind.sh).
+rls_bench_config() {
+  cat >"$1" <<'YAML'
+domain: bench
+descriptors:
+  - key: d0
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: d1
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: d2
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+YAML
+}

@@ -21,48 +21,31 @@ load_cpu=${LOAD_CPU:-0}
 bin=${BUILD_DIR:-build}/bin
 domain=${RLS_DOMAIN:-bench}
 load_flags=${LOAD_FLAGS:-}
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 dir=$(mktemp -d /tmp/sluice-rls-ab.XXXXXX)
-pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  stop_pids "${PIDS[@]}"
   rm -rf "$dir"
 }
 trap cleanup EXIT
-cat >"$dir/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: d0
-    rate_limit: {unit: second, requests_per_unit: 1000000}
-  - key: d1
-    rate_limit: {unit: second, requests_per_unit: 1000000}
-  - key: d2
-    rate_limit: {unit: second, requests_per_unit: 1000000}
-YAML
-port=$((30000 + RANDOM % 20000))
-wait_port() { # PORT PID
-  for _ in $(seq 200); do
-    (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
+rls_bench_config "$dir/bench.yaml"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 one() { # LABEL BINARY
-  local label=$1 gateway=$2 s g t0 t1 t2
+  local label=$1 gateway=$2 port s g t0 t1 t2
+  port=$(free_ports 5)
   taskset -c "$server_cpu" "$bin/sluiced" --port "$port" --shards 1 --max-memory 1GiB \
     --idle-timeout 0 >"$dir/sluiced.log" 2>&1 &
   s=$!
-  pids+=("$s")
-  wait_port "$port" "$s" || { cat "$dir/sluiced.log" >&2; exit 1; }
+  PIDS+=("$s")
+  listening "$port" "$s" || { cat "$dir/sluiced.log" >&2; exit 1; }
   taskset -c "$server_cpu" "$gateway" --listen "127.0.0.1:$((port + 3))" \
     --grpc-listen "127.0.0.1:$((port + 4))" --servers "127.0.0.1:$port" \
     --rules "$dir/bench.yaml" --failure-policy closed >"$dir/gateway.log" 2>&1 &
   g=$!
-  pids+=("$g")
-  wait_port "$((port + 4))" "$g" || { cat "$dir/gateway.log" >&2; exit 1; }
+  PIDS+=("$g")
+  listening "$((port + 4))" "$g" || { cat "$dir/gateway.log" >&2; exit 1; }
   local load=(taskset -c "$load_cpu" "$bin/sluice-load" -q --json --keys 100000 --connections 4
     --depth 16 --algorithm fixed_window --limit 1000000 --period 1s --backend rls
     --servers "127.0.0.1:$((port + 4))" --descriptors 3 --rls-domain "$domain" $load_flags)
@@ -84,9 +67,8 @@ for name, a, b in (("closed", t0, t1), ("open", t1, t2)):
           f" p99.9 {l['p999']:6d} us  gateway CPU per call {(b - a) * 1e6 / hz / calls:5.1f} us"
           f"  errors {r['errors']}")
 PY
-  kill "$g" "$s"
-  wait "$g" "$s" 2>/dev/null || true
-  pids=()
+  stop_pid "$g"
+  stop_pid "$s"
 }
 
 echo "rls_ab: 3 descriptors in domain $domain, closed loop and open loop at $rate/s, ${secs} s" \

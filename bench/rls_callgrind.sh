@@ -18,58 +18,42 @@ bin=${BUILD_DIR:-build}/bin
 for tool in valgrind callgrind_control callgrind_annotate python3; do
   command -v "$tool" >/dev/null || { echo "rls_callgrind: $tool not found" >&2; exit 1; }
 done
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 dir=$(mktemp -d /tmp/sluice-rls-callgrind.XXXXXX)
-pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  stop_pids "${PIDS[@]}"
   rm -rf "$dir"
 }
 trap cleanup EXIT
-cat >"$dir/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: d0
-    rate_limit: {unit: second, requests_per_unit: 1000000}
-  - key: d1
-    rate_limit: {unit: second, requests_per_unit: 1000000}
-  - key: d2
-    rate_limit: {unit: second, requests_per_unit: 1000000}
-YAML
-wait_port() { # PORT PID
-  for _ in $(seq 300); do
-    (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
+rls_bench_config "$dir/bench.yaml"
 
 echo "rls_callgrind: 3 descriptors, 1 connection, 1 call in flight, ${secs} s per binary"
 for gateway in "$@"; do
-  port=$((30000 + RANDOM % 20000))
+  port=$(free_ports 5)
   "$bin/sluiced" --port "$port" --shards 1 --max-memory 1GiB --idle-timeout 0 \
     >"$dir/sluiced.log" 2>&1 &
   s=$!
-  pids=("$s")
-  wait_port "$port" "$s" || { cat "$dir/sluiced.log" >&2; exit 1; }
+  PIDS+=("$s")
+  listening "$port" "$s" || { cat "$dir/sluiced.log" >&2; exit 1; }
   # The deadline is generous: under callgrind the gateway runs some 50 times slower.
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$dir/callgrind.out" \
     "$gateway" --listen "127.0.0.1:$((port + 3))" --grpc-listen "127.0.0.1:$((port + 4))" \
     --servers "127.0.0.1:$port" --rules "$dir/bench.yaml" --failure-policy closed \
     --rls-deadline 2000ms >"$dir/gateway.log" 2>&1 &
   g=$!
-  pids+=("$g")
-  wait_port "$((port + 4))" "$g" || { cat "$dir/gateway.log" >&2; exit 1; }
+  PIDS+=("$g")
+  # Slow to start under valgrind: twice listening's 10 s at most.
+  listening "$((port + 4))" "$g" || listening "$((port + 4))" "$g" ||
+    { cat "$dir/gateway.log" >&2; exit 1; }
   load=("$bin/sluice-load" -q --json --keys 100000 --connections 1 --depth 1
     --algorithm fixed_window --limit 1000000 --period 1s --backend rls
     --servers "127.0.0.1:$((port + 4))" --descriptors 3 --rls-domain bench)
   "${load[@]}" --duration 1s >/dev/null
   callgrind_control -i on "$g" >/dev/null 2>&1
   "${load[@]}" --duration "${secs}s" >"$dir/run.json"
-  kill "$g" "$s"
-  wait "$g" "$s" 2>/dev/null || true
-  pids=()
+  stop_pid "$g"  # callgrind writes its counts as the gateway exits
+  stop_pid "$s"
   total=$(callgrind_annotate "$dir/callgrind.out" 2>/dev/null |
     awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
   python3 - "$gateway" "$dir/run.json" "$total" <<'PY'
