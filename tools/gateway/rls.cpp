@@ -359,7 +359,7 @@ void RlsFront::finish(Pending& pending, std::span<const client::Result<client::D
 
 // One call between its arrival and its answer: the request parsed from the call's message,
 // and the response the front fills in. Both live on an arena whose first block is part of the
-// call, so a usual call's messages cost no allocation of their own (they were a third of the
+// call, so a usual call's messages cost no allocation of their own (they were two fifths of the
 // gateway's time in malloc and free: docs/BENCHMARKS.md); a larger one takes more blocks.
 struct RlsServer::Call {
   static constexpr std::size_t kArenaBlock = 4096;
