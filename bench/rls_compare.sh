@@ -26,6 +26,11 @@
 # intended send time), after a 2 s closed-loop warm-up of each backend. Target: rls with 3
 # descriptors, open loop at 10,000/s: p99 under 1 ms.
 #
+# Then the control: the same 3-descriptor open loop with a domain the config lacks
+# (--rls-domain control), which the gateway answers OK at once without asking the cluster. Its
+# latency is the gRPC round trip alone (the generator, the transport, the gateway's HTTP/2 and
+# protobuf, the shared core), so the run shows how much of the rls p99 is the decision's.
+#
 # Each line gives the CPU each process used over the run (percent of one core: sluice-load on
 # its core; sluiced, the gateway and redis-server sharing theirs). Each rls line also gives the
 # share of its calls the gateway itself answered within 250 us and 1 ms (its
@@ -212,7 +217,9 @@ import json, os, re, sys
 def row(path):
     r = json.load(open(path))
     lat = r["latency_us"]
-    backend = "rls (sluice-gateway)" if r["backend"] == "rls" else "redis incr_window"
+    control = os.path.basename(path).startswith("control-")
+    backend = ("rls control (no cluster)" if control else "rls (sluice-gateway)") \
+        if r["backend"] == "rls" else "redis incr_window"
     mode = f"open {r['rate']:.0f}/s" if r["mode"] == "open" else "closed"
     return {"name": os.path.basename(path)[:-5], "backend": backend, "descriptors": r["descriptors"],
             "mode": mode, "throughput": r["throughput_per_s"], "p50": lat["p50"], "p99": lat["p99"],
@@ -265,7 +272,7 @@ def cpu_busy(path):
 
 def line(path):
     w = row(path)
-    out = (f"{w['backend']:<20} {w['descriptors']} descriptor{'s' if w['descriptors'] > 1 else ' '}"
+    out = (f"{w['backend']:<24} {w['descriptors']} descriptor{'s' if w['descriptors'] > 1 else ' '}"
            f" {w['mode']:<12} {w['throughput']:>9,.0f}/s  p50 {w['p50']:>6} us  p99 {w['p99']:>6} us"
            f"  p99.9 {w['p999']:>6} us  max {w['max']:>6} us  (sent {w['sent']} allowed {w['allowed']}"
            f" denied {w['denied']} errors {w['errors']} behind {w['behind']})")
@@ -284,22 +291,28 @@ def finish(result, meta, rate, *paths):
             w["gateway_within_250us_pct"], w["gateway_within_1ms_pct"] = gateway_share(p)
         w["cpu_pct_of_a_core"] = cpu_busy(p)
     print("table:")
-    print(f"  {'backend':<20} {'desc':>4}  {'mode':<12} {'throughput':>11} {'p50 us':>7}"
+    print(f"  {'backend':<24} {'desc':>4}  {'mode':<12} {'throughput':>11} {'p50 us':>7}"
           f" {'p99 us':>7} {'p99.9 us':>8} {'errors':>6} {'denied':>6} {'behind':>6}")
     for w in rows:
-        print(f"  {w['backend']:<20} {w['descriptors']:>4}  {w['mode']:<12} {w['throughput']:>9,.0f}/s"
+        print(f"  {w['backend']:<24} {w['descriptors']:>4}  {w['mode']:<12} {w['throughput']:>9,.0f}/s"
               f" {w['p50']:>7} {w['p99']:>7} {w['p999']:>8} {w['errors']:>6} {w['denied']:>6}"
               f" {w['behind']:>6}")
-    target = [w for w in rows if w["backend"].startswith("rls") and w["descriptors"] == 3
-              and w["mode"].startswith("open")]
+    by_name = {w["name"]: w for w in rows}
     verdict = "not run"
-    if target:
-        w = target[0]
+    if "rls-3-open" in by_name:
+        w = by_name["rls-3-open"]
         ok = w["p99"] < 1000 and w["errors"] == 0 and w["behind"] == 0
         verdict = "met" if ok else "MISSED"
         print(f"target: rls, 3 descriptors, open loop at {rate}/s: p99 {w['p99']} us"
               f" (under 1000 us{', no errors, nothing behind' if ok else ''}): {verdict}")
     doc = json.load(open(meta))
+    if "rls-3-open" in by_name and "control-3-open" in by_name:
+        w, c = by_name["rls-3-open"], by_name["control-3-open"]
+        print(f"control: the gRPC round trip alone (no cluster), 3 descriptors, open loop at"
+              f" {rate}/s: p50 {c['p50']} us, p99 {c['p99']} us, p99.9 {c['p999']} us;"
+              f" rls / control: p50 {w['p50'] / c['p50']:.2f}, p99 {w['p99'] / c['p99']:.2f}")
+        doc["control_p99_us"] = c["p99"]
+        doc["rls_over_control_p99"] = round(w["p99"] / c["p99"], 3)
     doc["runs"] = rows
     doc["target_p99_under_1ms_3_descriptors"] = verdict
     with open(result, "w") as f:
@@ -336,6 +349,10 @@ for d in 1 3; do
     done
   done
 done
+# The control: a domain the config lacks, answered without the cluster (see the top).
+rls control-3-open --descriptors 3 --duration "${SECS}s" --rate "$RATE" --rls-domain control
+python3 "$DIR/report.py" line "$DIR/control-3-open.json"
+RUNS+=("$DIR/control-3-open.json")
 echo "end: $(date -u '+%Y-%m-%d %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$DIR/meta.json" <<PY
