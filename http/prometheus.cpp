@@ -52,4 +52,31 @@ void append_metric_families(const ServerCounters& c, std::string_view prefix,
       metric_sample(MetricType::Counter, static_cast<double>(c.read_timeouts), {{"kind", "read"}}));
 }
 
+void append_grpc_metric_families(const GrpcCounters& c, std::string_view prefix,
+                                 std::vector<prometheus::MetricFamily>& out) {
+  using prometheus::MetricType;
+  auto add = [&](std::string_view name, MetricType type, std::string_view help, std::uint64_t v) {
+    out.push_back(metric_family(std::string(prefix) + "_" + std::string(name), type, help));
+    out.back().metric.push_back(metric_sample(type, static_cast<double>(v)));
+  };
+  add("calls_total", MetricType::Counter,
+      "gRPC calls read whole and passed to their method's handler", c.calls);
+  add("refused_calls_total", MetricType::Counter,
+      "gRPC calls the server answered itself: a :method other than POST (HTTP 405), a "
+      "content-type that is not gRPC (415), a method it does not serve, a compressed or malformed "
+      "message, one over the message limit, a malformed grpc-timeout",
+      c.refused_calls);
+  add("connections_total", MetricType::Counter, "gRPC connections accepted and served",
+      c.connections_total);
+  add("connections_open", MetricType::Gauge, "gRPC connections open now", c.connections_open);
+  add("connections_refused_total", MetricType::Counter,
+      "gRPC connections closed at accept because max_connections were open", c.connections_refused);
+  add("protocol_errors_total", MetricType::Counter,
+      "gRPC connections ended with GOAWAY for bytes that are not HTTP/2 or break its rules",
+      c.protocol_errors);
+  add("idle_timeouts_total", MetricType::Counter,
+      "gRPC connections closed after the idle timeout with no call open, or with answers unread",
+      c.idle_timeouts);
+}
+
 }  // namespace sluice::http

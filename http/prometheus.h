@@ -1,5 +1,6 @@
-// An http::Server's counters as Prometheus metric families, named `<prefix>_...` (sluiced uses
-// "sluice_http", the gateway its own prefix), for a prometheus::Collectable to return at scrape.
+// An http::Server's and an http::GrpcServer's counters as Prometheus metric families, named
+// `<prefix>_...` (sluiced uses "sluice_http", the gateway its own prefixes), for a
+// prometheus::Collectable or a scrape to return.
 #pragma once
 
 #include <prometheus/metric_family.h>
@@ -8,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "http/grpc_server.h"
 #include "http/server.h"
 
 namespace sluice::http {
@@ -23,5 +25,11 @@ prometheus::ClientMetric metric_sample(prometheus::MetricType type, double value
 // _connections_open, _connections_refused_total and _timeouts_total{kind="idle|read"}.
 void append_metric_families(const ServerCounters& counters, std::string_view prefix,
                             std::vector<prometheus::MetricFamily>& out);
+
+// A GrpcServer's: <prefix>_calls_total, _refused_calls_total, _connections_total,
+// _connections_open, _connections_refused_total, _protocol_errors_total and
+// _idle_timeouts_total.
+void append_grpc_metric_families(const GrpcCounters& counters, std::string_view prefix,
+                                 std::vector<prometheus::MetricFamily>& out);
 
 }  // namespace sluice::http

@@ -1,10 +1,14 @@
 // GatewayMetrics on its own: each count under the labels it was given, the same series found
-// again on later counts, and the bound on policy and domain labels (kMaxPolicyLabels) at its
-// edge: the names seen first keep their own series, later ones are counted as "other".
+// again on later counts, the bounds on policy and domain labels at their edges (kMaxPolicyLabels
+// names: the names seen first keep their own series, later ones are counted as "other";
+// kMaxLabelBytes: a longer name is "other"), and counts from several threads during scrapes.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/support/prometheus_scrape.h"
 #include "tools/gateway/gateway_metrics.h"
@@ -80,6 +84,63 @@ TEST_CASE("gateway metrics: past kMaxPolicyLabels names, policies and domains co
   CHECK(s.at("sluice_gateway_rls_requests_total{code=\"OK\",domain=\"d0\"}") == 2);
   CHECK(s.at("sluice_gateway_rls_requests_total{code=\"OK\",domain=\"other\"}") == 1);
   CHECK(s.count("sluice_gateway_rls_requests_total{code=\"OK\",domain=\"late\"}") == 0);
+}
+
+TEST_CASE("gateway metrics: a policy or domain name over kMaxLabelBytes counts as other") {
+  GatewayMetrics metrics;
+  const std::string longest(kMaxLabelBytes, 'p');
+  const std::string over(kMaxLabelBytes + 1, 'p');
+  metrics.decided(longest, "allowed", "cluster");
+  metrics.decided(over, "allowed", "cluster");
+  metrics.rls_answered(std::string(kMaxLabelBytes, 'd'), "OK", 1us);
+  metrics.rls_answered(std::string(kMaxLabelBytes + 1, 'd'), "OK", 1us);
+  const auto s = samples(metrics);
+  CHECK(s.at(decisions(longest, "allowed", "cluster")) == 1);
+  CHECK(s.at(decisions("other", "allowed", "cluster")) == 1);
+  CHECK(s.count(decisions(over, "allowed", "cluster")) == 0);
+  CHECK(s.at("sluice_gateway_rls_requests_total{code=\"OK\",domain=\"" +
+             std::string(kMaxLabelBytes, 'd') + "\"}") == 1);
+  CHECK(s.at("sluice_gateway_rls_requests_total{code=\"OK\",domain=\"other\"}") == 1);
+}
+
+TEST_CASE("gateway metrics: counts from four threads while another scrapes, none lost") {
+  GatewayMetrics metrics;
+  constexpr int kThreads = 4;
+  constexpr int kEach = 2000;
+  std::atomic<bool> done{false};
+  std::atomic<int> scrapes{0};
+  std::atomic<int> empty_scrapes{0};
+  std::thread scraper([&] {  // no Catch2 assertion off the test's thread: counted, checked after
+    do {
+      if (metrics.scrape(ScrapeState{}).empty()) ++empty_scrapes;
+      ++scrapes;
+    } while (!done.load());
+  });
+  std::vector<std::thread> counters;
+  for (int t = 0; t < kThreads; ++t) {
+    counters.emplace_back([&metrics, t] {
+      const std::string own = "policy-" + std::to_string(t);
+      for (int i = 0; i < kEach; ++i) {
+        metrics.decided(own, "allowed", "cluster");
+        metrics.decided("shared", i % 2 == 0 ? "allowed" : "denied", "cluster");
+        metrics.rls_answered("d", "OK", 10us);
+      }
+    });
+  }
+  for (auto& t : counters) t.join();
+  done = true;
+  scraper.join();
+  CHECK(scrapes.load() >= 1);
+  CHECK(empty_scrapes.load() == 0);
+  const auto s = samples(metrics);
+  for (int t = 0; t < kThreads; ++t) {
+    CHECK(s.at(decisions("policy-" + std::to_string(t), "allowed", "cluster")) == kEach);
+  }
+  CHECK(s.at(decisions("shared", "allowed", "cluster")) == kThreads * kEach / 2);
+  CHECK(s.at(decisions("shared", "denied", "cluster")) == kThreads * kEach / 2);
+  CHECK(s.at("sluice_gateway_rls_requests_total{code=\"OK\",domain=\"d\"}") == kThreads * kEach);
+  CHECK(s.at("sluice_gateway_decision_duration_seconds_count{endpoint=\"rls\"}") ==
+        kThreads * kEach);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <cassert>
+
 #include "core/version.h"
 #include "http/prometheus.h"
 
@@ -24,41 +26,13 @@ void add_value(MetricFamily& f, double value, std::vector<ClientMetric::Label> l
   f.metric.push_back(http::metric_sample(f.type, value, std::move(labels)));
 }
 
-// The gRPC port's own counts (http::GrpcServer), beside the HTTP port's.
-void append_grpc_families(const http::GrpcCounters& c, std::vector<MetricFamily>& out) {
-  const auto add = [&](const char* name, MetricType type, const char* help, std::uint64_t v) {
-    out.push_back(http::metric_family(std::string("sluice_gateway_grpc_") + name, type, help));
-    add_value(out.back(), static_cast<double>(v));
-  };
-  add("calls_total", MetricType::Counter,
-      "gRPC calls read whole and passed to the RLS front (each is then in "
-      "sluice_gateway_rls_requests_total)",
-      c.calls);
-  add("refused_calls_total", MetricType::Counter,
-      "gRPC calls the server answered itself: a method it does not serve, a content-type that is "
-      "not gRPC, a compressed or malformed message, one over --rls-max-message-bytes, a malformed "
-      "grpc-timeout",
-      c.refused_calls);
-  add("connections_total", MetricType::Counter, "gRPC connections accepted and served",
-      c.connections_total);
-  add("connections_open", MetricType::Gauge, "gRPC connections open now", c.connections_open);
-  add("connections_refused_total", MetricType::Counter,
-      "gRPC connections closed at accept because --max-connections were open",
-      c.connections_refused);
-  add("protocol_errors_total", MetricType::Counter,
-      "gRPC connections ended with GOAWAY for bytes that are not HTTP/2 or break its rules",
-      c.protocol_errors);
-  add("idle_timeouts_total", MetricType::Counter,
-      "gRPC connections closed after --idle-timeout with no call open, or with answers unread",
-      c.idle_timeouts);
-}
-
 }  // namespace
 
 template <typename Metric>
 template <typename... Extra>
 Metric& GatewayMetrics::Labelled<Metric>::at(std::initializer_list<std::string_view> values,
                                              const Extra&... extra) {
+  assert(values.size() == names_.size());
   key_.clear();
   for (const std::string_view v : values) {
     const auto n = static_cast<std::uint32_t>(v.size());
@@ -105,6 +79,7 @@ GatewayMetrics::GatewayMetrics()
 
 std::string_view GatewayMetrics::bounded_label(std::set<std::string, std::less<>>& seen,
                                                std::string_view name) {
+  if (name.size() > kMaxLabelBytes) return "other";
   if (auto it = seen.find(name); it != seen.end()) return *it;
   if (seen.size() >= kMaxPolicyLabels) return "other";
   return *seen.emplace(name).first;
@@ -212,7 +187,7 @@ std::string GatewayMetrics::scrape(const ScrapeState& state) {
   families.push_back(std::move(build));
 
   http::append_metric_families(state.http, "sluice_gateway_http", families);
-  if (state.grpc) append_grpc_families(*state.grpc, families);
+  if (state.grpc) http::append_grpc_metric_families(*state.grpc, "sluice_gateway_grpc", families);
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -1,7 +1,9 @@
 // The gateway's metrics (docs/OPERATIONS.md, "Metrics"), kept in a prometheus-cpp registry and
 // written in Prometheus text format at scrape. Every method may be called from any thread.
-// Labels are bounded: policy names come from the rules files, and past kMaxPolicyLabels
-// distinct names (reloads may bring new ones) further decisions are counted as policy="other".
+// Labels are bounded: policy names come from the rules files (and, for an RLS limit with
+// detailed_metric, from the request's values), domains from the requests; past kMaxPolicyLabels
+// distinct names of each (reloads may bring new ones), and for any name over kMaxLabelBytes,
+// counts go to policy="other" or domain="other".
 #pragma once
 
 #include <prometheus/counter.h>
@@ -29,6 +31,7 @@
 namespace sluice::gateway {
 
 inline constexpr std::size_t kMaxPolicyLabels = 256;
+inline constexpr std::size_t kMaxLabelBytes = 256;
 
 // What the gateway reads elsewhere at each scrape.
 struct ScrapeState {
