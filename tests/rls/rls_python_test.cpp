@@ -118,9 +118,7 @@ TEST_CASE("rls: Python's grpcio asks the gateway binary in front of a 3-node clu
   CHECK(samples.at("sluice_gateway_grpc_refused_calls_total") == 2);
   CHECK(samples.at("sluice_gateway_grpc_protocol_errors_total") == 0);
   CHECK(samples.at("sluice_gateway_grpc_connections_refused_total") == 0);
-  CHECK(samples.at("sluice_gateway_grpc_connections_total") >= 1);
-  CHECK(samples.at("sluice_gateway_grpc_connections_open") <=
-        samples.at("sluice_gateway_grpc_connections_total"));
+  CHECK(samples.at("sluice_gateway_grpc_connections_total") >= 1);  // the counter is wired
 }
 
 }  // namespace

@@ -359,8 +359,10 @@ void RlsFront::finish(Pending& pending, std::span<const client::Result<client::D
 
 // One call between its arrival and its answer: the request parsed from the call's message,
 // and the response the front fills in. Both live on an arena whose first block is part of the
-// call, so a usual call's messages cost no allocation of their own (they were two fifths of the
-// gateway's time in malloc and free: docs/BENCHMARKS.md); a larger one takes more blocks.
+// call, so with --threads 1 a usual call's messages cost no allocation of their own (they were
+// two fifths of the gateway's time in malloc and free: docs/BENCHMARKS.md); a larger call takes
+// more blocks, and so does a response filled on the client's own I/O thread (--threads above 1:
+// protobuf gives each thread its own part of an arena).
 struct RlsServer::Call {
   static constexpr std::size_t kArenaBlock = 4096;
 
