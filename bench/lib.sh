@@ -82,7 +82,7 @@ stop_pid() { # PID: SIGTERM, SIGKILL if it still runs 10 s later; then untracked
 
 # rls_bench_config FILE: the envoyproxy/ratelimit config the RLS benchmarks give the gateway:
 # domain "bench", key-only descriptors d0, d1, d2 at 1,000,000 per second each, so the limit
-# denies nothing (bench/rls_ab.sh, bench/rls_callgrind.sh).
+# denies nothing (bench/rls_ab.sh, bench/rls_callgrind.sh, bench/rls_compare.sh).
 rls_bench_config() {
   cat >"$1" <<'YAML'
 domain: bench
