@@ -73,10 +73,15 @@ one() { # LABEL BIN_DIR
   }
   s=$STARTED_PID
   t0=$(cpu_ticks "$s")
-  read -r ping ping_cpu < <(load "$bin" "$port" --op ping)
+  read -r ping ping_cpu < <(load "$bin" "$port" --op ping) || true
   t1=$(cpu_ticks "$s")
-  read -r acquire acquire_cpu < <(load "$bin" "$port" --limit 100 --period 1s)
+  read -r acquire acquire_cpu < <(load "$bin" "$port" --limit 100 --period 1s) || true
   t2=$(cpu_ticks "$s")
+  # A run that failed printed why and left its figures empty.
+  [[ -n "$ping" && -n "$acquire" ]] || {
+    echo "closed_loop_ab: a run of $label failed" >&2
+    exit 1
+  }
   stop_pid "$s"
   python3 - "$label" "$ping" "$acquire" "$t0" "$t1" "$t2" "$ticks_per_s" "$secs" \
     "$ping_cpu" "$acquire_cpu" <<'EOF'
@@ -92,7 +97,7 @@ print(f"{label:<7} ping {ping:>11,.0f}/s  acquire {acquire:>11,.0f}/s  acquire/p
 EOF
 }
 
-echo "closed_loop_ab: before $before, after $after; $rounds rounds, ${secs} s a run, server on CPU $server_cpu, generator on CPU $load_cpu; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "closed_loop_ab: depth $depth, batch $batch; before $before, after $after; $rounds rounds, ${secs} s a run, server on CPU $server_cpu, generator on CPU $load_cpu; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$rounds"); do
   if ((r % 2 == 1)); then
     one before "$before"

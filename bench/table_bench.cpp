@@ -181,50 +181,6 @@ void BM_AcquireBatch(benchmark::State& state) {
 }
 BENCHMARK(BM_AcquireBatch)->Apply(table_args);
 
-// The table as W3 (docs/BENCHMARKS.md) works it: 64-item frames over 1M uniformly random keys
-// of 100 per second, at a simulated 3.2M decisions/s, with the shard's sweep every 50 ms of
-// simulated time. A bucket that gave one token is full again 10 ms later, so a key comes back
-// (every 0.3 s) to an expired record or none: nearly every decision inserts, over a table of
-// about 64K live and expired records that stays in cache. Measured after 2 simulated seconds,
-// when the table has reached that state. Arg: huge pages.
-void BM_AcquireBatchChurn(benchmark::State& state) {
-  constexpr std::size_t kBatch = 64;
-  constexpr std::uint64_t kDecisionNs = 310;  // 3.2M decisions/s
-  const Rule per_second{Algorithm::kTokenBucket, 100, 1000, 0};
-  CounterTable table(roomy(16, state.range(0) != 0));
-  std::vector<KeyHash> hashes(kBatch);
-  std::vector<sluice::server::TableAnswer> answers(kBatch);
-  std::uint64_t seed = 24;
-  std::uint64_t now = kT0;
-  std::uint64_t next_sweep = kT0;
-  const auto frame = [&] {
-    for (KeyHash& k : hashes) k = key_of(random_below(seed, kKeys));
-    now += kBatch * kDecisionNs;
-    if (now >= next_sweep) {
-      table.sweep_step(now);
-      next_sweep = now + CounterTable::kSweepIntervalNs;
-    }
-    table.for_each_prefetched(
-        kBatch, [&](std::size_t k) -> const KeyHash& { return hashes[k]; },
-        [&](std::size_t k) {
-          answers[k] = table.acquire(hashes[k], per_second, Request{now, 1, false});
-        });
-  };
-  while (now < kT0 + 2'000'000'000) frame();
-  const std::uint64_t expired_before = table.stats().expired;
-  for (auto _ : state) {
-    frame();
-    benchmark::DoNotOptimize(answers.data());
-  }
-  const std::uint64_t decisions = state.iterations() * kBatch;
-  state.SetItemsProcessed(static_cast<std::int64_t>(decisions));
-  state.counters["stored"] = static_cast<double>(table.size());
-  state.counters["expired_share"] =
-      static_cast<double>(table.stats().expired - expired_before) / static_cast<double>(decisions);
-  report_load(state, table);
-}
-BENCHMARK(BM_AcquireBatchChurn)->Arg(0)->Arg(1)->ArgName("huge");
-
 // The machine's floor under the figures at 1M keys, measured in the same run: dependent loads
 // of random cache lines over 48 MiB (about the records of 1M keys), one at a time. A decision on
 // a key whose record is not in cache cannot take less than one of these. Arg: huge pages.
