@@ -25,14 +25,20 @@ prometheus::ClientMetric metric_sample(prometheus::MetricType type, double value
   return m;
 }
 
+void append_one(std::vector<prometheus::MetricFamily>& out, std::string_view name,
+                prometheus::MetricType type, std::string_view help, double value) {
+  out.push_back(metric_family(name, type, help));
+  out.back().metric.push_back(metric_sample(type, value));
+}
+
 namespace {
 
 // One family <prefix>_<name> of one unlabelled sample.
 void append_scalar(std::vector<prometheus::MetricFamily>& out, std::string_view prefix,
                    std::string_view name, prometheus::MetricType type, std::string_view help,
                    std::uint64_t value) {
-  out.push_back(metric_family(std::string(prefix) + "_" + std::string(name), type, help));
-  out.back().metric.push_back(metric_sample(type, static_cast<double>(value)));
+  append_one(out, std::string(prefix) + "_" + std::string(name), type, help,
+             static_cast<double>(value));
 }
 
 }  // namespace

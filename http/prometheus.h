@@ -20,6 +20,9 @@ prometheus::MetricFamily metric_family(std::string_view name, prometheus::Metric
 // One sample of a counter or a gauge (by `type`), with its labels.
 prometheus::ClientMetric metric_sample(prometheus::MetricType type, double value,
                                        std::vector<prometheus::ClientMetric::Label> labels = {});
+// Appends the family `name` with its one unlabelled sample.
+void append_one(std::vector<prometheus::MetricFamily>& out, std::string_view name,
+                prometheus::MetricType type, std::string_view help, double value);
 
 // Appends <prefix>_requests_total, _bad_requests_total, _connections_total,
 // _connections_open, _connections_refused_total and _timeouts_total{kind="idle|read"}.

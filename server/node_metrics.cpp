@@ -115,14 +115,9 @@ constexpr bool stat_metrics_in_order() {
 }
 static_assert(stat_metrics_in_order(), "kStatMetrics needs one entry per ShardStat, in order");
 
+using http::append_one;
 using http::metric_family;
 using http::metric_sample;
-
-void add_one(std::vector<MetricFamily>& out, std::string_view name, MetricType type,
-             std::string_view help, double value) {
-  out.push_back(metric_family(name, type, help));
-  out.back().metric.push_back(metric_sample(type, value));
-}
 
 constexpr std::array<std::string_view, 4> kStateNames = {"joining", "active", "draining", "down"};
 constexpr std::array<std::string_view, 4> kFenceReasons = {"none", "lease_lapsed",
@@ -143,8 +138,8 @@ std::vector<MetricFamily> NodeMetrics::Collect() const {
   }
   for (const StatMetric& m : kStatMetrics) {
     if (m.name.empty()) continue;
-    add_one(out, m.name, m.type, m.help,
-            static_cast<double>(totals[static_cast<std::size_t>(m.stat)]));
+    append_one(out, m.name, m.type, m.help,
+               static_cast<double>(totals[static_cast<std::size_t>(m.stat)]));
   }
 
   // Decisions by algorithm and outcome.
@@ -198,24 +193,24 @@ std::vector<MetricFamily> NodeMetrics::Collect() const {
   out.push_back(std::move(latency));
 
   // Limits and identity.
-  add_one(out, "sluice_memory_limit_bytes", kGauge, "The cap on counter memory (--max-memory)",
-          static_cast<double>(config.max_memory));
-  add_one(out, "sluice_buffer_limit_bytes", kGauge,
-          "The cap on connection buffers (--max-buffer-memory, after its default)",
-          static_cast<double>(config.max_buffer_memory));
-  add_one(out, "sluice_connections_limit", kGauge,
-          "Connections the node serves at most (--max-connections, fitted to the open-file "
-          "limit)",
-          static_cast<double>(config.max_connections));
-  add_one(out, "sluice_shards", kGauge, "Shard threads", static_cast<double>(shards));
+  append_one(out, "sluice_memory_limit_bytes", kGauge, "The cap on counter memory (--max-memory)",
+             static_cast<double>(config.max_memory));
+  append_one(out, "sluice_buffer_limit_bytes", kGauge,
+             "The cap on connection buffers (--max-buffer-memory, after its default)",
+             static_cast<double>(config.max_buffer_memory));
+  append_one(out, "sluice_connections_limit", kGauge,
+             "Connections the node serves at most (--max-connections, fitted to the open-file "
+             "limit)",
+             static_cast<double>(config.max_connections));
+  append_one(out, "sluice_shards", kGauge, "Shard threads", static_cast<double>(shards));
   out.push_back(metric_family("sluice_build_info", kGauge, "The sluiced version; always 1"));
   out.back().metric.push_back(metric_sample(kGauge, 1, {{"version", std::string(kVersion)}}));
 
   // The cluster.
   const ClusterStatus cluster = server_.cluster_status();
-  add_one(out, "sluice_cluster_epoch", kGauge,
-          "Epoch of the cluster map in force (0 outside a cluster)",
-          static_cast<double>(cluster.epoch));
+  append_one(out, "sluice_cluster_epoch", kGauge,
+             "Epoch of the cluster map in force (0 outside a cluster)",
+             static_cast<double>(cluster.epoch));
   MetricFamily members = metric_family("sluice_cluster_members", kGauge,
                                        "Nodes of the cluster map in force, by state");
   for (std::size_t s = 0; s < kStateNames.size(); ++s) {
@@ -223,12 +218,12 @@ std::vector<MetricFamily> NodeMetrics::Collect() const {
                                            {{"state", std::string(kStateNames[s])}}));
   }
   out.push_back(std::move(members));
-  add_one(out, "sluice_node_ready", kGauge,
-          "1 while the node serves as primary (what /readyz answers 200 for)",
-          cluster.not_ready_reason().empty() ? 1 : 0);
-  add_one(out, "sluice_node_fenced", kGauge,
-          "1 while the node serves nothing as primary: its fence is closed (etcd mode)",
-          cluster.fenced ? 1 : 0);
+  append_one(out, "sluice_node_ready", kGauge,
+             "1 while the node serves as primary (what /readyz answers 200 for)",
+             cluster.not_ready_reason().empty() ? 1 : 0);
+  append_one(out, "sluice_node_fenced", kGauge,
+             "1 while the node serves nothing as primary: its fence is closed (etcd mode)",
+             cluster.fenced ? 1 : 0);
   MetricFamily reason = metric_family(
       "sluice_node_fence_reason", kGauge,
       "Why the fence is closed: 1 for the current reason, 0 for the others (etcd mode)");
