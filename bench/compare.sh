@@ -228,13 +228,19 @@ for w in "$W1" "$W2" "$W3"; do
   R "${name}_redis_incr_window" "${D[@]}" "$@" --redis-design incr_window \
     --algorithm fixed_window "${RULE[@]}"
 done
-# A single ratio to the ping floor moves with the host's load from one pair of runs to the next:
-# W1 and W3 get two more alternating pairs each, and the median of the three ratios is judged.
+# A single ratio moves with the host's load from one pair of runs to the next: W1 and W3 get
+# two more alternating pairs each with their ping floor, W2 two more rounds of Sluice beside both
+# Redis designs, and the median of the three ratios is judged.
 for round in 2 3; do
-  for w in "$W1" "$W3"; do
+  for w in "$W1" "$W2" "$W3"; do
     # shellcheck disable=SC2086
     set -- $w
     sluice_and_ping "$1" "_r$round" "${@:2}"
+    if [[ "$1" == W2 ]]; then
+      R "W2_redis_lua_r$round" "${D[@]}" "${@:2}" "${RULE[@]}" --redis-design lua_token_bucket
+      R "W2_redis_incr_window_r$round" "${D[@]}" "${@:2}" --redis-design incr_window \
+        --algorithm fixed_window "${RULE[@]}"
+    fi
   done
 done
 
