@@ -214,6 +214,14 @@ sluice_and_ping() {
   S "$1_ping$2" "${D[@]}" "${@:3}" --op ping
 }
 
+# redis_designs NAME SUFFIX ARGS...: Redis's Lua token bucket and its INCR window at the same
+# settings.
+redis_designs() {
+  R "$1_redis_lua$2" "${D[@]}" "${@:3}" "${RULE[@]}" --redis-design lua_token_bucket
+  R "$1_redis_incr_window$2" "${D[@]}" "${@:3}" --redis-design incr_window \
+    --algorithm fixed_window "${RULE[@]}"
+}
+
 # W1: depth 1, batch 1. W2: depth 16. W3: batch 64.
 W1="W1 --depth 1 --batch 1"
 W2="W2 --depth 16 --batch 1"
@@ -224,9 +232,7 @@ for w in "$W1" "$W2" "$W3"; do
   name="$1"
   shift
   sluice_and_ping "$name" "" "$@"
-  R "${name}_redis_lua" "${D[@]}" "$@" "${RULE[@]}" --redis-design lua_token_bucket
-  R "${name}_redis_incr_window" "${D[@]}" "$@" --redis-design incr_window \
-    --algorithm fixed_window "${RULE[@]}"
+  redis_designs "$name" "" "$@"
 done
 # A single ratio moves with the host's load from one pair of runs to the next: W1 and W3 get
 # two more alternating pairs each with their ping floor, W2 two more rounds of Sluice beside both
@@ -236,11 +242,7 @@ for round in 2 3; do
     # shellcheck disable=SC2086
     set -- $w
     sluice_and_ping "$1" "_r$round" "${@:2}"
-    if [[ "$1" == W2 ]]; then
-      R "W2_redis_lua_r$round" "${D[@]}" "${@:2}" "${RULE[@]}" --redis-design lua_token_bucket
-      R "W2_redis_incr_window_r$round" "${D[@]}" "${@:2}" --redis-design incr_window \
-        --algorithm fixed_window "${RULE[@]}"
-    fi
+    if [[ "$1" == W2 ]]; then redis_designs "$1" "_r$round" "${@:2}"; fi
   done
 done
 

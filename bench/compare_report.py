@@ -48,6 +48,11 @@ def tput(name):
     return r.get("throughput_per_s", NAN) if r else NAN
 
 
+def rounds_of(w, a, b):
+    """The ratio of run a's throughput to run b's in each of workload w's three rounds."""
+    return [ratio(tput(f"{w}_{a}{r}"), tput(f"{w}_{b}{r}")) for r in ("", "_r2", "_r3")]
+
+
 def lat(name):
     r = load(name)
     return (r or {}).get("latency_us") or {}
@@ -92,8 +97,7 @@ for w in ("W1", "W2", "W3"):
     row(w, "redis lua_token_bucket /s", lua)
     row(w, "redis incr_window (fixed) /s", iw)
     if w in ("W1", "W3"):
-        rounds = [ratio(s, p)] + [ratio(tput(f"{w}_sluice_r{k}"), tput(f"{w}_ping_r{k}"))
-                                  for k in (2, 3)]
+        rounds = rounds_of(w, "sluice", "ping")
         m, floor = median(rounds), 0.90 if w == "W1" else 0.85
     if w == "W1":
         row(w, "sluice / redis incr_window", ratio(s, iw), ">= 1.0", ratio(s, iw) >= 1.0)
@@ -101,13 +105,10 @@ for w in ("W1", "W2", "W3"):
         row(w, "rounds sluice / ping floor", " ".join(fmt(x) for x in rounds))
         row(w, "sluice / redis lua", ratio(s, lua))
     if w == "W2":
-        # Three rounds, each Sluice's run beside the two Redis designs' of the same round.
-        by_round = [(s, p, lua, iw)] + [
-            (tput(f"W2_sluice_r{k}"), tput(f"W2_ping_r{k}"), tput(f"W2_redis_lua_r{k}"),
-             tput(f"W2_redis_incr_window_r{k}")) for k in (2, 3)]
-        to_lua = [ratio(r[0], r[2]) for r in by_round]
-        to_iw = [ratio(r[0], r[3]) for r in by_round]
-        to_floor = [ratio(r[0], r[1]) for r in by_round]
+        # Each round's Sluice run beside the two Redis designs' and the ping floor of that round.
+        to_lua = rounds_of(w, "sluice", "redis_lua")
+        to_iw = rounds_of(w, "sluice", "redis_incr_window")
+        to_floor = rounds_of(w, "sluice", "ping")
         row(w, "sluice / redis lua (median of 3)", median(to_lua), ">= 8", median(to_lua) >= 8)
         row(w, "rounds sluice / redis lua", " ".join(fmt(x) for x in to_lua))
         row(w, "sluice / redis incr_window (median of 3)", median(to_iw), ">= 1.5",
