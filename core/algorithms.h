@@ -53,6 +53,14 @@ Verdict decide(const Rule& rule, CounterState& state, const Request& request);
 // state is already fresh.
 std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state);
 
+// idle_at_ns(rule, state) for the state a request that was not a peek has just left at
+// `now_ns`, taken from its verdict: such a state is fresh from exactly now_ns +
+// reset_after_ns (the shared contract, checked in tests/core/properties_test.cpp), so a caller
+// that stores the state after every decision saves the division idle_at_ns() would repeat.
+// Falls back to idle_at_ns() when reset_after_ns is 0 or the sum would saturate.
+std::uint64_t idle_at_after(const Rule& rule, const CounterState& state, const Verdict& verdict,
+                            std::uint64_t now_ns);
+
 // One field of a state as docs/ALGORITHMS.md lays it out, for tools that show what a node
 // stores without the rule (sluicectl inspect). A time is absolute, in ns of the deciding
 // node's clock.

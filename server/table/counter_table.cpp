@@ -783,7 +783,7 @@ inline TableAnswer CounterTable::update_counter(const Probe& probe, const Rule& 
     r.meta = with_stamp(r.meta, now);
     return {TableOutcome::kOk, decision};
   }
-  const std::uint64_t idle_at = idle_at_ns(rule, r.state);
+  const std::uint64_t idle_at = idle_at_after(rule, r.state, decision, now);
   if (r.state == CounterState{} || idle_at <= now) {
     erase(segments_[probe.segment], probe.pos);
     return {TableOutcome::kOk, decision};
@@ -852,8 +852,8 @@ TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, con
   Record record{key.lo, key.hi, CounterState{}, 0};
   Verdict decision;
   if (rule.algorithm != Algorithm::kSlidingLog) {
-    decision = decide(rule, record.state, request);
-    const std::uint64_t idle_at = idle_at_ns(rule, record.state);
+    decision = decide(rule, record.state, request);  // not a peek (acquire_once)
+    const std::uint64_t idle_at = idle_at_after(rule, record.state, decision, now);
     if (record.state == CounterState{} || idle_at <= now) return {TableOutcome::kOk, decision};
     record.meta = make_meta(static_cast<std::uint8_t>(rule.algorithm), now, idle_at, decision);
   } else {

@@ -93,6 +93,7 @@ TEST_CASE("the largest limit and period neither overflow nor lose exactness, at 
       CHECK(all.remaining == 0);
       CHECK(all.reset_after_ns > 0);
       CHECK(all.reset_after_ns <= 2 * max_period_ns);
+      if (s.algorithm != nullptr) CHECK(idle_at_after(rule, s.state, all, now) == s.idle_at(rule));
       const Verdict one_more = test::checked_step(s, rule, now + 1, 1);
       CHECK_FALSE(one_more.allowed);
       CHECK(one_more.retry_after_ns > 0);
@@ -116,6 +117,8 @@ TEST_CASE("a burst of 2^32-1 at one unit a year: the arrival time goes past 2^64
     CHECK(all.remaining == 0);
     CHECK(all.reset_after_ns == kMaxWaitNs);  // 2^32-1 years, saturated
     CHECK(idle_at_ns(rule, state) == kMaxWaitNs);
+    // The verdict's reset_after is saturated: the expiry is not taken from it.
+    CHECK(idle_at_after(rule, state, all, now) == kMaxWaitNs);
 
     Subject s = Subject::of(algorithm == Algorithm::kGcra ? gcra : token_bucket);
     s.state = state;

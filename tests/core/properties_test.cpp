@@ -71,6 +71,10 @@ void run_random(Named n, std::uint64_t seed, int rules, int steps) {
       CHECK((cost > rule.capacity()) == (last.retry_after_ns == kNever));
       // The state after the request is fresh from exactly now + reset_after.
       CHECK(std::max(s.idle_at(rule), now) == now + last.reset_after_ns);
+      // What a table stores after the request, taken from the verdict, is the same.
+      if (n.subject.algorithm != nullptr) {
+        CHECK(idle_at_after(rule, s.state, last, now) == s.idle_at(rule));
+      }
       if (i % 8 == 0 && s.idle_at(rule) != 0) test::check_idle_at_is_tight(s, rule);
     }
   }
