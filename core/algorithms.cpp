@@ -1,4 +1,4 @@
-// decide() and idle_at_ns() dispatch on the rule's algorithm; idle_at_after() reads a verdict.
+// decide() and idle_at_ns() dispatch on the rule's algorithm.
 #include "core/algorithms.h"
 
 #include <algorithm>
@@ -39,13 +39,6 @@ std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state) {
       break;  // see sliding_log_idle_at_ns()
   }
   return 0;
-}
-
-std::uint64_t idle_at_after(const Rule& rule, const CounterState& state, const Verdict& verdict,
-                            std::uint64_t now_ns) {
-  const std::uint64_t reset = verdict.reset_after_ns;
-  if (reset != 0 && reset < kMaxWaitNs - now_ns) return now_ns + reset;
-  return idle_at_ns(rule, state);
 }
 
 std::vector<StateField> describe_state(Algorithm algorithm, const CounterState& state) {

@@ -58,8 +58,13 @@ std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state);
 // reset_after_ns (the shared contract, checked in tests/core/properties_test.cpp), so a caller
 // that stores the state after every decision saves the division idle_at_ns() would repeat.
 // Falls back to idle_at_ns() when reset_after_ns is 0 or the sum would saturate.
-std::uint64_t idle_at_after(const Rule& rule, const CounterState& state, const Verdict& verdict,
-                            std::uint64_t now_ns);
+// Inline: it is on every stored decision's path, and a call costs more than its work.
+inline std::uint64_t idle_at_after(const Rule& rule, const CounterState& state,
+                                   const Verdict& verdict, std::uint64_t now_ns) {
+  const std::uint64_t reset = verdict.reset_after_ns;
+  if (reset != 0 && reset < kMaxWaitNs - now_ns) return now_ns + reset;
+  return idle_at_ns(rule, state);
+}
 
 // One field of a state as docs/ALGORITHMS.md lays it out, for tools that show what a node
 // stores without the rule (sluicectl inspect). A time is absolute, in ns of the deciding

@@ -60,7 +60,8 @@ Verdict token_bucket(const Rule& rule, CounterState& state, const Request& reque
   const std::uint64_t capacity = rule.capacity();
   const std::uint64_t cost = request.cost;
 
-  Bucket b = refill(state, now, limit, period);
+  // A full bucket (every fresh key) has nothing to refill: no call.
+  Bucket b = detail::lo32(state.b) == 0 ? load(state) : refill(state, now, limit, period);
   const std::uint64_t available = capacity > b.used ? capacity - b.used : 0;
   const bool fits = cost <= capacity;
   const bool allowed = cost <= available;
