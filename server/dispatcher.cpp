@@ -4,6 +4,8 @@
 
 #include <fmt/core.h>
 #include <algorithm>
+#include <new>
+#include <type_traits>
 
 #include "core/clock.h"
 #include "core/key_hash.h"
@@ -197,9 +199,12 @@ void Dispatcher::handle_acquire(Peer& peer, std::uint32_t request_id,
         [&](std::size_t k) {
           const std::uint32_t i = local_items_[k];
           const protocol::AcquireItem& item = acquire_items_[i];
-          acquire_results_[i] =
+          // Made in its slot, not copied there: a copy right after the result was built would
+          // wait for its stores to land (CounterTable::update_counter).
+          static_assert(std::is_trivially_destructible_v<protocol::AcquireResult>);
+          new (&acquire_results_[i]) protocol::AcquireResult(
               shard_.engine().acquire(acquire_hashes_[i], item.rule, item.cost, item.peek, now_ns,
-                                      kind_of(item), item.stamp);
+                                      kind_of(item), item.stamp));
         });
   }
   if (invalid != 0) shard_.engine().counters()[ShardStat::kInvalidItems].add(invalid);

@@ -61,42 +61,38 @@ void ShardEngine::inspect(const KeyHash& hash, std::uint64_t now_ns, protocol::I
 protocol::AcquireResult ShardEngine::acquire(const KeyHash& hash, const Rule& rule,
                                              std::uint32_t cost, bool peek, std::uint64_t now_ns,
                                              ItemKind kind, std::uint32_t stamp) {
+  // Each return builds its result where the caller keeps it, and the decision is made in
+  // `answer` (CounterTable::update_counter says why).
   if (const RouteDecision served = serve(hash); served.route != Route::kDecide) {
-    protocol::AcquireResult result;
     if (served.route == Route::kRedirect) {
-      result.status = protocol::ItemStatus::kRedirect;
-      result.limit = served.owner;
-    } else {
-      result.status = protocol::ItemStatus::kUnavailable;
+      return {.status = protocol::ItemStatus::kRedirect, .limit = served.owner};
     }
-    return result;
+    return {.status = protocol::ItemStatus::kUnavailable};
   }
   if (kind == ItemKind::kLease) return lease(hash, rule, cost, now_ns);
-  if (kind == ItemKind::kGiveBack) {
-    protocol::AcquireResult result;
-    result.status = protocol::ItemStatus::kAllowed;
-    result.limit = rule.capacity();
-    result.granted = table_.give_back(hash, rule, cost, stamp, now_ns);
-    counters_[ShardStat::kGiveBacks].add();
-    counters_[ShardStat::kCreditedUnits].add(result.granted);
-    if (result.granted != 0) noted(hash);
-    return result;
-  }
+  if (kind == ItemKind::kGiveBack) return give_back(hash, rule, cost, stamp, now_ns);
   const TableAnswer answer = table_.acquire(hash, rule, Request{now_ns, cost, peek});
-  if (answer.outcome == TableOutcome::kNoMemory) {
-    protocol::AcquireResult result;  // all four numbers 0, as for the other failed items
-    result.status = protocol::ItemStatus::kNoMemory;
-    return result;
-  }
-  protocol::AcquireResult result = protocol::to_result(answer.decision);
-  result.status =
-      answer.decision.allowed ? protocol::ItemStatus::kAllowed : protocol::ItemStatus::kDenied;
+  // All four numbers 0, as for the other failed items.
+  if (answer.outcome == TableOutcome::kNoMemory) return {.status = protocol::ItemStatus::kNoMemory};
   if (!peek) {
     counters_[answer.decision.allowed ? ShardStat::kAllowed : ShardStat::kDenied].add();
     counters_.decisions.add(static_cast<std::uint8_t>(rule.algorithm), answer.decision.allowed);
     // Only an admission changes a record's state (a denial leaves it as it was).
     if (answer.decision.allowed) noted(hash);
   }
+  return protocol::to_result(answer.decision);  // ALLOWED or DENIED
+}
+
+protocol::AcquireResult ShardEngine::give_back(const KeyHash& hash, const Rule& rule,
+                                               std::uint32_t units, std::uint32_t stamp,
+                                               std::uint64_t now_ns) {
+  protocol::AcquireResult result;
+  result.status = protocol::ItemStatus::kAllowed;
+  result.limit = rule.capacity();
+  result.granted = table_.give_back(hash, rule, units, stamp, now_ns);
+  counters_[ShardStat::kGiveBacks].add();
+  counters_[ShardStat::kCreditedUnits].add(result.granted);
+  if (result.granted != 0) noted(hash);
   return result;
 }
 

@@ -187,6 +187,9 @@ class ShardEngine {
   // acquire() of a lease, past serve().
   protocol::AcquireResult lease(const KeyHash& hash, const Rule& rule, std::uint32_t want,
                                 std::uint64_t now_ns);
+  // acquire() of a give-back of `units` of the lease stamped `stamp`, past serve().
+  protocol::AcquireResult give_back(const KeyHash& hash, const Rule& rule, std::uint32_t units,
+                                    std::uint32_t stamp, std::uint64_t now_ns);
   void noted(const KeyHash& hash) {
     if (view_ != nullptr && changes_ != nullptr) changes_->note(hash);
   }

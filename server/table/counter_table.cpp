@@ -774,22 +774,26 @@ TableAnswer CounterTable::answer_fresh(const Rule& rule, const Request& request)
   return {TableOutcome::kOk, sliding_log_answer(rule, SlidingLog{}, request)};  // no ring needed
 }
 
+// The decision is made in the answer, and the answer in the caller's (one named result, all
+// the way up from the algorithm): a Verdict copied right after its fields were stored one by one
+// is read back before those stores reach the cache, which costs a stall per copy
+// (docs/BENCHMARKS.md, "W3 against its ping floor").
 inline TableAnswer CounterTable::update_counter(const Probe& probe, const Rule& rule,
                                                 const Request& request) {
   Record& r = *probe.record;
   const std::uint64_t now = request.now_ns;
-  const Verdict decision = decide(rule, r.state, request);
+  TableAnswer answer{TableOutcome::kOk, decide(rule, r.state, request)};
   if (request.peek) {
     r.meta = with_stamp(r.meta, now);
-    return {TableOutcome::kOk, decision};
+    return answer;
   }
-  const std::uint64_t idle_at = idle_at_after(rule, r.state, decision, now);
+  const std::uint64_t idle_at = idle_at_after(rule, r.state, answer.decision, now);
   if (r.state == CounterState{} || idle_at <= now) {
     erase(segments_[probe.segment], probe.pos);
-    return {TableOutcome::kOk, decision};
+    return answer;
   }
-  r.meta = make_meta(tag_of(r.meta), now, idle_at, decision);
-  return {TableOutcome::kOk, decision};
+  r.meta = make_meta(tag_of(r.meta), now, idle_at, answer.decision);
+  return answer;
 }
 
 TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
@@ -848,28 +852,38 @@ TableAnswer CounterTable::update_existing(const Probe& probe, const Rule& rule,
 
 TableAnswer CounterTable::insert_new(const KeyHash& key, const Probe& probe, const Rule& rule,
                                      const Request& request) {
+  if (rule.algorithm == Algorithm::kSlidingLog) return insert_log(key, probe, rule, request);
+  return insert_counter(key, probe, rule, request);
+}
+
+TableAnswer CounterTable::insert_counter(const KeyHash& key, const Probe& probe, const Rule& rule,
+                                         const Request& request) {
   const std::uint64_t now = request.now_ns;
   Record record{key.lo, key.hi, CounterState{}, 0};
-  Verdict decision;
-  if (rule.algorithm != Algorithm::kSlidingLog) {
-    decision = decide(rule, record.state, request);  // not a peek (acquire_once)
-    const std::uint64_t idle_at = idle_at_after(rule, record.state, decision, now);
-    if (record.state == CounterState{} || idle_at <= now) return {TableOutcome::kOk, decision};
-    record.meta = make_meta(static_cast<std::uint8_t>(rule.algorithm), now, idle_at, decision);
-  } else {
-    const std::uint32_t ring_class = LogArena::class_for(rule.limit);
-    std::uint64_t* ring = allocate_ring(ring_class);
-    if (ring == nullptr) return {TableOutcome::kNoMemory, {}};
-    SlidingLog log{std::span<std::uint64_t>(ring, LogArena::ring_entries(ring_class)), 0, 0};
-    decision = sliding_log(rule, log, request);
-    const std::uint64_t idle_at = sliding_log_idle_at_ns(rule, log);
-    if (log.count == 0 || idle_at <= now) {
-      arena_.release(ring, ring_class);
-      return {TableOutcome::kOk, decision};
-    }
-    record.state = encode_log(ring, ring_class, log);
-    record.meta = make_meta(kSlidingLogTag, now, idle_at, decision);
+  // Not a peek (acquire_once). The decision is made in the answer: see update_counter.
+  TableAnswer answer{TableOutcome::kOk, decide(rule, record.state, request)};
+  const std::uint64_t idle_at = idle_at_after(rule, record.state, answer.decision, now);
+  if (record.state == CounterState{} || idle_at <= now) return answer;
+  record.meta = make_meta(static_cast<std::uint8_t>(rule.algorithm), now, idle_at, answer.decision);
+  if (!insert(record, probe, now)) answer = {TableOutcome::kNoMemory, {}};
+  return answer;
+}
+
+TableAnswer CounterTable::insert_log(const KeyHash& key, const Probe& probe, const Rule& rule,
+                                     const Request& request) {
+  const std::uint64_t now = request.now_ns;
+  const std::uint32_t ring_class = LogArena::class_for(rule.limit);
+  std::uint64_t* ring = allocate_ring(ring_class);
+  if (ring == nullptr) return {TableOutcome::kNoMemory, {}};
+  SlidingLog log{std::span<std::uint64_t>(ring, LogArena::ring_entries(ring_class)), 0, 0};
+  const Verdict decision = sliding_log(rule, log, request);
+  const std::uint64_t idle_at = sliding_log_idle_at_ns(rule, log);
+  if (log.count == 0 || idle_at <= now) {
+    arena_.release(ring, ring_class);
+    return {TableOutcome::kOk, decision};
   }
+  Record record{key.lo, key.hi, encode_log(ring, ring_class, log),
+                make_meta(kSlidingLogTag, now, idle_at, decision)};
   if (!insert(record, probe, now)) {
     release_ring(record);
     return {TableOutcome::kNoMemory, {}};
@@ -887,6 +901,11 @@ TableAnswer CounterTable::acquire(const KeyHash& key, const Rule& rule, const Re
       live_for(probe.record->meta, rule.algorithm, request.now_ns)) {
     return update_counter(probe, rule, request);  // live, of the rule's algorithm
   }
+  return acquire_slow(key, probe, rule, request);
+}
+
+TableAnswer CounterTable::acquire_slow(const KeyHash& key, const Probe& probe, const Rule& rule,
+                                       const Request& request) {
   ring_shortage_ = false;
   TableAnswer answer = acquire_once(key, probe, rule, request);
   // No ring under the cap: free one from another sliding-log key (reclaim_ring) and try again.

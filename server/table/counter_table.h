@@ -312,7 +312,12 @@ class CounterTable {
   // update_existing() for a live record of the rule's algorithm, not a sliding log: the common
   // case, kept free of calls but to the algorithm.
   TableAnswer update_counter(const Probe& probe, const Rule& rule, const Request& request);
+  // A fresh record for an absent key (not a peek): insert_counter() or insert_log().
   TableAnswer insert_new(const KeyHash& key, const Probe& probe, const Rule& rule,
+                         const Request& request);
+  TableAnswer insert_counter(const KeyHash& key, const Probe& probe, const Rule& rule,
+                             const Request& request);
+  TableAnswer insert_log(const KeyHash& key, const Probe& probe, const Rule& rule,
                          const Request& request);
   // A ring from the arena within the cap, or nullptr (and ring_shortage_ set).
   std::uint64_t* allocate_ring(std::uint32_t ring_class);
@@ -322,6 +327,10 @@ class CounterTable {
   // remaining capacity, then the least recently used.
   // Returns whether it erased one.
   bool reclaim_ring(std::uint32_t ring_class, std::uint64_t now_ns);
+  // acquire() for a key not stored live under the rule's algorithm, or a sliding log's, from
+  // its probe: acquire_once(), and once more after a reclaim_ring().
+  TableAnswer acquire_slow(const KeyHash& key, const Probe& probe, const Rule& rule,
+                           const Request& request);
   // acquire() without the retry after a reclaim and without counting failures, from the key's
   // probe.
   TableAnswer acquire_once(const KeyHash& key, const Probe& probe, const Rule& rule,
