@@ -11,7 +11,9 @@
 # Usage: bench/closed_loop_ab.sh BEFORE_BIN_DIR AFTER_BIN_DIR [ROUNDS]
 #   each BIN_DIR holds sluiced and sluice-load (e.g. build-bench/bin)
 # Environment: DEPTH (1), BATCH (64), SECONDS_EACH (8), SERVER_CPU (0), LOAD_CPU (1), as
-# compare.sh pins them.
+# compare.sh pins them; PING=0 leaves the ping floors out (a comparison of the servers' CPU per
+# decision only: more, shorter rounds in the same time). Ends with the median over the rounds
+# of after / before in sluiced's CPU per decision, each round's pair run back to back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage="usage: bench/closed_loop_ab.sh BEFORE_BIN_DIR AFTER_BIN_DIR [ROUNDS]"
@@ -21,6 +23,7 @@ rounds=${3:-3}
 depth=${DEPTH:-1}
 batch=${BATCH:-64}
 secs=${SECONDS_EACH:-8}
+with_ping=${PING:-1}
 server_cpu=${SERVER_CPU:-0}
 load_cpu=${LOAD_CPU:-1}
 for d in "$before" "$after"; do
@@ -73,7 +76,8 @@ one() { # LABEL BIN_DIR
   }
   s=$STARTED_PID
   t0=$(cpu_ticks "$s")
-  read -r ping ping_cpu < <(load "$bin" "$port" --op ping) || true
+  ping=0 ping_cpu=0
+  if ((with_ping)); then read -r ping ping_cpu < <(load "$bin" "$port" --op ping) || true; fi
   t1=$(cpu_ticks "$s")
   read -r acquire acquire_cpu < <(load "$bin" "$port" --limit 100 --period 1s) || true
   t2=$(cpu_ticks "$s")
@@ -84,15 +88,22 @@ one() { # LABEL BIN_DIR
   }
   stop_pid "$s"
   python3 - "$label" "$ping" "$acquire" "$t0" "$t1" "$t2" "$ticks_per_s" "$secs" \
-    "$ping_cpu" "$acquire_cpu" <<'EOF'
+    "$ping_cpu" "$acquire_cpu" "$dir/costs" <<'EOF'
 import sys
 label = sys.argv[1]
 ping, acquire, t0, t1, t2, hz, secs = (float(x) for x in sys.argv[2:9])
 ping_cpu, acquire_cpu = float(sys.argv[9]), float(sys.argv[10])
 def ns(cpu_s, rate):
     return cpu_s * 1e9 / (rate * secs)
+server_ns = ns((t2 - t1) / hz, acquire)
+with open(sys.argv[11], "a") as costs:
+    costs.write(f"{label} {server_ns}\n")
+if ping == 0:
+    print(f"{label:<7} acquire {acquire:>11,.0f}/s  sluiced ns/item {server_ns:5.0f}  "
+          f"sluice-load ns/item {ns(acquire_cpu, acquire):5.0f}")
+    sys.exit()
 print(f"{label:<7} ping {ping:>11,.0f}/s  acquire {acquire:>11,.0f}/s  acquire/ping {acquire / ping:.3f}  "
-      f"sluiced ns/item: ping {ns((t1 - t0) / hz, ping):5.0f} acquire {ns((t2 - t1) / hz, acquire):5.0f}  "
+      f"sluiced ns/item: ping {ns((t1 - t0) / hz, ping):5.0f} acquire {server_ns:5.0f}  "
       f"sluice-load ns/item: ping {ns(ping_cpu, ping):5.0f} acquire {ns(acquire_cpu, acquire):5.0f}")
 EOF
 }
@@ -107,3 +118,14 @@ for r in $(seq 1 "$rounds"); do
     one before "$before"
   fi
 done
+python3 - "$dir/costs" <<'EOF'
+import statistics, sys
+cost = {"before": [], "after": []}
+for line in open(sys.argv[1]):
+    label, ns = line.split()
+    cost[label].append(float(ns))
+ratios = [a / b for a, b in zip(cost["after"], cost["before"])]
+print(f"closed_loop_ab: sluiced ns per acquire, after / before, by round: "
+      f"{' '.join(f'{r:.3f}' for r in ratios)}; median {statistics.median(ratios):.3f}, "
+      f"after lower in {sum(r < 1 for r in ratios)} of {len(ratios)}")
+EOF
