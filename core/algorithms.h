@@ -62,7 +62,7 @@ std::uint64_t idle_at_ns(const Rule& rule, const CounterState& state);
 inline std::uint64_t idle_at_after(const Rule& rule, const CounterState& state,
                                    const Verdict& verdict, std::uint64_t now_ns) {
   const std::uint64_t reset = verdict.reset_after_ns;
-  if (reset != 0 && reset < kMaxWaitNs - now_ns) return now_ns + reset;
+  if (reset != 0 && now_ns < kMaxWaitNs && reset < kMaxWaitNs - now_ns) return now_ns + reset;
   return idle_at_ns(rule, state);
 }
 

@@ -119,6 +119,11 @@ TEST_CASE("a burst of 2^32-1 at one unit a year: the arrival time goes past 2^64
     CHECK(idle_at_ns(rule, state) == kMaxWaitNs);
     // The verdict's reset_after is saturated: the expiry is not taken from it.
     CHECK(idle_at_after(rule, state, all, now) == kMaxWaitNs);
+    // Nor at the clock's last values, where now + reset_after would wrap.
+    for (const std::uint64_t late : {kMaxWaitNs, kNever}) {
+      CHECK(idle_at_after(rule, state, Verdict{.reset_after_ns = 1}, late) ==
+            idle_at_ns(rule, state));
+    }
 
     Subject s = Subject::of(algorithm == Algorithm::kGcra ? gcra : token_bucket);
     s.state = state;
