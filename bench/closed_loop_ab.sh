@@ -40,7 +40,6 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 ticks_per_s=$(getconf CLK_TCK)
 
 # load BIN_DIR PORT OP_FLAGS...: one pinned sluice-load run; prints "items/s load_cpu_s".
@@ -69,11 +68,7 @@ one() { # LABEL BIN_DIR
   local label=$1 bin=$2 port s t0 t1 t2 ping acquire ping_cpu acquire_cpu
   port=$(free_ports 2)
   SLUICED="$bin/sluiced"
-  start_sluiced "$dir/sluiced.log" "$port" "$server_cpu" --shards 1 --max-memory 1GiB \
-    --idle-timeout 0 --huge-pages || {
-    echo "closed_loop_ab: sluiced did not start: $(tail -c 300 "$dir/sluiced.log")" >&2
-    exit 1
-  }
+  start_closed_loop_sluiced closed_loop_ab "$dir/sluiced.log" "$port" "$server_cpu"
   s=$STARTED_PID
   t0=$(cpu_ticks "$s")
   ping=0 ping_cpu=0

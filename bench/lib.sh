@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Shell helpers shared by the benchmark scripts (sourced, not run): free loopback ports, waiting
-# for a listener, and stopping the processes a script started.
+# for a listener, starting sluiced, reading a process's CPU time, and stopping the processes a
+# script started.
 
 # free_ports N: the first of N consecutive ports that 127.0.0.1 can bind now, chosen below the
 # kernel's ephemeral range, so that no outgoing connection on this machine is given one of them.
@@ -50,6 +51,17 @@ start_sluiced() {
   PIDS+=("$STARTED_PID")
   listening "$port" "$STARTED_PID"
 }
+# start_closed_loop_sluiced TOOL LOG PORT CPU: start_sluiced with the closed-loop workloads'
+# settings (one shard, 1 GiB, no idle timeout, records in huge pages); if it does not listen,
+# exits naming TOOL with the end of LOG.
+start_closed_loop_sluiced() {
+  start_sluiced "$2" "$3" "$4" --shards 1 --max-memory 1GiB --idle-timeout 0 --huge-pages || {
+    echo "$1: sluiced did not start: $(tail -c 300 "$2")" >&2
+    exit 1
+  }
+}
+# cpu_ticks PID: the process's user and system CPU time so far, in clock ticks (getconf CLK_TCK).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 untrack() { # PID: no longer stopped at exit
   local keep=() p
   for p in "${PIDS[@]}"; do [[ "$p" == "$1" ]] || keep+=("$p"); done

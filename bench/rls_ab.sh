@@ -30,7 +30,6 @@ cleanup() {
 }
 trap cleanup EXIT
 rls_bench_config "$dir/bench.yaml"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 one() { # LABEL BINARY
   local label=$1 gateway=$2 port s g t0 t1 t2

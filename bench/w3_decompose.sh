@@ -35,15 +35,10 @@ cleanup() {
 }
 trap cleanup EXIT
 ticks_per_s=$(getconf CLK_TCK)
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 port=$(free_ports 2)
 SLUICED="$bin/sluiced"
-start_sluiced "$dir/sluiced.log" "$port" "$server_cpu" --shards 1 --max-memory 1GiB \
-  --idle-timeout 0 --huge-pages || {
-  echo "w3_decompose: sluiced did not start: $(tail -c 300 "$dir/sluiced.log")" >&2
-  exit 1
-}
+start_closed_loop_sluiced w3_decompose "$dir/sluiced.log" "$port" "$server_cpu"
 server=$STARTED_PID
 
 run() { # LABEL SLUICE_LOAD_FLAGS...: one run; prints its throughput and sluiced's CPU per item
